@@ -1,0 +1,62 @@
+//! `tfshard inspect FILE`: records as JSON lines.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::{output, CliResult, Common, ReadFlags};
+use tfshard::dataset::Dataset;
+use tfshard::example::decode::push_json;
+use tfshard::records::for_each_record;
+
+/// Arguments of `inspect`.
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The shard to print.
+    pub file: PathBuf,
+    /// Print at most N records.
+    #[arg(long, short = 'n', value_name = "N")]
+    pub limit: Option<u64>,
+    #[command(flatten)]
+    pub read: ReadFlags,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+impl InspectArgs {
+    /// Prints each record as one JSON object per line.
+    pub fn run(&self) -> CliResult {
+        let dataset = Dataset {
+            shards: vec![self.file.clone()],
+            manifests: vec![],
+        };
+        let record_type = self
+            .read
+            .record_type
+            .resolve()
+            .unwrap_or_else(|| dataset.record_type());
+        let mut out = output::stdout();
+        let mut line = String::new();
+        let mut printed = 0u64;
+        let limit = self.limit.unwrap_or(u64::MAX);
+        if limit == 0 {
+            return Ok(());
+        }
+        for_each_record(
+            &self.file,
+            self.read.compression.resolve(),
+            record_type,
+            |record| {
+                line.clear();
+                push_json(&mut line, &record);
+                line.push('\n');
+                out.write_all(line.as_bytes())?;
+                printed += 1;
+                Ok(printed < limit)
+            },
+        )?;
+        out.flush()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,220 @@
+//! Command-line types and dispatch. Each command lives in its own file: clap arguments
+//! (their doc comments are `--help`), `to_options()` resolving flags into library
+//! options, and `run()`: one library call plus the human or `--json` summary.
+
+mod convert;
+mod inspect;
+pub mod output;
+mod schema;
+
+use std::io;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use tfshard::example::RecordType;
+use tfshard::tfrecord::Compression;
+
+/// How a command ended, when not in success.
+#[derive(Debug)]
+pub enum CliError {
+    /// Flags that make no sense together, or a bad value: exit 2.
+    Usage(String),
+    /// Bad data or a failed run: exit 1 (130/143 when interrupted).
+    Data(tfshard::Error),
+    /// `verify` found problems and already reported them: exit 1, nothing more to say.
+    Failed,
+}
+
+impl From<tfshard::Error> for CliError {
+    fn from(err: tfshard::Error) -> CliError {
+        CliError::Data(err)
+    }
+}
+
+impl From<io::Error> for CliError {
+    fn from(err: io::Error) -> CliError {
+        CliError::Data(err.into())
+    }
+}
+
+impl CliError {
+    /// Prints the error line (and hint) to stderr; returns the exit code.
+    pub fn report(self) -> u8 {
+        match self {
+            CliError::Usage(msg) => {
+                eprintln!("error: {msg}");
+                2
+            }
+            CliError::Failed => 1,
+            CliError::Data(err) => {
+                if let tfshard::error::ErrorKind::Interrupted { signal } = err.kind() {
+                    eprintln!("tfshard: interrupted; temporary files removed");
+                    return 128 + *signal as u8;
+                }
+                if output::is_broken_pipe(&err) {
+                    return 0;
+                }
+                eprintln!("error: {err}");
+                if let Some(hint) = err.hint() {
+                    eprintln!("{hint}");
+                }
+                1
+            }
+        }
+    }
+}
+
+/// Result of a command.
+pub type CliResult = Result<(), CliError>;
+
+/// Converts Parquet tables and image folders into TFRecord shards, verifies them and
+/// measures how fast they read.
+#[derive(Parser, Debug)]
+#[command(name = "tfshard", version, about, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Convert Parquet tables or image folders into TFRecord shards.
+    #[command(subcommand)]
+    Convert(convert::ConvertCommand),
+    /// Print records as JSON lines.
+    #[command(
+        after_help = "Example:\n  tfshard inspect out/data-00000-of-00004.tfrecord --limit 3"
+    )]
+    Inspect(inspect::InspectArgs),
+    /// Print the feature spec of shards: from their manifest, or inferred from every record.
+    #[command(
+        after_help = "Examples:\n  tfshard schema out/\n  tfshard schema out/ --format python"
+    )]
+    Schema(schema::SchemaArgs),
+}
+
+/// Flags every command takes.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Worker threads [default: every core].
+    #[arg(long, value_name = "N", global = true)]
+    pub threads: Option<usize>,
+    /// Progress bar: on a terminal (auto), always, or never.
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto, global = true)]
+    pub progress: ProgressMode,
+    /// Print nothing but errors (and --json output).
+    #[arg(long, short = 'q', global = true)]
+    pub quiet: bool,
+    /// Print a machine-readable summary on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// `--progress`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// A bar when stderr is a terminal.
+    Auto,
+    /// Always a bar.
+    Always,
+    /// Never a bar.
+    Never,
+}
+
+/// Flags of commands that read shards.
+#[derive(Args, Debug, Clone)]
+pub struct ReadFlags {
+    /// Compression of the shards: by extension, else by content (auto).
+    #[arg(long, value_enum, default_value_t = ReadCompression::Auto)]
+    pub compression: ReadCompression,
+    /// Message type of the records: from the manifest that lists the file, else example (auto).
+    #[arg(long, value_enum, default_value_t = ReadRecordType::Auto)]
+    pub record_type: ReadRecordType,
+}
+
+/// `--compression` of readers.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadCompression {
+    /// By extension (.gz, .zlib), else by the first bytes.
+    Auto,
+    /// Plain records.
+    None,
+    /// GZIP.
+    Gzip,
+    /// ZLIB.
+    Zlib,
+}
+
+impl ReadCompression {
+    /// `None` means auto-detect.
+    pub fn resolve(self) -> Option<Compression> {
+        match self {
+            ReadCompression::Auto => None,
+            ReadCompression::None => Some(Compression::None),
+            ReadCompression::Gzip => Some(Compression::Gzip),
+            ReadCompression::Zlib => Some(Compression::Zlib),
+        }
+    }
+}
+
+/// `--record-type` of readers.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadRecordType {
+    /// From the manifest that lists the file, else example.
+    Auto,
+    /// tf.train.Example.
+    Example,
+    /// tf.train.SequenceExample.
+    SequenceExample,
+}
+
+impl ReadRecordType {
+    /// `None` means auto.
+    pub fn resolve(self) -> Option<RecordType> {
+        match self {
+            ReadRecordType::Auto => None,
+            ReadRecordType::Example => Some(RecordType::Example),
+            ReadRecordType::SequenceExample => Some(RecordType::SequenceExample),
+        }
+    }
+}
+
+impl Common {
+    fn setup_threads(&self) -> CliResult {
+        if let Some(n) = self.threads {
+            if n == 0 {
+                return Err(CliError::Usage("--threads must be at least 1".into()));
+            }
+            // Ignore the error: the pool can only be built once per process.
+            let _ = rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build_global();
+        }
+        Ok(())
+    }
+
+    /// The resolved thread count.
+    pub fn thread_count(&self) -> usize {
+        self.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        })
+    }
+}
+
+/// Parses the command line and runs the command.
+pub fn run() -> CliResult {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Convert(cmd) => cmd.run(),
+        Command::Inspect(args) => {
+            args.common.setup_threads()?;
+            args.run()
+        }
+        Command::Schema(args) => {
+            args.common.setup_threads()?;
+            args.run()
+        }
+    }
+}

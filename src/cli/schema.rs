@@ -1,0 +1,57 @@
+//! `tfshard schema PATH...`: the feature spec, as JSON or as a Python parsing spec.
+
+use std::io::Write;
+
+use clap::{Args, ValueEnum};
+
+use super::{output, CliResult, Common, ReadFlags};
+use tfshard::dataset::Dataset;
+use tfshard::example::schema::to_python;
+use tfshard::records::feature_spec;
+
+/// `--format`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The manifest's `features` list.
+    Json,
+    /// A dict to paste into `tf.io.parse_example` (a tuple for SequenceExamples).
+    Python,
+}
+
+/// Arguments of `schema`.
+#[derive(Args, Debug)]
+pub struct SchemaArgs {
+    /// Shards, folders of shards, or manifests.
+    #[arg(required = true)]
+    pub paths: Vec<std::path::PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Json)]
+    pub format: Format,
+    #[command(flatten)]
+    pub read: ReadFlags,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+impl SchemaArgs {
+    /// Prints the spec.
+    pub fn run(&self) -> CliResult {
+        let dataset = Dataset::discover(&self.paths)?;
+        let record_type = self
+            .read
+            .record_type
+            .resolve()
+            .unwrap_or_else(|| dataset.record_type());
+        let spec = feature_spec(&dataset, self.read.compression.resolve(), record_type)?;
+        let mut out = output::stdout();
+        match self.format {
+            Format::Json => {
+                serde_json::to_writer_pretty(&mut out, &spec).map_err(std::io::Error::other)?;
+                out.write_all(b"\n")?;
+            }
+            Format::Python => writeln!(out, "{}", to_python(&spec, record_type))?,
+        }
+        out.flush()?;
+        Ok(())
+    }
+}

@@ -1,0 +1,111 @@
+//! Which shard files a `PATH...` argument names, and what their manifest says.
+//!
+//! A file names itself. A folder names the shards its manifests list (each checked to
+//! stay inside the folder), or without a manifest every non-hidden `*.tfrecord`,
+//! `*.tfrecord.gz` and `*.tfrecord.zlib` in it, sorted by name. A manifest file names
+//! its shards.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::RecordType;
+use crate::manifest::{self, Manifest, MANIFEST_SUFFIX};
+
+/// A set of shards to read.
+#[derive(Debug, Clone, Default)]
+pub struct Dataset {
+    /// The shard files, in order.
+    pub shards: Vec<PathBuf>,
+    /// The manifests that listed them, with their paths.
+    pub manifests: Vec<(PathBuf, Manifest)>,
+}
+
+/// Whether a file name is one a shard folder scan picks up.
+pub fn is_shard_file_name(name: &str) -> bool {
+    !name.starts_with('.')
+        && (name.ends_with(".tfrecord")
+            || name.ends_with(".tfrecord.gz")
+            || name.ends_with(".tfrecord.zlib"))
+}
+
+/// The shard files directly in `dir` (no manifest consulted), sorted by name.
+///
+/// # Errors
+///
+/// The folder cannot be listed.
+pub fn shard_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| Error::from(e).with_file(dir))? {
+        let entry = entry.map_err(|e| Error::from(e).with_file(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_shard_file_name(&name) && entry.path().is_file() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+impl Dataset {
+    /// Resolves command-line paths.
+    ///
+    /// # Errors
+    ///
+    /// A path that does not exist, a manifest that cannot be read, or a manifest entry
+    /// that climbs out of its folder.
+    pub fn discover(paths: &[PathBuf]) -> Result<Dataset> {
+        let mut set = Dataset::default();
+        for path in paths {
+            let meta = fs::metadata(path).map_err(|e| Error::from(e).with_file(path))?;
+            if meta.is_dir() {
+                let manifests = manifest::manifests_in(path)?;
+                if manifests.is_empty() {
+                    set.shards.extend(shard_files_in(path)?);
+                }
+                for m in manifests {
+                    set.add_manifest(&m)?;
+                }
+            } else if path.to_string_lossy().ends_with(MANIFEST_SUFFIX) {
+                set.add_manifest(path)?;
+            } else {
+                set.shards.push(path.clone());
+            }
+        }
+        Ok(set)
+    }
+
+    fn add_manifest(&mut self, path: &Path) -> Result<()> {
+        let m = Manifest::read(path)?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        for shard in &m.shards {
+            if !manifest::is_safe_relative(&shard.file) {
+                return Err(
+                    Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
+                        format!(
+                            "unsafe path: shard file {:?} leaves the manifest's folder",
+                            shard.file
+                        ),
+                    )))
+                    .with_file(path),
+                );
+            }
+            self.shards.push(dir.join(&shard.file));
+        }
+        self.manifests.push((path.to_path_buf(), m));
+        Ok(())
+    }
+
+    /// The record type for `--record-type auto`: the manifests' if they agree, else
+    /// the manifest listing the first shard, else Example.
+    pub fn record_type(&self) -> RecordType {
+        if let Some((_, m)) = self.manifests.first() {
+            return m.record_type;
+        }
+        self.shards
+            .first()
+            .and_then(|s| manifest::manifest_listing(s))
+            .map(|m| m.record_type)
+            .unwrap_or_default()
+    }
+}

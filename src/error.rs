@@ -1,0 +1,403 @@
+//! The crate's one error type.
+//!
+//! An [`Error`] is a boxed [`ErrorKind`] (what went wrong) plus a [`Location`] (where:
+//! file, column, row, record, byte offset). Each layer adds what it knows as the error
+//! rises, so the line a user reads names the place first:
+//! `a.parquet: column "price", row 1042: 3.5e39 is beyond float32 range`.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// A `Result` whose error is [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Where an error happened. Every field is optional; indices count from 0.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The file being read or written.
+    pub file: Option<PathBuf>,
+    /// The column (flattened name, `parent/child`) or feature.
+    pub column: Option<String>,
+    /// The row within the input file.
+    pub row: Option<u64>,
+    /// The record within the shard.
+    pub record: Option<u64>,
+    /// The byte offset from the start of the file (of the decompressed stream for a
+    /// compressed shard).
+    pub offset: Option<u64>,
+}
+
+impl Location {
+    fn is_empty(&self) -> bool {
+        self.file.is_none()
+            && self.column.is_none()
+            && self.row.is_none()
+            && self.record.is_none()
+            && self.offset.is_none()
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(column) = &self.column {
+            parts.push(format!("column \"{column}\""));
+        }
+        if let Some(row) = self.row {
+            parts.push(format!("row {row}"));
+        }
+        if let Some(record) = self.record {
+            parts.push(format!("record {record}"));
+        }
+        if let Some(offset) = self.offset {
+            parts.push(format!("offset {offset}"));
+        }
+        match &self.file {
+            Some(file) if parts.is_empty() => write!(f, "{}", file.display()),
+            Some(file) => write!(f, "{}: {}", file.display(), parts.join(", ")),
+            None => write!(f, "{}", parts.join(", ")),
+        }
+    }
+}
+
+/// Which check a TFRecord frame failed. `phrase()` is the fixed phrase that starts a
+/// `verify` problem (DESIGN.md, "verify --json").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameProblem {
+    /// The masked CRC32C of the 8 length bytes does not match.
+    LengthCrc,
+    /// The masked CRC32C of the payload does not match.
+    DataCrc,
+    /// The file ends inside a 12-byte record header.
+    TruncatedLength,
+    /// The file ends inside a record's payload or its data CRC.
+    TruncatedData,
+    /// Bytes follow the end of the record stream (after a compressed stream's end).
+    TrailingBytes,
+}
+
+impl FrameProblem {
+    /// The fixed phrase naming the problem.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            FrameProblem::LengthCrc => "length CRC mismatch",
+            FrameProblem::DataCrc => "data CRC mismatch",
+            FrameProblem::TruncatedLength => "truncated length",
+            FrameProblem::TruncatedData => "truncated data",
+            FrameProblem::TrailingBytes => "trailing bytes",
+        }
+    }
+}
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Reading or writing a file failed.
+    #[error("{0}")]
+    Io(#[source] io::Error),
+    /// The Parquet reader rejected the file.
+    #[error("{0}")]
+    Parquet(#[source] parquet::errors::ParquetError),
+    /// Arrow rejected a batch (usually a malformed Parquet file seen through Arrow).
+    #[error("{0}")]
+    Arrow(#[source] arrow_schema::ArrowError),
+    /// A TFRecord frame is corrupt or cut short.
+    #[error("{}: {detail}", problem.phrase())]
+    Frame {
+        /// Which check failed.
+        problem: FrameProblem,
+        /// The numbers behind it (expected and found).
+        detail: String,
+    },
+    /// A record's payload is not a valid protobuf message of the expected type.
+    #[error("decode error: not a valid {message}: {source}")]
+    Decode {
+        /// `tf.train.Example` or `tf.train.SequenceExample`.
+        message: &'static str,
+        /// prost's description.
+        #[source]
+        source: prost::DecodeError,
+    },
+    /// An Arrow type that no `tf.train.Feature` can represent.
+    #[error("type {data_type} has no tf.train.Feature mapping")]
+    UnsupportedType {
+        /// arrow-rs's display of the type.
+        data_type: String,
+    },
+    /// A list of lists outside SequenceExample mode.
+    #[error("type {data_type} is a list of lists, which a tf.train.Example cannot hold")]
+    NestedList {
+        /// arrow-rs's display of the type.
+        data_type: String,
+    },
+    /// A value that the target type cannot hold.
+    #[error("{value} is {reason}")]
+    OutOfRange {
+        /// The value as found.
+        value: String,
+        /// Why it does not fit, e.g. `above i64::MAX`.
+        reason: &'static str,
+    },
+    /// A null element inside a list (a feature list cannot hold nulls).
+    #[error("a null element inside a list cannot be written to a tf.train.Feature")]
+    NullInList,
+    /// A record above protobuf's 2 GiB message limit.
+    #[error("the record would be {bytes} bytes, above protobuf's 2 GiB limit")]
+    RecordTooLarge {
+        /// The serialized size.
+        bytes: u64,
+    },
+    /// Two inputs whose schemas differ.
+    #[error("schema differs from {other}: {detail}")]
+    SchemaMismatch {
+        /// The file whose schema was taken first.
+        other: PathBuf,
+        /// Which column differs and how.
+        detail: String,
+    },
+    /// A column named by `--columns`, `--exclude` or `--rename` that does not exist.
+    #[error("no column named \"{name}\"; available: {}", available.join(", "))]
+    UnknownColumn {
+        /// The name as given.
+        name: String,
+        /// The flattened column names of the input.
+        available: Vec<String>,
+    },
+    /// Two columns mapping to the same feature name.
+    #[error("columns \"{first}\" and \"{second}\" both map to feature \"{feature}\"")]
+    DuplicateFeature {
+        /// The first column.
+        first: String,
+        /// The second column.
+        second: String,
+        /// The shared feature name.
+        feature: String,
+    },
+    /// The rows delivered disagree with what the file's metadata says.
+    #[error("the file says it holds {expected} rows but {delivered} were read ({detail})")]
+    RowCountMismatch {
+        /// Rows the metadata promises.
+        expected: u64,
+        /// Rows actually decoded.
+        delivered: u64,
+        /// Which counts disagree.
+        detail: &'static str,
+    },
+    /// A folder input with no Parquet file in it.
+    #[error("no *.parquet file in this folder")]
+    NoParquetFiles,
+    /// The output folder is not empty and `--overwrite` was not given.
+    #[error("output folder is not empty")]
+    OutputExists,
+    /// A manifest that cannot be read as one.
+    #[error("not a valid tfshard manifest: {0}")]
+    ManifestInvalid(#[source] serde_json::Error),
+    /// One feature with two kinds in different records.
+    #[error("feature \"{feature}\" is {first} in one record and {second} in another")]
+    KindConflict {
+        /// The feature name.
+        feature: String,
+        /// The kind seen first.
+        first: &'static str,
+        /// The other kind.
+        second: &'static str,
+    },
+    /// The run was interrupted by a signal.
+    #[error("interrupted by signal {signal}")]
+    Interrupted {
+        /// The signal number (2 = SIGINT, 15 = SIGTERM).
+        signal: i32,
+    },
+}
+
+#[derive(Debug)]
+struct Inner {
+    kind: ErrorKind,
+    location: Location,
+}
+
+/// The crate's error: an [`ErrorKind`] and the [`Location`] where it happened.
+///
+/// Boxed so that every `Result` stays one pointer wide in hot loops.
+pub struct Error(Box<Inner>);
+
+impl Error {
+    /// Creates an error with an empty location.
+    pub fn new(kind: ErrorKind) -> Error {
+        Error(Box::new(Inner {
+            kind,
+            location: Location::default(),
+        }))
+    }
+
+    /// What went wrong.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.0.kind
+    }
+
+    /// Where it went wrong.
+    pub fn location(&self) -> &Location {
+        &self.0.location
+    }
+
+    /// Sets the file, unless a deeper layer already set one.
+    pub fn with_file(mut self, file: impl AsRef<Path>) -> Error {
+        if self.0.location.file.is_none() {
+            self.0.location.file = Some(file.as_ref().to_path_buf());
+        }
+        self
+    }
+
+    /// Sets the column, unless already set.
+    pub fn with_column(mut self, column: impl Into<String>) -> Error {
+        if self.0.location.column.is_none() {
+            self.0.location.column = Some(column.into());
+        }
+        self
+    }
+
+    /// Sets the row, unless already set.
+    pub fn with_row(mut self, row: u64) -> Error {
+        self.0.location.row.get_or_insert(row);
+        self
+    }
+
+    /// Sets the record index, unless already set.
+    pub fn with_record(mut self, record: u64) -> Error {
+        self.0.location.record.get_or_insert(record);
+        self
+    }
+
+    /// Sets the byte offset, unless already set.
+    pub fn with_offset(mut self, offset: u64) -> Error {
+        self.0.location.offset.get_or_insert(offset);
+        self
+    }
+
+    /// Adds `row` to the row index already set (a batch-relative row becomes a
+    /// file-relative one).
+    pub fn shift_row(mut self, base: u64) -> Error {
+        if let Some(row) = self.0.location.row.as_mut() {
+            *row += base;
+        }
+        self
+    }
+
+    /// A second line for the user, when one helps.
+    pub fn hint(&self) -> Option<String> {
+        let column = self.0.location.column.as_deref().unwrap_or("COLUMN");
+        match &self.0.kind {
+            ErrorKind::UnsupportedType { .. } => Some(format!("hint: skip it with --exclude {column}")),
+            ErrorKind::NestedList { .. } => Some(format!(
+                "hint: --record-type sequence-example writes it as a feature list, or skip it with --exclude {column}"
+            )),
+            ErrorKind::OutputExists => Some("hint: pass --overwrite to replace this prefix's output".into()),
+            ErrorKind::NullInList => Some(format!("hint: drop the nulls upstream, or skip it with --exclude {column}")),
+            _ => None,
+        }
+    }
+
+    /// The fixed phrase for a framing or decode problem, as `verify` reports it.
+    pub fn problem_phrase(&self) -> Option<&'static str> {
+        match &self.0.kind {
+            ErrorKind::Frame { problem, .. } => Some(problem.phrase()),
+            ErrorKind::Decode { .. } => Some("decode error"),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.location.is_empty() {
+            write!(f, "{}", self.0.kind)
+        } else {
+            write!(f, "{}: {}", self.0.location, self.0.kind)
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.0.kind)
+    }
+}
+
+impl From<ErrorKind> for Error {
+    fn from(kind: ErrorKind) -> Error {
+        Error::new(kind)
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(err: io::Error) -> Error {
+        // Our own readers smuggle typed errors through `io::Read`; unwrap them.
+        if err.get_ref().is_some_and(|inner| inner.is::<Error>()) {
+            let kind = err.kind();
+            return match err.into_inner().map(|inner| inner.downcast::<Error>()) {
+                Some(Ok(ours)) => *ours,
+                Some(Err(other)) => Error::new(ErrorKind::Io(io::Error::new(kind, other))),
+                None => Error::new(ErrorKind::Io(io::Error::from(kind))),
+            };
+        }
+        Error::new(ErrorKind::Io(err))
+    }
+}
+
+impl From<parquet::errors::ParquetError> for Error {
+    fn from(err: parquet::errors::ParquetError) -> Error {
+        Error::new(ErrorKind::Parquet(err))
+    }
+}
+
+impl From<arrow_schema::ArrowError> for Error {
+    fn from(err: arrow_schema::ArrowError) -> Error {
+        Error::new(ErrorKind::Arrow(err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_puts_the_place_first() {
+        let err = Error::new(ErrorKind::OutOfRange {
+            value: "3.5e39".into(),
+            reason: "beyond float32 range",
+        })
+        .with_row(1042)
+        .with_column("price")
+        .with_file("a.parquet");
+        assert_eq!(
+            err.to_string(),
+            "a.parquet: column \"price\", row 1042: 3.5e39 is beyond float32 range"
+        );
+    }
+
+    #[test]
+    fn inner_location_wins() {
+        let err = Error::new(ErrorKind::NullInList)
+            .with_row(3)
+            .with_row(9)
+            .shift_row(100);
+        assert_eq!(err.location().row, Some(103));
+    }
+
+    #[test]
+    fn io_roundtrip_keeps_our_error() {
+        let ours = Error::new(ErrorKind::NullInList).with_record(7);
+        let io = io::Error::other(ours);
+        let back = Error::from(io);
+        assert!(matches!(back.kind(), ErrorKind::NullInList));
+        assert_eq!(back.location().record, Some(7));
+    }
+}

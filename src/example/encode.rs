@@ -1,0 +1,1 @@
+//! Arrow columns → record bytes (the converter's encoder).

@@ -1,0 +1,51 @@
+//! The `tf.train.Example` codec, both ways. `proto` holds the messages; `encode` turns
+//! Arrow columns into record bytes; `decode` turns record bytes back into messages and
+//! JSON; `schema` is the feature spec both directions share. Knows nothing of files.
+
+pub mod decode;
+pub mod encode;
+pub mod proto;
+pub mod schema;
+
+use serde::{Deserialize, Serialize};
+
+pub use decode::decode_record;
+pub use schema::{FeatureKind, FeatureSpec, Part};
+
+/// Which message each record holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordType {
+    /// `tf.train.Example`
+    #[default]
+    Example,
+    /// `tf.train.SequenceExample`
+    SequenceExample,
+}
+
+impl RecordType {
+    /// The manifest's spelling: `example` or `sequence_example`.
+    pub fn name(self) -> &'static str {
+        match self {
+            RecordType::Example => "example",
+            RecordType::SequenceExample => "sequence_example",
+        }
+    }
+
+    /// The protobuf message's name.
+    pub fn message_name(self) -> &'static str {
+        match self {
+            RecordType::Example => "tf.train.Example",
+            RecordType::SequenceExample => "tf.train.SequenceExample",
+        }
+    }
+}
+
+/// One decoded record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Record {
+    /// A `tf.train.Example`.
+    Example(proto::Example),
+    /// A `tf.train.SequenceExample`.
+    SequenceExample(proto::SequenceExample),
+}

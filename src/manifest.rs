@@ -1,0 +1,228 @@
+//! The manifest: `{prefix}.manifest.json`, the commit point of a conversion.
+//!
+//! Built last and written atomically (temporary name, fsync, rename): its presence means
+//! every shard it lists is complete. Field names equal DESIGN.md's JSON keys; keys are
+//! only ever added.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Component, Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::{FeatureSpec, RecordType};
+use crate::tfrecord::Compression;
+
+/// The manifest format version we write.
+pub const MANIFEST_VERSION: u32 = 1;
+/// The suffix of a manifest file name.
+pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+
+/// One input file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InputInfo {
+    /// The path as given (a folder input's files: the folder as given, joined with the
+    /// file's relative path).
+    pub path: String,
+    /// Size on disk.
+    pub bytes: u64,
+    /// Rows read from it.
+    pub rows: u64,
+}
+
+/// One shard.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    /// File name, relative to the manifest's folder.
+    pub file: String,
+    /// Records in it.
+    pub records: u64,
+    /// Size on disk.
+    pub bytes: u64,
+    /// Plain CRC32C of the file's bytes on disk, 8 lowercase hex digits.
+    pub crc32c: String,
+}
+
+/// A file left out of an image conversion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Path relative to the input folder.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// `{prefix}.manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always [`MANIFEST_VERSION`].
+    pub manifest_version: u32,
+    /// The version of tfshard that wrote it.
+    pub tfshard_version: String,
+    /// When, RFC 3339, UTC.
+    pub created: String,
+    /// `example` or `sequence_example`.
+    pub record_type: RecordType,
+    /// `none`, `gzip` or `zlib`.
+    pub compression: String,
+    /// The options that change the output, resolved (sizes in bytes).
+    pub options: BTreeMap<String, serde_json::Value>,
+    /// The inputs, in the order read.
+    pub inputs: Vec<InputInfo>,
+    /// The feature spec.
+    pub features: Vec<FeatureSpec>,
+    /// Image classes, in label order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub classes: Option<Vec<String>>,
+    /// Image files left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<Vec<Skipped>>,
+    /// The shards, in index order.
+    pub shards: Vec<ShardInfo>,
+    /// Records in all shards.
+    pub records: u64,
+    /// Bytes on disk of all shards.
+    pub bytes: u64,
+}
+
+impl Manifest {
+    /// The compression, parsed.
+    pub fn compression(&self) -> Option<Compression> {
+        Compression::from_name(&self.compression)
+    }
+
+    /// Reads and parses a manifest.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read or is not a manifest.
+    pub fn read(path: &Path) -> Result<Manifest> {
+        let bytes = fs::read(path).map_err(|e| Error::from(e).with_file(path))?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(path))
+    }
+
+    /// Writes the manifest atomically: a temporary file in `tmp_dir`, fsync, rename to
+    /// `path`.
+    ///
+    /// # Errors
+    ///
+    /// Any I/O error; `path` is then untouched.
+    pub fn write_atomic(&self, path: &Path, tmp_dir: &Path) -> Result<()> {
+        let name = path.file_name().unwrap_or_default();
+        let tmp = tmp_dir.join(name);
+        let write = || -> std::io::Result<()> {
+            let mut file = fs::File::create(&tmp)?;
+            let mut json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+            json.push(b'\n');
+            file.write_all(&json)?;
+            file.sync_all()?;
+            fs::rename(&tmp, path)
+        };
+        write().map_err(|e| Error::from(e).with_file(path))
+    }
+
+    /// Whether `file` (a name relative to the manifest's folder) is one of its shards.
+    pub fn lists(&self, file: &str) -> bool {
+        self.shards.iter().any(|s| s.file == file)
+    }
+}
+
+/// Whether a manifest's `file` entry stays inside the manifest's folder: relative, no
+/// `..`, no root. Untrusted manifests must pass this before a file is opened.
+pub fn is_safe_relative(file: &str) -> bool {
+    let path = Path::new(file);
+    !file.is_empty()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
+/// The manifests (`*.manifest.json`) in a folder, sorted by name.
+///
+/// # Errors
+///
+/// The folder cannot be listed.
+pub fn manifests_in(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let entries = fs::read_dir(dir).map_err(|e| Error::from(e).with_file(dir))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::from(e).with_file(dir))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(MANIFEST_SUFFIX) && !name.starts_with('.') && entry.path().is_file() {
+            out.push(entry.path());
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The manifest in `file`'s folder that lists it, if any (for `--record-type auto`).
+pub fn manifest_listing(file: &Path) -> Option<Manifest> {
+    let dir = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = file.file_name()?.to_string_lossy().into_owned();
+    manifests_in(dir)
+        .ok()?
+        .iter()
+        .filter_map(|p| Manifest::read(p).ok())
+        .find(|m| m.lists(&name))
+}
+
+/// The current time as RFC 3339 in UTC, to the second (`2026-11-29T09:25:19Z`).
+pub fn now_rfc3339() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    format_rfc3339(secs)
+}
+
+fn format_rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339() {
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(format_rfc3339(1_795_944_319), "2026-11-29T09:25:19Z");
+    }
+
+    #[test]
+    fn unsafe_paths() {
+        assert!(is_safe_relative("data-00000-of-00001.tfrecord"));
+        assert!(is_safe_relative("./a"));
+        assert!(!is_safe_relative("../a"));
+        assert!(!is_safe_relative("a/../../b"));
+        assert!(!is_safe_relative("/etc/passwd"));
+        assert!(!is_safe_relative(""));
+    }
+}

@@ -1,0 +1,139 @@
+//! TFRecord framing: the 12-byte header and 4-byte footer around each record.
+//!
+//! `u64 length (LE)`, `u32 masked_crc32c(length bytes)`, `data`, `u32
+//! masked_crc32c(data)`, exactly as TensorFlow's `RecordWriter` writes them. Pure
+//! functions, no I/O.
+
+/// Bytes before a record's payload: the length and its CRC.
+pub const HEADER_LEN: usize = 12;
+/// Bytes after a record's payload: the data CRC.
+pub const FOOTER_LEN: usize = 4;
+/// Framing overhead of one record (DALI's `.idx` size is payload + this).
+pub const FRAME_OVERHEAD: u64 = (HEADER_LEN + FOOTER_LEN) as u64;
+
+/// TensorFlow's mask constant (`tensorflow/core/lib/hash/crc32c.h`, `kMaskDelta`).
+const MASK_DELTA: u32 = 0xa282_ead8;
+
+/// The plain CRC32C (Castagnoli) of `data`, hardware accelerated where the CPU has it.
+#[inline]
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc32c::crc32c(data)
+}
+
+/// Continues a plain CRC32C over more bytes.
+#[inline]
+pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, data)
+}
+
+/// TensorFlow's masked CRC: rotate right by 15 bits, then add a constant, so that a CRC
+/// stored inside CRC'd data does not make the outer CRC degenerate.
+#[inline]
+pub fn mask(crc: u32) -> u32 {
+    crc.rotate_right(15).wrapping_add(MASK_DELTA)
+}
+
+/// Inverse of [`mask`].
+#[inline]
+pub fn unmask(masked: u32) -> u32 {
+    masked.wrapping_sub(MASK_DELTA).rotate_left(15)
+}
+
+/// The masked CRC32C of `data`, as stored in a frame.
+#[inline]
+pub fn masked_crc32c(data: &[u8]) -> u32 {
+    mask(crc32c(data))
+}
+
+/// The 12-byte header of a record of `len` payload bytes.
+#[inline]
+pub fn encode_header(len: u64) -> [u8; HEADER_LEN] {
+    let mut header = [0u8; HEADER_LEN];
+    header[..8].copy_from_slice(&len.to_le_bytes());
+    let crc = masked_crc32c(&header[..8]);
+    header[8..].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// The 4-byte footer of `data`.
+#[inline]
+pub fn encode_footer(data: &[u8]) -> [u8; FOOTER_LEN] {
+    masked_crc32c(data).to_le_bytes()
+}
+
+/// Appends one whole framed record to `out`.
+pub fn append_record(out: &mut Vec<u8>, data: &[u8]) {
+    out.reserve(data.len() + HEADER_LEN + FOOTER_LEN);
+    out.extend_from_slice(&encode_header(data.len() as u64));
+    out.extend_from_slice(data);
+    out.extend_from_slice(&encode_footer(data));
+}
+
+/// Reads a header. `Err(())` means the length CRC does not match; the payload length
+/// cannot then be trusted.
+#[inline]
+#[allow(clippy::result_unit_err)]
+pub fn decode_header(header: &[u8; HEADER_LEN]) -> Result<u64, ()> {
+    let len_bytes: [u8; 8] = header[..8]
+        .try_into()
+        .expect("a header holds 8 length bytes");
+    let stored: [u8; 4] = header[8..].try_into().expect("a header holds 4 CRC bytes");
+    if masked_crc32c(&len_bytes) == u32::from_le_bytes(stored) {
+        Ok(u64::from_le_bytes(len_bytes))
+    } else {
+        Err(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc32c_check_value() {
+        // The CRC-32C check value from the Castagnoli catalogue.
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(crc32c(b""), 0);
+        // RFC 3720, B.4: 32 bytes of zeros.
+        assert_eq!(crc32c(&[0u8; 32]), 0x8a91_36aa);
+        assert_eq!(crc32c(&[0xffu8; 32]), 0x62a8_ab43);
+    }
+
+    #[test]
+    fn mask_matches_tensorflow() {
+        // Values computed with TensorFlow's crc32c::Mask.
+        assert_eq!(mask(0), 0xa282_ead8);
+        assert_eq!(
+            mask(0xe306_9283),
+            0xe306_9283u32.rotate_right(15).wrapping_add(0xa282_ead8)
+        );
+        for crc in [0u32, 1, 0xdead_beef, u32::MAX] {
+            assert_eq!(unmask(mask(crc)), crc);
+        }
+    }
+
+    #[test]
+    fn header_of_empty_record_matches_tensorflow() {
+        // The first 12 bytes TensorFlow writes for a 0-byte record
+        // (testdata/golden/zero_length.tfrecord).
+        let header = encode_header(0);
+        assert_eq!(&header[..8], &[0u8; 8]);
+        assert_eq!(
+            u32::from_le_bytes(header[8..].try_into().unwrap()),
+            mask(crc32c(&[0u8; 8]))
+        );
+        assert_eq!(decode_header(&header), Ok(0));
+        assert_eq!(encode_footer(b""), mask(0).to_le_bytes());
+    }
+
+    #[test]
+    fn corrupt_header_is_rejected() {
+        let mut header = encode_header(1234);
+        assert_eq!(decode_header(&header), Ok(1234));
+        for i in 0..HEADER_LEN {
+            header[i] ^= 0x01;
+            assert_eq!(decode_header(&header), Err(()), "flip in byte {i}");
+            header[i] ^= 0x01;
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! The integration tests: one binary (each extra one relinks arrow), one module per area.
+
+mod golden;
+mod inspect_schema;
+mod roundtrip;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use assert_cmd::Command;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `testdata/golden/NAME`.
+pub fn golden(name: &str) -> PathBuf {
+    root().join("testdata/golden").join(name)
+}
+
+/// A fresh, empty scratch folder under `target/`.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = root().join("target/test-scratch").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch folder");
+    dir
+}
+
+/// The binary, ready to run.
+pub fn tfshard() -> Command {
+    Command::cargo_bin("tfshard").expect("the binary is built")
+}
+
+/// Runs the binary with `args`; returns (exit code, stdout, stderr).
+pub fn run<I, S>(args: I) -> (i32, String, String)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = tfshard().args(args).output().expect("run tfshard");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// `path` as a `&str` for argument lists.
+pub fn s(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 test path")
+}
