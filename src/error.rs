@@ -176,12 +176,14 @@ pub enum ErrorKind {
         feature: String,
     },
     /// The rows delivered disagree with what the file's metadata says.
-    #[error("the file says it holds {expected} rows but {delivered} were read ({detail})")]
+    #[error(
+        "row count mismatch: {detail} ({expected} promised, {found} found); the file is corrupt"
+    )]
     RowCountMismatch {
         /// Rows the metadata promises.
         expected: u64,
-        /// Rows actually decoded.
-        delivered: u64,
+        /// Rows found (in the row groups, or decoded).
+        found: u64,
         /// Which counts disagree.
         detail: &'static str,
     },
@@ -285,6 +287,12 @@ impl Error {
         self
     }
 
+    /// Replaces the row index (an element index becomes the row holding it).
+    pub fn replace_row(mut self, row: u64) -> Error {
+        self.0.location.row = Some(row);
+        self
+    }
+
     /// A second line for the user, when one helps.
     pub fn hint(&self) -> Option<String> {
         let column = self.0.location.column.as_deref().unwrap_or("COLUMN");
@@ -295,6 +303,9 @@ impl Error {
             )),
             ErrorKind::OutputExists => Some("hint: pass --overwrite to replace this prefix's output".into()),
             ErrorKind::NullInList => Some(format!("hint: drop the nulls upstream, or skip it with --exclude {column}")),
+            ErrorKind::Parquet(e) if e.to_string().contains("encrypt") => {
+                Some("hint: encrypted Parquet files are not supported; decrypt them first".into())
+            }
             _ => None,
         }
     }

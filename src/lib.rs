@@ -31,12 +31,15 @@
 
 #![warn(missing_docs)]
 
+pub mod convert;
 pub mod dataset;
 pub mod error;
 pub mod example;
 pub mod manifest;
 pub mod progress;
 pub mod records;
+pub mod shard;
+pub mod source;
 pub mod tfrecord;
 
 pub use error::{Error, ErrorKind, Result};

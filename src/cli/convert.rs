@@ -1,16 +1,288 @@
-//! `tfshard convert`.
+//! `tfshard convert parquet|images`.
 
-use clap::Subcommand;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
 
-use super::CliResult;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+
+use super::{output, CliError, CliResult, Common};
+use tfshard::convert::{convert_parquet, ConvertOptions, ConvertSummary};
+use tfshard::example::encode::EncodeOptions;
+use tfshard::example::RecordType;
+use tfshard::tfrecord::Compression;
 
 /// `convert` subcommands.
 #[derive(Subcommand, Debug)]
-pub enum ConvertCommand {}
+pub enum ConvertCommand {
+    /// Parquet files, or folders of them, into TFRecord shards of tf.train.Example.
+    #[command(
+        after_help = "Examples:\n  tfshard convert parquet testdata/small.parquet -o out/\n  \
+        tfshard convert parquet warehouse/events/ -o out/ --target-shard-size 128MiB --compression gzip --json"
+    )]
+    Parquet(ParquetArgs),
+}
+
+/// `--compression` of writers.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteCompression {
+    /// Plain records.
+    None,
+    /// One gzip member per shard (TensorFlow: compression_type="GZIP").
+    Gzip,
+    /// One zlib stream per shard (TensorFlow: compression_type="ZLIB").
+    Zlib,
+}
+
+/// `--record-type` of writers.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteRecordType {
+    /// tf.train.Example.
+    Example,
+    /// tf.train.SequenceExample: lists of lists become feature_lists.
+    SequenceExample,
+}
+
+/// Flags every conversion takes.
+#[derive(Args, Debug, Clone)]
+pub struct ShardFlags {
+    /// Output folder (created if missing).
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    pub output: PathBuf,
+    /// Target size of a shard on disk: B, KB, MB, GB (powers of 1000), KiB, MiB, GiB.
+    #[arg(long, value_name = "SIZE", default_value = "256MiB")]
+    pub target_shard_size: String,
+    /// At most N records per shard.
+    #[arg(long, value_name = "N")]
+    pub max_records_per_shard: Option<u64>,
+    /// At least N shards (one per training worker), cut evenly by bytes when the output is small.
+    #[arg(long, value_name = "N")]
+    pub min_shards: Option<u64>,
+    /// Shard name prefix: PREFIX-00000-of-00012.tfrecord.
+    #[arg(long, value_name = "NAME", default_value = "data")]
+    pub prefix: String,
+    /// Compression of the shards.
+    #[arg(long, value_enum, default_value_t = WriteCompression::None)]
+    pub compression: WriteCompression,
+    /// Replace this prefix's shards and manifest in a non-empty output folder.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Also write an NVIDIA DALI index ({shard}.idx) per shard (uncompressed only).
+    #[arg(long)]
+    pub index: bool,
+}
+
+/// Arguments of `convert parquet`.
+#[derive(Args, Debug)]
+pub struct ParquetArgs {
+    /// Parquet files, or folders walked for *.parquet, in the order given.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub shard: ShardFlags,
+    /// Keep only these columns (flattened names like parent/child; a struct's name keeps all its children).
+    #[arg(long, value_delimiter = ',', value_name = "A,B")]
+    pub columns: Option<Vec<String>>,
+    /// Drop these columns.
+    #[arg(long, value_delimiter = ',', value_name = "C,D")]
+    pub exclude: Vec<String>,
+    /// Rename a column's feature: --rename old=new (repeatable).
+    #[arg(long, value_name = "OLD=NEW")]
+    pub rename: Vec<String>,
+    /// Message type of the records.
+    #[arg(long, value_enum, default_value_t = WriteRecordType::Example)]
+    pub record_type: WriteRecordType,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Parses a size: a bare number is bytes; KB, MB, GB are powers of 1000; KiB, MiB, GiB
+/// powers of 1024.
+pub fn parse_size(text: &str) -> Result<u64, CliError> {
+    let bad = || {
+        CliError::Usage(format!(
+            "invalid size {text:?}: use e.g. 256MiB, 500MB or 1048576"
+        ))
+    };
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let multiplier: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "KB" | "kB" | "kb" => 1000,
+        "MB" | "mb" => 1_000_000,
+        "GB" | "gb" => 1_000_000_000,
+        "KiB" | "kib" | "K" => 1 << 10,
+        "MiB" | "mib" | "M" => 1 << 20,
+        "GiB" | "gib" | "G" => 1 << 30,
+        _ => return Err(bad()),
+    };
+    let value: f64 = number.parse().map_err(|_| bad())?;
+    let bytes = value * multiplier as f64;
+    if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(bad());
+    }
+    Ok(bytes as u64)
+}
+
+fn parse_rename(pairs: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    pairs
+        .iter()
+        .map(|p| match p.split_once('=') {
+            Some((old, new)) if !old.is_empty() && !new.is_empty() => {
+                Ok((old.to_owned(), new.to_owned()))
+            }
+            _ => Err(CliError::Usage(format!(
+                "invalid --rename {p:?}: use --rename old=new"
+            ))),
+        })
+        .collect()
+}
+
+impl ShardFlags {
+    fn apply(&self, options: &mut ConvertOptions) -> Result<(), CliError> {
+        options.target_bytes = parse_size(&self.target_shard_size)?;
+        if self.max_records_per_shard == Some(0) {
+            return Err(CliError::Usage(
+                "--max-records-per-shard must be at least 1".into(),
+            ));
+        }
+        if self.min_shards == Some(0) {
+            return Err(CliError::Usage("--min-shards must be at least 1".into()));
+        }
+        if self.prefix.is_empty()
+            || self.prefix.contains(['/', '\\'])
+            || self.prefix.starts_with('.')
+        {
+            return Err(CliError::Usage(format!(
+                "invalid --prefix {:?}: a plain file name prefix",
+                self.prefix
+            )));
+        }
+        options.max_records = self.max_records_per_shard;
+        options.min_shards = self.min_shards;
+        options.prefix = self.prefix.clone();
+        options.compression = match self.compression {
+            WriteCompression::None => Compression::None,
+            WriteCompression::Gzip => Compression::Gzip,
+            WriteCompression::Zlib => Compression::Zlib,
+        };
+        if self.index && options.compression != Compression::None {
+            return Err(CliError::Usage(
+                "--index describes byte offsets in uncompressed shards; it cannot be used with --compression".into(),
+            ));
+        }
+        options.index = self.index;
+        options.overwrite = self.overwrite;
+        Ok(())
+    }
+}
+
+impl ParquetArgs {
+    /// Resolves flags into library options.
+    pub fn to_options(&self) -> Result<ConvertOptions, CliError> {
+        let mut options = ConvertOptions::new(self.inputs.clone(), self.shard.output.clone());
+        self.shard.apply(&mut options)?;
+        options.encode = EncodeOptions {
+            columns: self.columns.clone(),
+            exclude: self.exclude.clone(),
+            rename: parse_rename(&self.rename)?,
+            record_type: match self.record_type {
+                WriteRecordType::Example => RecordType::Example,
+                WriteRecordType::SequenceExample => RecordType::SequenceExample,
+            },
+        };
+        if self.common.threads == Some(0) {
+            return Err(CliError::Usage("--threads must be at least 1".into()));
+        }
+        options.threads = self.common.thread_count();
+        Ok(options)
+    }
+}
+
+/// SIGINT/SIGTERM set `cancel` to the signal number; a second one ends the process.
+fn install_signal_handlers(cancel: &Arc<AtomicUsize>) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let seen = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        let _ = signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, seen.clone());
+        let _ = signal_hook::flag::register(sig, seen.clone());
+        let _ = signal_hook::flag::register_usize(sig, cancel.clone(), sig as usize);
+    }
+}
+
+/// Prints the summary: JSON with `--json`, a short report otherwise.
+fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
+    if common.json {
+        output::print_json(&json!({
+            "output": summary.output,
+            "manifest": summary.manifest,
+            "records": summary.records,
+            "shards": summary.shards,
+            "bytes": summary.bytes,
+            "seconds": summary.seconds,
+        }))?;
+    } else if !common.quiet {
+        println!(
+            "wrote {} records in {} shard{} ({:.1} MB) to {} in {:.2} s ({:.0} MB/s)\nmanifest: {}",
+            summary.records,
+            summary.shards,
+            if summary.shards == 1 { "" } else { "s" },
+            summary.bytes as f64 / 1e6,
+            summary.output.display(),
+            summary.seconds,
+            output::mb_per_sec(summary.bytes, summary.seconds),
+            summary.manifest.display()
+        );
+    }
+    Ok(())
+}
 
 impl ConvertCommand {
     /// Runs the conversion.
     pub fn run(self) -> CliResult {
-        match self {}
+        match self {
+            ConvertCommand::Parquet(args) => {
+                let options = args.to_options()?;
+                install_signal_handlers(&options.cancel);
+                let bar = output::Bar::new(&args.common, "rows");
+                let result = convert_parquet(&options, &bar);
+                bar.clear();
+                report(&args.common, &result?)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
+        assert_eq!(parse_size("32MB").unwrap(), 32_000_000);
+        assert_eq!(parse_size("1000").unwrap(), 1000);
+        assert_eq!(parse_size("1KB").unwrap(), 1000);
+        assert_eq!(parse_size("1KiB").unwrap(), 1024);
+        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("1.5GB").unwrap(), 1_500_000_000);
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("12XB").is_err());
+        assert!(parse_size("").is_err());
+        assert!(parse_size("-5MB").is_err());
+    }
+
+    #[test]
+    fn renames() {
+        assert_eq!(
+            parse_rename(&["a=b".into()]).unwrap(),
+            vec![("a".into(), "b".into())]
+        );
+        assert!(parse_rename(&["ab".into()]).is_err());
+        assert!(parse_rename(&["=b".into()]).is_err());
     }
 }

@@ -21,8 +21,6 @@ pub enum CliError {
     Usage(String),
     /// Bad data or a failed run: exit 1 (130/143 when interrupted).
     Data(tfshard::Error),
-    /// `verify` found problems and already reported them: exit 1, nothing more to say.
-    Failed,
 }
 
 impl From<tfshard::Error> for CliError {
@@ -45,7 +43,6 @@ impl CliError {
                 eprintln!("error: {msg}");
                 2
             }
-            CliError::Failed => 1,
             CliError::Data(err) => {
                 if let tfshard::error::ErrorKind::Interrupted { signal } = err.kind() {
                     eprintln!("tfshard: interrupted; temporary files removed");
@@ -79,7 +76,10 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Convert Parquet tables or image folders into TFRecord shards.
-    #[command(subcommand)]
+    #[command(
+        subcommand,
+        after_help = "Example:\n  tfshard convert parquet testdata/small.parquet -o out/"
+    )]
     Convert(convert::ConvertCommand),
     /// Print records as JSON lines.
     #[command(

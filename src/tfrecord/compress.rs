@@ -77,10 +77,12 @@ impl Compression {
             return Compression::Gzip;
         }
         // RFC 1950: CM = 8 (deflate), CINFO <= 7, and CMF·256 + FLG divisible by 31.
-        if head.len() >= 2 && head[0] & 0x0f == 8 && head[0] >> 4 <= 7 {
-            if (u16::from(head[0]) << 8 | u16::from(head[1])) % 31 == 0 {
-                return Compression::Zlib;
-            }
+        if head.len() >= 2
+            && head[0] & 0x0f == 8
+            && head[0] >> 4 <= 7
+            && (u16::from(head[0]) << 8 | u16::from(head[1])) % 31 == 0
+        {
+            return Compression::Zlib;
         }
         Compression::None
     }
@@ -112,8 +114,8 @@ pub struct GzipReader<R: BufRead> {
 enum GzipState<R: BufRead> {
     /// Before the first member (an input of zero bytes is an empty stream).
     Start(R),
-    /// Inside a member.
-    Member(GzDecoder<R>),
+    /// Inside a member (boxed: the decoder's state is large).
+    Member(Box<GzDecoder<R>>),
     /// After the end, or after an error.
     Done,
 }
@@ -137,7 +139,7 @@ impl<R: BufRead> Read for GzipReader<R> {
                 GzipState::Done => return Ok(0),
                 GzipState::Start(mut inner) => {
                     if !inner.fill_buf()?.is_empty() {
-                        self.state = GzipState::Member(GzDecoder::new(inner));
+                        self.state = GzipState::Member(Box::new(GzDecoder::new(inner)));
                     }
                 }
                 GzipState::Member(mut decoder) => match decoder.read(buf) {
@@ -146,7 +148,7 @@ impl<R: BufRead> Read for GzipReader<R> {
                             // flate2 reports a header cut short as a clean end.
                             return Err(classify("gzip", io::ErrorKind::UnexpectedEof.into()));
                         }
-                        let mut inner = decoder.into_inner();
+                        let mut inner = (*decoder).into_inner();
                         let rest = inner.fill_buf()?;
                         if rest.is_empty() {
                             return Ok(0);
@@ -157,7 +159,7 @@ impl<R: BufRead> Read for GzipReader<R> {
                                 "bytes that are not a gzip member follow the gzip stream".into(),
                             ));
                         }
-                        self.state = GzipState::Member(GzDecoder::new(inner));
+                        self.state = GzipState::Member(Box::new(GzDecoder::new(inner)));
                     }
                     Ok(n) => {
                         self.state = GzipState::Member(decoder);

@@ -1,5 +1,7 @@
 //! The integration tests: one binary (each extra one relinks arrow), one module per area.
 
+mod convert;
+mod encode;
 mod golden;
 mod inspect_schema;
 mod roundtrip;

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""TensorFlow is the judge: it reads our shards and every value equals what pyarrow reads.
+
+Called by scripts/tf_interop.sh with the tfshard binary and a scratch folder.
+
+1. Files the library wrote (examples/write_records.rs), plain/gzip/zlib, Example and
+   SequenceExample: TensorFlow reads each record, parses it with the spec that
+   `tfshard schema --format python` prints, and the values equal what `inspect` printed.
+2. A pyarrow table with a column for each row of DESIGN.md's mapping table, converted by
+   `tfshard convert parquet` (plain, gzip, zlib, with --min-shards): parsed by
+   `tf.io.parse_example` with the printed spec, each value equals pyarrow's by the
+   mapping and null rules.
+3. List-of-list columns in SequenceExample mode, parsed with
+   `tf.io.parse_single_sequence_example`.
+"""
+import datetime
+import decimal
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import tensorflow as tf
+
+BIN, WORK = sys.argv[1], sys.argv[2]
+checks = 0
+
+
+def tfshard(*args):
+    return subprocess.run([BIN, *args], check=True, capture_output=True, text=True).stdout
+
+
+def spec_of(path, *extra):
+    return eval(tfshard("schema", path, "--format", "python", *extra), {"tf": tf})
+
+
+def compression_of(path):
+    return "GZIP" if path.endswith(".gz") else "ZLIB" if path.endswith(".zlib") else ""
+
+
+def dense(t):
+    return tf.sparse.to_dense(t) if isinstance(t, tf.sparse.SparseTensor) else t
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        raise SystemExit(f"FAIL: {what}")
+    checks += 1
+
+
+def values_of(feature_json):
+    (kind, vals), = feature_json.items()
+    return kind, vals
+
+
+def library_files():
+    lib = os.path.join(WORK, "library")
+    for name in ("examples", "sequence"):
+        want = [json.loads(l.replace("NaN", "null")) for l in open(os.path.join(lib, f"{name}.jsonl"))]
+        for suffix in ("", ".gz", ".zlib"):
+            path = os.path.join(lib, f"{name}.tfrecord{suffix}")
+            ds = tf.data.TFRecordDataset(path, compression_type=compression_of(path))
+            records = list(ds.as_numpy_iterator())
+            check(len(records) == len(want), f"{path}: {len(records)} records")
+            if name == "examples":
+                spec = spec_of(path)
+                for rec, w in zip(records, want):
+                    parsed = tf.io.parse_single_example(rec, spec)
+                    for key, fj in w.items():
+                        kind, vals = values_of(fj)
+                        got = np.asarray(dense(parsed[key]).numpy()).reshape(-1).tolist()
+                        if kind == "bytes":
+                            got = [g.decode() for g in got]
+                        if kind == "float":
+                            check(np.allclose(got, vals), f"{path} {key}")
+                        else:
+                            check(got == vals, f"{path} {key}: {got} != {vals}")
+            else:
+                ctx_spec, seq_spec = spec_of(path, "--record-type", "sequence-example")
+                for rec, w in zip(records, want):
+                    ctx, seq = tf.io.parse_single_sequence_example(rec, ctx_spec, seq_spec)
+                    check(ctx["id"].numpy().tolist() == w["context"]["id"]["int64"][0], f"{path} id")
+                    frames = dense(seq["frames"]).numpy().tolist()
+                    want_frames = [f["float"] for f in w["feature_lists"].get("frames", [])]
+                    check(frames == want_frames, f"{path} frames {frames} != {want_frames}")
+                    tokens = seq["tokens"]
+                    want_tokens = [f["int64"] for f in w["feature_lists"]["tokens"]]
+                    got_tokens = tf.RaggedTensor.from_sparse(tokens).to_list() if isinstance(tokens, tf.sparse.SparseTensor) else tokens.numpy().tolist()
+                    check([t for t in got_tokens] == want_tokens, f"{path} tokens {got_tokens} != {want_tokens}")
+    print(f"library files: TensorFlow read and parsed all 6 ({checks} checks)")
+
+
+N = 64
+
+
+def mapping_table():
+    """One column per row of the mapping table, with nulls and edge values."""
+    def nullable(values, every=5):
+        return [None if i % every == 3 else v for i, v in enumerate(values)]
+    ints = list(range(-N // 2, N // 2))
+    ts = [datetime.datetime(1900 + i, 1 + i % 12, 1, 12, 30, tzinfo=datetime.timezone.utc) for i in range(N)]
+    cols = {
+        "i8": pa.array(nullable([max(-128, min(127, v * 4)) for v in ints]), pa.int8()),
+        "i16": pa.array(ints, pa.int16()),
+        "i32": pa.array(nullable([v * 100000 for v in ints]), pa.int32()),
+        "i64": pa.array([v * 2**40 for v in ints], pa.int64()),
+        "u8": pa.array([i % 256 for i in range(N)], pa.uint8()),
+        "u16": pa.array([i * 1000 for i in range(N)], pa.uint16()),
+        "u32": pa.array([2**32 - 1 - i for i in range(N)], pa.uint32()),
+        "u64": pa.array([2**63 - 1 - i for i in range(N)], pa.uint64()),
+        "bool": pa.array(nullable([i % 2 == 0 for i in range(N)]), pa.bool_()),
+        "f16": pa.array(np.array([i / 8 for i in range(N)], dtype=np.float16), pa.float16()),
+        "f32": pa.array(nullable([float("nan") if i == 1 else i * 0.1 for i in range(N)]), pa.float32()),
+        "f64": pa.array([float("inf") if i == 2 else i * 1.1e30 for i in range(N)], pa.float64()),
+        "dec": pa.array([decimal.Decimal(i * 1234 - 9999) / 100 for i in range(N)], pa.decimal128(12, 2)),
+        "date32": pa.array([datetime.date(1970, 1, 1) + datetime.timedelta(days=i * 400 - 9000) for i in range(N)], pa.date32()),
+        "date64": pa.array([datetime.date(2000, 1, 1) + datetime.timedelta(days=i) for i in range(N)], pa.date64()),
+        "ts_s": pa.array(ts, pa.timestamp("s", tz="UTC")),
+        "ts_ms": pa.array(ts, pa.timestamp("ms")),
+        "ts_us": pa.array(nullable(ts), pa.timestamp("us")),
+        "ts_ns": pa.array([datetime.datetime(2020, 1, 1) + datetime.timedelta(microseconds=i) for i in range(N)], pa.timestamp("ns")),
+        "time32": pa.array([datetime.time(i % 24, i % 60) for i in range(N)], pa.time32("ms")),
+        "time64": pa.array([datetime.time(i % 24, 0, 0, i) for i in range(N)], pa.time64("us")),
+        "dur": pa.array([datetime.timedelta(seconds=i - 30) for i in range(N)], pa.duration("ms")),
+        "str": pa.array(nullable([f"s{i}é" for i in range(N)]), pa.string()),
+        "lstr": pa.array([f"large-{i}" for i in range(N)], pa.large_string()),
+        "bin": pa.array([bytes([i, 255 - i, 0]) for i in range(N)], pa.binary()),
+        "lbin": pa.array([b"x" * (i % 5) for i in range(N)], pa.large_binary()),
+        "fbin": pa.array([bytes([i]) * 3 for i in range(N)], pa.binary(3)),
+        "list_i": pa.array(nullable([list(range(i % 4)) for i in range(N)], 7), pa.list_(pa.int32())),
+        "llist_f": pa.array([[i * 0.5] * (i % 3) for i in range(N)], pa.large_list(pa.float64())),
+        "fsl": pa.array([[float(i), -1.0, 2.5] for i in range(N)], pa.list_(pa.float32(), 3)),
+        "list_s": pa.array([[f"t{j}" for j in range(i % 3)] for i in range(N)], pa.list_(pa.string())),
+        "dict": pa.array([["red", "green", None][i % 3] for i in range(N)]).dictionary_encode(),
+        "st": pa.array(nullable([{"a": i, "b": {"c": f"deep{i}"}} for i in range(N)], 6),
+                       pa.struct([("a", pa.int64()), ("b", pa.struct([("c", pa.string())]))])),
+    }
+    return pa.table(cols)
+
+
+def expected_values(col, arr):
+    """What the mapping table says each row becomes: a list of values, or None (absent)."""
+    t = arr.type
+    out = []
+    for v in arr.to_pylist():
+        if v is None:
+            out.append(None)
+            continue
+        vals = v if isinstance(v, list) else [v]
+        conv = []
+        for x in vals:
+            if pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_duration(t):
+                conv.append(None)  # filled from the storage integers below
+            elif isinstance(x, bool):
+                conv.append(int(x))
+            elif isinstance(x, (int,)):
+                conv.append(x)
+            elif isinstance(x, decimal.Decimal):
+                conv.append(float(np.float32(float(x))))
+            elif isinstance(x, float):
+                conv.append(float(np.float32(x)))
+            elif isinstance(x, str):
+                conv.append(x.encode())
+            elif isinstance(x, bytes):
+                conv.append(x)
+            else:
+                raise TypeError((col, x))
+        out.append(conv)
+    if pa.types.is_temporal(t):
+        storage = arr.cast({8: pa.int64(), 4: pa.int32()}[t.bit_width // 8]) if not pa.types.is_date64(t) else arr.cast(pa.int64())
+        out = [None if s is None else [s] for s in storage.to_pylist()]
+    return out
+
+
+def compare(label, got, want):
+    if want is None:
+        check(got is None, f"{label}: expected absent, got {got}")
+        return
+    check(got is not None, f"{label}: expected {want}, got absent")
+    if len(got) != len(want):
+        check(False, f"{label}: {got} != {want}")
+    for g, w in zip(got, want):
+        if isinstance(w, float) and math.isnan(w):
+            check(math.isnan(g), f"{label}: NaN")
+        else:
+            check(g == w, f"{label}: {got} != {want}")
+
+
+def converted_table():
+    table = mapping_table()
+    src = os.path.join(WORK, "mapping.parquet")
+    pq.write_table(table, src, row_group_size=20)
+    table = pq.read_table(src)  # the judge is what pyarrow reads from the file
+    flat = {}
+    for name in table.column_names:
+        col = table.column(name).combine_chunks()
+        if pa.types.is_struct(col.type):
+            a = col.field("a")
+            c = col.field("b").field("c")
+            valid = [v is not None for v in col.to_pylist()]
+            flat["st/a"] = [w if ok else None for w, ok in zip(expected_values("st/a", a), valid)]
+            flat["st/b/c"] = [w if ok else None for w, ok in zip(expected_values("st/b/c", c), valid)]
+        elif pa.types.is_dictionary(col.type):
+            flat[name] = expected_values(name, col.dictionary_decode())
+        else:
+            flat[name] = expected_values(name, col)
+    for compression, extra in (("none", []), ("gzip", ["--min-shards", "3"]), ("zlib", ["--max-records-per-shard", "10"])):
+        out = os.path.join(WORK, f"mapping-{compression}")
+        tfshard("convert", "parquet", src, "-o", out, "--compression", compression, "--quiet", *extra)
+        manifest = json.load(open(os.path.join(out, "data.manifest.json")))
+        files = [os.path.join(out, s["file"]) for s in manifest["shards"]]
+        spec = spec_of(out)
+        check(sorted(spec) == sorted(flat), f"spec keys {sorted(spec)}")
+        units = {f["name"]: f.get("unit") for f in manifest["features"]}
+        date32 = {n for n in table.column_names if pa.types.is_date32(table.column(n).type)}
+        comp = {"none": "", "gzip": "GZIP", "zlib": "ZLIB"}[compression]
+        ds = tf.data.TFRecordDataset(files, compression_type=comp).batch(1000)
+        batches = list(ds)
+        check(len(batches) == 1, "one batch")
+        parsed = tf.io.parse_example(batches[0], spec)
+        for name, want in flat.items():
+            t = parsed[name]
+            if isinstance(t, tf.sparse.SparseTensor):
+                rows = tf.RaggedTensor.from_sparse(t).to_list()
+            else:
+                rows = t.numpy().tolist()
+                rows = [r if isinstance(r, list) else [r] for r in rows]
+            if name in date32 and units[name] == "ms":
+                # The same dates: pyarrow reads days, the manifest's unit is ms.
+                want = [None if w is None else [w[0] * 86_400_000] for w in want]
+            for i, (g, w) in enumerate(zip(rows, want)):
+                # A VarLenFeature cannot tell absent from empty; the inspect check below can.
+                if w is None and isinstance(t, tf.sparse.SparseTensor):
+                    g = None if g == [] else g
+                compare(f"{compression} {name} row {i}", g, w)
+        # Absent vs present-but-empty, straight from the records.
+        first = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(files[0], compression_type=comp))).numpy())
+        check("list_i" in first.features.feature and len(first.features.feature["list_i"].int64_list.value) == 0,
+              "an empty list is written as a present, empty list")
+        # u64 values near i64::MAX survive.
+        check(manifest["records"] == N, "record count")
+    print(f"mapping table: {len(flat)} features x {N} rows equal pyarrow's values in plain/gzip/zlib shards")
+
+
+def sequence_table():
+    table = pa.table({
+        "steps": pa.array([[[i, i + 1], [i * 2]] if i % 4 else None for i in range(12)], pa.list_(pa.list_(pa.int64()))),
+        "frames": pa.array([[[1.0 * i, 2.0]] * (i % 3) for i in range(12)], pa.list_(pa.list_(pa.float32(), 2))),
+        "label": pa.array(list(range(12)), pa.int64()),
+    })
+    src = os.path.join(WORK, "sequence.parquet")
+    pq.write_table(table, src)
+    out = os.path.join(WORK, "sequence-out")
+    tfshard("convert", "parquet", src, "-o", out, "--record-type", "sequence-example", "--quiet")
+    ctx_spec, seq_spec = spec_of(out)
+    files = sorted(os.path.join(out, f) for f in os.listdir(out) if f.endswith(".tfrecord"))
+    for i, rec in enumerate(tf.data.TFRecordDataset(files)):
+        ctx, seq = tf.io.parse_single_sequence_example(rec, ctx_spec, seq_spec)
+        check(int(ctx["label"]) == i, "label")
+        frames = seq["frames"].numpy().tolist()
+        check(frames == [[1.0 * i, 2.0]] * (i % 3), f"frames row {i}: {frames}")
+        steps = tf.RaggedTensor.from_sparse(seq["steps"]).to_list()
+        want = [[i, i + 1], [i * 2]] if i % 4 else []
+        check(steps == want, f"steps row {i}: {steps} != {want}")
+    print("sequence examples: TensorFlow parses the list-of-list columns as feature lists")
+
+
+library_files()
+converted_table()
+sequence_table()
+print(f"tf_interop: {checks} passed, 0 failed")

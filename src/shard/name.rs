@@ -1,0 +1,77 @@
+//! Shard, index, manifest and temporary names.
+
+use crate::manifest::MANIFEST_SUFFIX;
+use crate::tfrecord::Compression;
+
+/// `{prefix}-{index:05}-of-{count:05}.tfrecord` plus `.gz`/`.zlib`.
+pub fn shard_name(prefix: &str, index: usize, count: usize, compression: Compression) -> String {
+    format!(
+        "{prefix}-{index:05}-of-{count:05}.tfrecord{}",
+        compression.suffix()
+    )
+}
+
+/// `{prefix}.manifest.json`.
+pub fn manifest_name(prefix: &str) -> String {
+    format!("{prefix}{MANIFEST_SUFFIX}")
+}
+
+/// `.{prefix}.tfshard-tmp`: the one hidden folder a run keeps its temporaries in.
+pub fn tmp_dir_name(prefix: &str) -> String {
+    format!(".{prefix}.tfshard-tmp")
+}
+
+/// Whether `name` is a shard (or its `.idx`) of `prefix`, of any count and compression:
+/// what `--overwrite` may delete.
+pub fn is_own_shard(prefix: &str, name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
+        return false;
+    };
+    let rest = rest.strip_suffix(".idx").unwrap_or(rest);
+    let rest = rest
+        .strip_suffix(".tfrecord.gz")
+        .or_else(|| rest.strip_suffix(".tfrecord.zlib"))
+        .or_else(|| rest.strip_suffix(".tfrecord"));
+    let Some(rest) = rest else {
+        return false;
+    };
+    let digits = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
+    match rest.split_once("-of-") {
+        Some((index, count)) => digits(index) && digits(count),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(
+            shard_name("data", 0, 3, Compression::None),
+            "data-00000-of-00003.tfrecord"
+        );
+        assert_eq!(
+            shard_name("train", 11, 12, Compression::Gzip),
+            "train-00011-of-00012.tfrecord.gz"
+        );
+        assert_eq!(
+            shard_name("d", 123456, 200000, Compression::Zlib),
+            "d-123456-of-200000.tfrecord.zlib"
+        );
+        assert_eq!(manifest_name("data"), "data.manifest.json");
+    }
+
+    #[test]
+    fn own_shards_only() {
+        assert!(is_own_shard("data", "data-00000-of-00003.tfrecord"));
+        assert!(is_own_shard("data", "data-00002-of-00003.tfrecord.gz"));
+        assert!(is_own_shard("data", "data-00002-of-00003.tfrecord.idx"));
+        assert!(!is_own_shard("data", "data-extra-00000-of-00003.tfrecord"));
+        assert!(!is_own_shard("data", "train-00000-of-00003.tfrecord"));
+        assert!(!is_own_shard("data", "data-00000-of-00003.tfrecord.bak"));
+        assert!(!is_own_shard("data", "data.manifest.json"));
+        assert!(!is_own_shard("data", "data-0000-of-00003.tfrecord"));
+    }
+}

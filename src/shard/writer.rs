@@ -1,0 +1,466 @@
+//! Records → shard files of a target size, under hidden temporary names.
+//!
+//! [`ShardWriter`] takes framed records in order and decides where each shard ends:
+//! - plain: a shard closes when the next record would take it past the target, so every
+//!   shard but the last is within one record of it and none exceeds it (unless one
+//!   record alone does);
+//! - gzip/zlib: deflate decides the size on disk, so the writer keeps an upper bound
+//!   (bytes on disk at the last sync flush + the worst case for what came since); when
+//!   the bound would pass the target it sync-flushes to learn the exact size, and closes
+//!   only if the record still may not fit. Flush points depend only on the data, so the
+//!   bytes stay deterministic;
+//! - `--min-shards N`: shard k ends at the first record boundary at or past k·T/N of the
+//!   total framed bytes T (known from a first pass).
+//!
+//! Each file's CRC32C is computed as its bytes are written.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+use crate::tfrecord::compress::{compressed_bound, Encoder};
+use crate::tfrecord::{frame, Compression};
+
+/// Buffer between the encoder and the file: large sequential writes.
+const WRITE_BUFFER_BYTES: usize = 1 << 20;
+
+/// How shards are cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Fill each shard to the target (and `max_records`).
+    Fill,
+    /// Exactly `shards` shards, cut by cumulative framed bytes out of `total_framed`.
+    Even {
+        /// The number of shards.
+        shards: u64,
+        /// Framed, uncompressed bytes of every record.
+        total_framed: u64,
+    },
+}
+
+/// Where and how to write shards.
+#[derive(Debug, Clone)]
+pub struct ShardOptions {
+    /// The folder temporaries go to.
+    pub tmp_dir: PathBuf,
+    /// Compression of the stream.
+    pub compression: Compression,
+    /// Target size on disk.
+    pub target_bytes: u64,
+    /// At most this many records per shard.
+    pub max_records: Option<u64>,
+    /// Write DALI `.idx` files.
+    pub index: bool,
+    /// How to cut.
+    pub plan: Plan,
+}
+
+/// A finished shard, still under its temporary name.
+#[derive(Debug, Clone)]
+pub struct ClosedShard {
+    /// Temporary path.
+    pub path: PathBuf,
+    /// Temporary `.idx` path, with `--index`.
+    pub idx_path: Option<PathBuf>,
+    /// Records in it.
+    pub records: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// CRC32C of the bytes on disk.
+    pub crc32c: u32,
+}
+
+/// Counts and checksums the bytes that reach the file.
+struct Sink {
+    file: BufWriter<File>,
+    bytes: u64,
+    crc: u32,
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.crc = frame::crc32c_append(self.crc, &buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+struct OpenShard {
+    path: PathBuf,
+    encoder: Encoder<Sink>,
+    idx: Option<(PathBuf, BufWriter<File>)>,
+    records: u64,
+    /// Framed (uncompressed) bytes written.
+    framed: u64,
+    /// Bytes on disk at the last sync flush (compressed streams).
+    flushed_disk: u64,
+    /// Framed bytes written since that flush.
+    since_flush: u64,
+}
+
+/// Writes framed records into shards.
+pub struct ShardWriter {
+    options: ShardOptions,
+    current: Option<OpenShard>,
+    closed: Vec<ClosedShard>,
+    /// Framed bytes of every record so far (for [`Plan::Even`]).
+    cumulative: u64,
+    bytes_on_disk: u64,
+}
+
+fn io_at(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
+    move |e| Error::from(e).with_file(path)
+}
+
+impl ShardWriter {
+    /// A writer that has written nothing yet.
+    pub fn new(options: ShardOptions) -> ShardWriter {
+        ShardWriter {
+            options,
+            current: None,
+            closed: Vec::new(),
+            cumulative: 0,
+            bytes_on_disk: 0,
+        }
+    }
+
+    /// Bytes on disk of the shards closed so far, plus what reached the open one.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_on_disk
+            + self
+                .current
+                .as_ref()
+                .map_or(0, |s| s.encoder.get_ref().bytes)
+    }
+
+    fn open(&mut self) -> Result<()> {
+        let index = self.closed.len();
+        let path = self.options.tmp_dir.join(format!(
+            "{index:05}.tfrecord{}",
+            self.options.compression.suffix()
+        ));
+        let file = File::create(&path).map_err(io_at(&path))?;
+        let sink = Sink {
+            file: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
+            bytes: 0,
+            crc: 0,
+        };
+        let idx = if self.options.index {
+            let idx_path = path.with_extension("tfrecord.idx");
+            let f = File::create(&idx_path).map_err(io_at(&idx_path))?;
+            Some((idx_path, BufWriter::new(f)))
+        } else {
+            None
+        };
+        self.current = Some(OpenShard {
+            path,
+            encoder: Encoder::new(sink, self.options.compression),
+            idx,
+            records: 0,
+            framed: 0,
+            flushed_disk: 0,
+            since_flush: 0,
+        });
+        Ok(())
+    }
+
+    fn close(&mut self) -> Result<()> {
+        if self.current.is_none() {
+            self.open()?;
+        }
+        let shard = self.current.take().expect("opened just above");
+        let path = shard.path.clone();
+        let at = io_at(&path);
+        let sink = shard.encoder.finish().map_err(&at)?;
+        let Sink { file, bytes, crc } = sink;
+        let file = file.into_inner().map_err(|e| at(e.into_error()))?;
+        // Durable before the rename that publishes it.
+        file.sync_all().map_err(&at)?;
+        let idx_path = match shard.idx {
+            Some((idx_path, mut w)) => {
+                w.flush().map_err(io_at(&idx_path))?;
+                w.get_ref().sync_all().map_err(io_at(&idx_path))?;
+                Some(idx_path)
+            }
+            None => None,
+        };
+        self.bytes_on_disk += bytes;
+        self.closed.push(ClosedShard {
+            path: shard.path,
+            idx_path,
+            records: shard.records,
+            bytes,
+            crc32c: crc,
+        });
+        Ok(())
+    }
+
+    /// Whether the open shard must close before a record of `framed` bytes.
+    fn must_close_before(&mut self, framed: u64) -> Result<bool> {
+        let target = self.options.target_bytes;
+        let Some(shard) = self.current.as_mut() else {
+            return Ok(false);
+        };
+        if shard.records == 0 {
+            return Ok(false);
+        }
+        if self
+            .options
+            .max_records
+            .is_some_and(|max| shard.records >= max)
+        {
+            return Ok(true);
+        }
+        if let Plan::Even { .. } = self.options.plan {
+            return Ok(false);
+        }
+        if self.options.compression == Compression::None {
+            return Ok(shard.framed + framed > target);
+        }
+        if shard.flushed_disk + compressed_bound(shard.since_flush + framed) <= target {
+            return Ok(false);
+        }
+        // The bound says it might not fit: learn the exact size so far.
+        shard.encoder.flush().map_err(io_at(&shard.path))?;
+        shard.flushed_disk = shard.encoder.get_ref().bytes;
+        shard.since_flush = 0;
+        Ok(shard.flushed_disk + compressed_bound(framed) > target)
+    }
+
+    /// Writes one framed record.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error naming the temporary file.
+    pub fn write(&mut self, framed: &[u8]) -> Result<()> {
+        let len = framed.len() as u64;
+        if self.must_close_before(len)? {
+            self.close()?;
+        }
+        if self.current.is_none() {
+            self.open()?;
+        }
+        let shard = self.current.as_mut().expect("opened just above");
+        if let Some((idx_path, idx)) = shard.idx.as_mut() {
+            writeln!(idx, "{} {}", shard.framed, len).map_err(io_at(idx_path))?;
+        }
+        shard
+            .encoder
+            .write_all(framed)
+            .map_err(io_at(&shard.path))?;
+        shard.records += 1;
+        shard.framed += len;
+        shard.since_flush += len;
+        self.cumulative += len;
+        if let Plan::Even {
+            shards,
+            total_framed,
+        } = self.options.plan
+        {
+            // Shard k (1-based) ends at the first boundary at or past k·T/N.
+            while (self.closed.len() as u64) + 1 < shards
+                && u128::from(self.cumulative) * u128::from(shards)
+                    >= u128::from(self.closed.len() as u64 + 1) * u128::from(total_framed)
+            {
+                self.close()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes the last shard (or writes the empty ones a table of zero rows gets).
+    ///
+    /// # Errors
+    ///
+    /// An I/O error.
+    pub fn finish(mut self) -> Result<Vec<ClosedShard>> {
+        let wanted = match self.options.plan {
+            Plan::Even { shards, .. } => shards as usize,
+            Plan::Fill => 1,
+        };
+        if self.current.is_some() {
+            self.close()?;
+        }
+        while self.closed.len() < wanted {
+            self.close()?;
+        }
+        Ok(self.closed)
+    }
+
+    /// Framed bytes of every record written.
+    pub fn total_framed(&self) -> u64 {
+        self.cumulative
+    }
+
+    /// Shards closed so far plus the open one.
+    pub fn shard_count(&self) -> usize {
+        self.closed.len() + usize::from(self.current.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: usize, seed: u32) -> Vec<u8> {
+        // Pseudo-random bytes, so deflate cannot shrink them much.
+        let mut x = 0x9e37_79b9u32 ^ seed.wrapping_mul(0x0100_0193);
+        let payload: Vec<u8> = (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                (x >> 8) as u8
+            })
+            .collect();
+        let mut out = Vec::new();
+        frame::append_record(&mut out, &payload);
+        out
+    }
+
+    fn run(
+        dir: &str,
+        options: impl FnOnce(PathBuf) -> ShardOptions,
+        records: &[Vec<u8>],
+    ) -> Vec<ClosedShard> {
+        let tmp = std::env::temp_dir().join(format!("tfshard-writer-{dir}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut w = ShardWriter::new(options(tmp.clone()));
+        for r in records {
+            w.write(r).unwrap();
+        }
+        let shards = w.finish().unwrap();
+        for s in &shards {
+            let bytes = std::fs::read(&s.path).unwrap();
+            assert_eq!(bytes.len() as u64, s.bytes);
+            assert_eq!(frame::crc32c(&bytes), s.crc32c);
+        }
+        shards
+    }
+
+    fn opts(tmp: PathBuf, compression: Compression, target: u64, plan: Plan) -> ShardOptions {
+        ShardOptions {
+            tmp_dir: tmp,
+            compression,
+            target_bytes: target,
+            max_records: None,
+            index: false,
+            plan,
+        }
+    }
+
+    #[test]
+    fn plain_fills_to_within_one_record() {
+        let records: Vec<Vec<u8>> = (0..100)
+            .map(|i| record(50 + (i % 7) * 10, i as u32))
+            .collect();
+        let target = 1000;
+        let shards = run(
+            "plain",
+            |t| opts(t, Compression::None, target, Plan::Fill),
+            &records,
+        );
+        let mut next = 0;
+        for (k, s) in shards.iter().enumerate() {
+            assert!(s.bytes <= target);
+            next += s.records as usize;
+            if k + 1 < shards.len() {
+                assert!(
+                    target - s.bytes < records[next].len() as u64,
+                    "shard {k} closed early"
+                );
+            }
+        }
+        assert_eq!(next, 100);
+    }
+
+    #[test]
+    fn one_huge_record_gets_its_own_shard() {
+        let records = vec![record(10, 1), record(5000, 2), record(10, 3)];
+        let shards = run(
+            "huge",
+            |t| opts(t, Compression::None, 1000, Plan::Fill),
+            &records,
+        );
+        let counts: Vec<u64> = shards.iter().map(|s| s.records).collect();
+        assert_eq!(counts, [1, 1, 1]);
+    }
+
+    #[test]
+    fn compressed_shards_stay_under_and_fill_95_percent() {
+        let records: Vec<Vec<u8>> = (0..3000).map(|i| record(100, i)).collect();
+        for c in [Compression::Gzip, Compression::Zlib] {
+            let target = 20_000;
+            let shards = run("gz", |t| opts(t, c, target, Plan::Fill), &records);
+            assert!(shards.len() > 2);
+            for (k, s) in shards.iter().enumerate() {
+                assert!(s.bytes <= target, "{c:?} shard {k}: {}", s.bytes);
+                if k + 1 < shards.len() {
+                    assert!(s.bytes * 100 >= target * 95, "{c:?} shard {k}: {}", s.bytes);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn even_plan_makes_n_shards() {
+        let records: Vec<Vec<u8>> = (0..10).map(|i| record(84, i)).collect();
+        let total: u64 = records.iter().map(|r| r.len() as u64).sum();
+        let shards = run(
+            "even",
+            |t| {
+                opts(
+                    t,
+                    Compression::None,
+                    1 << 30,
+                    Plan::Even {
+                        shards: 4,
+                        total_framed: total,
+                    },
+                )
+            },
+            &records,
+        );
+        let counts: Vec<u64> = shards.iter().map(|s| s.records).collect();
+        // Boundaries at 2.5, 5, 7.5 records: ends after records 3, 5, 8.
+        assert_eq!(counts, [3, 2, 3, 2]);
+        let empty = run(
+            "even0",
+            |t| {
+                opts(
+                    t,
+                    Compression::Gzip,
+                    100,
+                    Plan::Even {
+                        shards: 3,
+                        total_framed: 0,
+                    },
+                )
+            },
+            &[],
+        );
+        assert_eq!(empty.len(), 3);
+    }
+
+    #[test]
+    fn max_records() {
+        let records: Vec<Vec<u8>> = (0..10).map(|i| record(10, i)).collect();
+        let shards = run(
+            "max",
+            |t| ShardOptions {
+                max_records: Some(4),
+                ..opts(t, Compression::None, 1 << 30, Plan::Fill)
+            },
+            &records,
+        );
+        let counts: Vec<u64> = shards.iter().map(|s| s.records).collect();
+        assert_eq!(counts, [4, 4, 2]);
+    }
+}

@@ -1,0 +1,3 @@
+//! Inputs: Parquet tables (and, later, image folders) as Arrow batches in input order.
+
+pub mod parquet;
