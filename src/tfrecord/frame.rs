@@ -26,6 +26,28 @@ pub fn crc32c_append(crc: u32, data: &[u8]) -> u32 {
     crc32c::crc32c_append(crc, data)
 }
 
+/// The plain CRC32C of 8 bytes (a record's length field). On x86-64 with SSE4.2 it is
+/// one `crc32` instruction: measured, the general-purpose path costs ~14 ns per 8-byte
+/// call, which bounded small-record reading.
+#[inline]
+pub fn crc32c_u64(value: u64) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("sse4.2") {
+            // SAFETY: the CPU has SSE4.2, checked just above.
+            return unsafe { crc32c_u64_sse42(value) };
+        }
+    }
+    crc32c(&value.to_le_bytes())
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+fn crc32c_u64_sse42(value: u64) -> u32 {
+    // CRC32C: initial value and final xor are all ones.
+    !(std::arch::x86_64::_mm_crc32_u64(u64::from(u32::MAX), value) as u32)
+}
+
 /// TensorFlow's masked CRC: rotate right by 15 bits, then add a constant, so that a CRC
 /// stored inside CRC'd data does not make the outer CRC degenerate.
 #[inline]
@@ -50,7 +72,7 @@ pub fn masked_crc32c(data: &[u8]) -> u32 {
 pub fn encode_header(len: u64) -> [u8; HEADER_LEN] {
     let mut header = [0u8; HEADER_LEN];
     header[..8].copy_from_slice(&len.to_le_bytes());
-    let crc = masked_crc32c(&header[..8]);
+    let crc = mask(crc32c_u64(len));
     header[8..].copy_from_slice(&crc.to_le_bytes());
     header
 }
@@ -78,8 +100,9 @@ pub fn decode_header(header: &[u8; HEADER_LEN]) -> Result<u64, ()> {
         .try_into()
         .expect("a header holds 8 length bytes");
     let stored: [u8; 4] = header[8..].try_into().expect("a header holds 4 CRC bytes");
-    if masked_crc32c(&len_bytes) == u32::from_le_bytes(stored) {
-        Ok(u64::from_le_bytes(len_bytes))
+    let len = u64::from_le_bytes(len_bytes);
+    if mask(crc32c_u64(len)) == u32::from_le_bytes(stored) {
+        Ok(len)
     } else {
         Err(())
     }
@@ -97,6 +120,13 @@ mod tests {
         // RFC 3720, B.4: 32 bytes of zeros.
         assert_eq!(crc32c(&[0u8; 32]), 0x8a91_36aa);
         assert_eq!(crc32c(&[0xffu8; 32]), 0x62a8_ab43);
+    }
+
+    #[test]
+    fn eight_byte_path_equals_the_general_one() {
+        for v in [0u64, 1, 0xff, 1 << 63, u64::MAX, 0x0123_4567_89ab_cdef] {
+            assert_eq!(crc32c_u64(v), crc32c(&v.to_le_bytes()), "{v:#x}");
+        }
     }
 
     #[test]
