@@ -41,5 +41,6 @@ pub mod records;
 pub mod shard;
 pub mod source;
 pub mod tfrecord;
+pub mod verify;
 
 pub use error::{Error, ErrorKind, Result};

@@ -6,6 +6,7 @@ mod convert;
 mod inspect;
 pub mod output;
 mod schema;
+mod verify;
 
 use std::io;
 
@@ -21,6 +22,8 @@ pub enum CliError {
     Usage(String),
     /// Bad data or a failed run: exit 1 (130/143 when interrupted).
     Data(tfshard::Error),
+    /// `verify` found problems and already reported them: exit 1, nothing more to say.
+    Failed,
 }
 
 impl From<tfshard::Error> for CliError {
@@ -43,6 +46,7 @@ impl CliError {
                 eprintln!("error: {msg}");
                 2
             }
+            CliError::Failed => 1,
             CliError::Data(err) => {
                 if let tfshard::error::ErrorKind::Interrupted { signal } = err.kind() {
                     eprintln!("tfshard: interrupted; temporary files removed");
@@ -86,6 +90,11 @@ enum Command {
         after_help = "Example:\n  tfshard inspect out/data-00000-of-00004.tfrecord --limit 3"
     )]
     Inspect(inspect::InspectArgs),
+    /// Check every record's framing and CRCs, and the manifest's counts, sizes and checksums.
+    #[command(
+        after_help = "Examples:\n  tfshard verify out/\n  tfshard verify out/ --deep --json"
+    )]
+    Verify(verify::VerifyArgs),
     /// Print the feature spec of shards: from their manifest, or inferred from every record.
     #[command(
         after_help = "Examples:\n  tfshard schema out/\n  tfshard schema out/ --format python"
@@ -209,6 +218,10 @@ pub fn run() -> CliResult {
     match cli.command {
         Command::Convert(cmd) => cmd.run(),
         Command::Inspect(args) => {
+            args.common.setup_threads()?;
+            args.run()
+        }
+        Command::Verify(args) => {
             args.common.setup_threads()?;
             args.run()
         }

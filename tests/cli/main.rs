@@ -5,6 +5,7 @@ mod encode;
 mod golden;
 mod inspect_schema;
 mod roundtrip;
+mod verify;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Converter benchmark, everything in one run on the same files and cores:
+#   the arrow-rs decode-only floor, tfshard convert (all cores and --threads 1), the
+#   Python exporter teams write today, peak RSS of each, and the ratios.
+# Data goes to target/bench-data (generated, never committed). Also leaves the standard
+# table converted with --target-shard-size 32MiB in target/bench-data/shards-32mib for
+# the verify and reader benchmarks.
+#
+#   scripts/bench_convert.sh            # RUNS=3 (median), ROWS=2000000, PYTHON=1
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+runs=${RUNS:-3}
+rows=${ROWS:-2000000}
+data=target/bench-data
+table=$data/standard-$rows
+python=$(scripts/venv.sh)
+cargo build --release --quiet --bin tfshard --example decode_parquet
+bin=target/release/tfshard
+decode=target/release/examples/decode_parquet
+[ -d "$table" ] || "$python" scripts/make_standard_table.py "$table" "$rows"
+files=$(ls "$table"/*.parquet)
+input_mb=$(du -cb $files | tail -1 | awk '{printf "%.1f", $1/1e6}')
+cat $files > /dev/null # page cache warm
+
+# time_run NAME CMD...: median wall seconds and max peak RSS (MiB) over $runs runs.
+declare -A secs rss
+time_run() {
+  local name=$1; shift
+  local n=$runs; [ "${name#python}" != "$name" ] && n=1
+  local all=() peak=0
+  for _ in $(seq "$n"); do
+    /usr/bin/time -f "%e %M" -o "$data/time.txt" "$@" > /dev/null
+    read -r s kb < "$data/time.txt"
+    all+=("$s"); [ "$kb" -gt "$peak" ] && peak=$kb
+  done
+  secs[$name]=$(printf '%s\n' "${all[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  rss[$name]=$((peak / 1024))
+}
+
+cores=$(nproc)
+time_run decode "$decode" $files
+time_run decode-1 "$decode" --threads 1 $files
+time_run tfshard "$bin" convert parquet $files -o "$data/out" --overwrite --quiet
+time_run tfshard-1 "$bin" convert parquet $files -o "$data/out-1" --overwrite --quiet --threads 1
+time_run tfshard-gzip "$bin" convert parquet $files -o "$data/out-gz" --overwrite --quiet --compression gzip
+if [ "${PYTHON:-1}" = 1 ]; then
+  rm -rf "$data/out-python"
+  time_run python env TF_CPP_MIN_LOG_LEVEL=3 "$python" scripts/python_exporter.py "$data/out-python" $files
+fi
+"$bin" convert parquet $files -o "$data/shards-32mib" --overwrite --quiet --target-shard-size 32MiB
+out_mb=$(du -cb "$data"/out/*.tfrecord | tail -1 | awk '{printf "%.1f", $1/1e6}')
+shards32=$(ls "$data"/shards-32mib/*.tfrecord | wc -l)
+
+echo
+echo "standard table: $rows rows, 8 zstd files, $input_mb MB Parquet -> $out_mb MB TFRecord; $cores cores; median of $runs"
+printf "%-34s %9s %12s %10s %s\n" "run" "seconds" "rows/s" "peak MiB" "ratio"
+row() { # name label ratio-text
+  printf "%-34s %9.2f %12.0f %10s %s\n" "$2" "${secs[$1]}" "$(echo "$rows / ${secs[$1]}" | bc -l)" "${rss[$1]}" "$3"
+}
+ratio() { echo "${secs[$1]} / ${secs[$2]}" | bc -l | xargs printf "%.2f"; }
+row decode "arrow-rs decode only (floor)" ""
+row decode-1 "arrow-rs decode only, 1 thread" ""
+row tfshard "tfshard convert" "$(ratio tfshard decode)x the floor"
+row tfshard-1 "tfshard convert --threads 1" "$(ratio tfshard-1 decode-1)x the 1-thread floor"
+row tfshard-gzip "tfshard convert --compression gzip" "$(ratio tfshard-gzip decode)x the floor"
+if [ -n "${secs[python]:-}" ]; then
+  row python "Python exporter (pyarrow+tf)" "tfshard is $(ratio python tfshard)x faster"
+fi
+echo "also wrote $data/shards-32mib: $shards32 shards"

@@ -1,0 +1,598 @@
+//! `verify`: proves shards sound. Returns a [`VerifyReport`]; prints nothing.
+//!
+//! Every record of every shard is frame-checked (length CRC, data CRC, truncation,
+//! trailing bytes), shards in parallel, each read once in large blocks: the whole-file
+//! CRC32C a manifest lists is computed over the bytes on disk in the same pass. Given a
+//! manifest, every listed shard must exist with its listed size, record count and
+//! CRC32C, no unlisted shard of its prefix may sit beside it, and the totals must add up.
+//! `--deep` also decodes every record and checks it against the manifest's schema (or,
+//! without one, that each feature keeps one kind throughout).
+//!
+//! After a framing error (a bad length) the rest of a file cannot be trusted, so the file
+//! ends there; after a data CRC mismatch with a sane length, checking goes on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::dataset::is_shard_file_name;
+use crate::error::{ErrorKind, Result};
+use crate::example::proto::{Feature, Features, Kind};
+use crate::example::schema::{FeatureKind, FeatureSpec, Part, SpecInference};
+use crate::example::{decode_record, Record, RecordType};
+use crate::manifest::{self, Manifest, ShardInfo, MANIFEST_SUFFIX};
+use crate::progress::Progress;
+use crate::shard::name::is_own_shard;
+use crate::tfrecord::{self, Compression, HashingReader, RecordReader};
+
+/// What to verify.
+#[derive(Debug, Clone, Default)]
+pub struct VerifyOptions {
+    /// Shards, folders (their manifests, or every shard file in them) and manifests.
+    pub paths: Vec<PathBuf>,
+    /// One manifest named explicitly.
+    pub manifest: Option<PathBuf>,
+    /// Decode every record and check it against the schema.
+    pub deep: bool,
+    /// `None`: by extension, else by content.
+    pub compression: Option<Compression>,
+    /// `None`: the manifest's, else Example.
+    pub record_type: Option<RecordType>,
+}
+
+/// One thing wrong; the `verify --json` `problems` entries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+pub struct Problem {
+    /// The file (shard or manifest) as named on the command line or in the manifest.
+    pub file: String,
+    /// The record index within the shard.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<u64>,
+    /// The byte offset (of the decompressed stream for compressed shards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// Starts with a fixed phrase (`data CRC mismatch`, `missing shard`, ...).
+    pub problem: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some(r) = self.record {
+            write!(f, ": record {r}")?;
+        }
+        if let Some(o) = self.offset {
+            write!(f, ", offset {o}")?;
+        }
+        write!(f, ": {}", self.problem)
+    }
+}
+
+/// The outcome; the `verify --json` keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// No problem found.
+    pub ok: bool,
+    /// Shard files checked.
+    pub shards: u64,
+    /// Records read.
+    pub records: u64,
+    /// Bytes on disk read.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Every problem, by file then offset.
+    pub problems: Vec<Problem>,
+}
+
+/// One shard to check.
+#[derive(Debug, Clone)]
+struct Job {
+    path: PathBuf,
+    /// What the manifest says of it.
+    listed: Option<ShardInfo>,
+    compression: Option<Compression>,
+    record_type: RecordType,
+    /// The schema to check against with `--deep`.
+    schema: Option<Vec<FeatureSpec>>,
+}
+
+#[derive(Default)]
+struct Outcome {
+    records: u64,
+    bytes: u64,
+    problems: Vec<Problem>,
+    inference: Option<SpecInference>,
+}
+
+fn problem(file: &Path, record: Option<u64>, offset: Option<u64>, text: String) -> Problem {
+    Problem {
+        file: file.display().to_string(),
+        record,
+        offset,
+        problem: text,
+    }
+}
+
+/// Verifies shards and manifests.
+///
+/// # Errors
+///
+/// Only what stops verification itself: a path that does not exist or a manifest that
+/// is not JSON. Everything wrong with the shards is a [`Problem`] in the report.
+pub fn verify(options: &VerifyOptions, progress: &dyn Progress) -> Result<VerifyReport> {
+    let started = Instant::now();
+    let mut problems = Vec::new();
+    let mut jobs = Vec::new();
+    let mut manifests: Vec<PathBuf> = options.manifest.iter().cloned().collect();
+    for path in &options.paths {
+        let meta = std::fs::metadata(path).map_err(|e| crate::Error::from(e).with_file(path))?;
+        if meta.is_dir() {
+            let found = manifest::manifests_in(path)?;
+            if found.is_empty() {
+                for shard in crate::dataset::shard_files_in(path)? {
+                    jobs.push(plain_job(shard, options));
+                }
+            }
+            manifests.extend(found);
+        } else if path.to_string_lossy().ends_with(MANIFEST_SUFFIX) {
+            manifests.push(path.clone());
+        } else {
+            let mut job = plain_job(path.clone(), options);
+            // A shard listed by a manifest beside it is checked against its entry.
+            if let Some(m) = manifest::manifest_listing(path) {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                job.listed = m.shards.iter().find(|s| s.file == name).cloned();
+                job.record_type = options.record_type.unwrap_or(m.record_type);
+                job.schema = Some(m.features.clone());
+                job.compression = options.compression.or(m.compression());
+            }
+            jobs.push(job);
+        }
+    }
+    manifests.sort();
+    manifests.dedup();
+    for path in &manifests {
+        let m = Manifest::read(path)?;
+        plan_manifest(path, &m, options, &mut jobs, &mut problems)?;
+    }
+    let total_bytes: u64 = jobs
+        .iter()
+        .filter_map(|j| std::fs::metadata(&j.path).ok())
+        .map(|m| m.len())
+        .sum();
+    progress.set_total(total_bytes);
+    let done = AtomicU64::new(0);
+    let outcomes: Vec<Outcome> = jobs
+        .par_iter()
+        .map(|job| {
+            let outcome = check_shard(job, options.deep);
+            let so_far = done.fetch_add(outcome.bytes, Ordering::Relaxed) + outcome.bytes;
+            progress.advance(outcome.bytes, so_far);
+            outcome
+        })
+        .collect();
+    let mut records = 0;
+    let mut bytes = 0;
+    let mut inference: Option<SpecInference> = None;
+    for (job, outcome) in jobs.iter().zip(outcomes) {
+        records += outcome.records;
+        bytes += outcome.bytes;
+        problems.extend(outcome.problems);
+        if let Some(part) = outcome.inference {
+            match inference.as_mut() {
+                None => inference = Some(part),
+                Some(all) => {
+                    if let Err(e) = all.merge(part) {
+                        problems.push(problem(
+                            &job.path,
+                            None,
+                            None,
+                            format!("schema mismatch: {}", e.kind()),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    problems.sort();
+    Ok(VerifyReport {
+        ok: problems.is_empty(),
+        shards: jobs.len() as u64,
+        records,
+        bytes,
+        seconds: started.elapsed().as_secs_f64(),
+        problems,
+    })
+}
+
+fn plain_job(path: PathBuf, options: &VerifyOptions) -> Job {
+    let record_type = options.record_type.unwrap_or_default();
+    Job {
+        path,
+        listed: None,
+        compression: options.compression,
+        record_type,
+        schema: None,
+    }
+}
+
+/// Turns a manifest into jobs, and finds what is wrong with it without reading shards.
+fn plan_manifest(
+    path: &Path,
+    m: &Manifest,
+    options: &VerifyOptions,
+    jobs: &mut Vec<Job>,
+    problems: &mut Vec<Problem>,
+) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let prefix = m
+        .options
+        .get("prefix")
+        .and_then(|p| p.as_str())
+        .map(str::to_owned)
+        .unwrap_or_else(|| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            name.trim_end_matches(MANIFEST_SUFFIX).to_owned()
+        });
+    let mut listed = BTreeSet::new();
+    for shard in &m.shards {
+        if !manifest::is_safe_relative(&shard.file) {
+            problems.push(problem(
+                path,
+                None,
+                None,
+                format!(
+                    "unsafe path: {:?} leaves the manifest's folder; not opened",
+                    shard.file
+                ),
+            ));
+            continue;
+        }
+        listed.insert(shard.file.clone());
+        let shard_path = dir.join(&shard.file);
+        if !shard_path.is_file() {
+            problems.push(problem(
+                &shard_path,
+                None,
+                None,
+                "missing shard: listed in the manifest but not on disk".into(),
+            ));
+            continue;
+        }
+        jobs.push(Job {
+            path: shard_path,
+            listed: Some(shard.clone()),
+            compression: options.compression.or(m.compression()),
+            record_type: options.record_type.unwrap_or(m.record_type),
+            schema: Some(m.features.clone()),
+        });
+    }
+    for entry in std::fs::read_dir(dir).map_err(|e| crate::Error::from(e).with_file(dir))? {
+        let entry = entry.map_err(|e| crate::Error::from(e).with_file(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_own_shard(&prefix, &name) && is_shard_file_name(&name) && !listed.contains(&name) {
+            problems.push(problem(
+                &entry.path(),
+                None,
+                None,
+                "unlisted shard: not in the manifest".into(),
+            ));
+        }
+    }
+    let records: u64 = m.shards.iter().map(|s| s.records).sum();
+    let bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();
+    if records != m.records {
+        problems.push(problem(
+            path,
+            None,
+            None,
+            format!(
+                "record count mismatch: the shards list {records} records, the total says {}",
+                m.records
+            ),
+        ));
+    }
+    if bytes != m.bytes {
+        problems.push(problem(
+            path,
+            None,
+            None,
+            format!(
+                "size mismatch: the shards list {bytes} bytes, the total says {}",
+                m.bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads one shard through, collecting its problems.
+fn check_shard(job: &Job, deep: bool) -> Outcome {
+    let mut out = Outcome::default();
+    let path = &job.path;
+    let compression = match job.compression {
+        Some(c) => c,
+        None => match tfrecord::detect_compression(path) {
+            Ok(c) => c,
+            Err(e) => {
+                out.problems
+                    .push(problem(path, None, None, e.kind().to_string()));
+                return out;
+            }
+        },
+    };
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            out.problems
+                .push(problem(path, None, None, format!("cannot read: {e}")));
+            return out;
+        }
+    };
+    let disk_len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // The hashing reader sits under the decompressor: it sees the bytes on disk.
+    let hashing = std::sync::Arc::new(std::sync::Mutex::new(None::<(u32, u64)>));
+    let raw = HashTap {
+        inner: HashingReader::new(file),
+        done: hashing.clone(),
+    };
+    let mut reader = RecordReader::new(tfrecord::decompress(raw, compression));
+    if compression == Compression::None {
+        reader = reader.with_total_len(disk_len);
+    }
+    let schema = job
+        .schema
+        .as_ref()
+        .map(|s| SchemaCheck::new(s, job.record_type));
+    let mut inference = (deep && schema.is_none()).then(SpecInference::new);
+    let mut complete = true;
+    loop {
+        let (index, offset) = (reader.record_index(), reader.offset());
+        match reader.read_record() {
+            Ok(None) => break,
+            Ok(Some(bytes)) => {
+                out.records += 1;
+                if deep {
+                    match decode_record(bytes, job.record_type) {
+                        Err(e) => out.problems.push(problem(
+                            path,
+                            Some(index),
+                            Some(offset),
+                            e.kind().to_string(),
+                        )),
+                        Ok(record) => {
+                            if let Some(check) = &schema {
+                                if let Some(text) = check.check(&record) {
+                                    out.problems.push(problem(
+                                        path,
+                                        Some(index),
+                                        Some(offset),
+                                        format!("schema mismatch: {text}"),
+                                    ));
+                                }
+                            }
+                            if let Some(inf) = inference.as_mut() {
+                                if let Err(e) = inf.add(&record) {
+                                    out.problems.push(problem(
+                                        path,
+                                        Some(index),
+                                        Some(offset),
+                                        format!("schema mismatch: {}", e.kind()),
+                                    ));
+                                    inference = None;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let loc = e.location();
+                let text = match e.kind() {
+                    ErrorKind::Frame { .. } => e.kind().to_string(),
+                    other => format!("cannot read: {other}"),
+                };
+                out.problems
+                    .push(problem(path, loc.record, loc.offset, text));
+                let recoverable = matches!(
+                    e.kind(),
+                    ErrorKind::Frame {
+                        problem: crate::error::FrameProblem::DataCrc,
+                        ..
+                    }
+                ) && compression == Compression::None;
+                if recoverable {
+                    // Counted: the record is there, only its bytes are wrong.
+                    out.records += 1;
+                } else {
+                    complete = false;
+                    break;
+                }
+            }
+        }
+    }
+    drop(reader);
+    out.bytes = disk_len;
+    out.inference = inference;
+    if let Some(listed) = &job.listed {
+        if disk_len != listed.bytes {
+            out.problems.push(problem(
+                path,
+                None,
+                None,
+                format!(
+                    "size mismatch: {disk_len} bytes on disk, the manifest lists {}",
+                    listed.bytes
+                ),
+            ));
+        }
+        if complete && out.records != listed.records {
+            out.problems.push(problem(
+                path,
+                None,
+                None,
+                format!(
+                    "record count mismatch: {} records, the manifest lists {}",
+                    out.records, listed.records
+                ),
+            ));
+        }
+        let hashed = hashing.lock().ok().and_then(|h| *h);
+        if let Some((crc, read)) = hashed {
+            let want = u32::from_str_radix(&listed.crc32c, 16).ok();
+            if read == disk_len && want != Some(crc) {
+                out.problems.push(problem(
+                    path,
+                    None,
+                    None,
+                    format!(
+                        "crc32c mismatch: the file's CRC32C is {crc:08x}, the manifest lists {}",
+                        listed.crc32c
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Hands the whole-file CRC back when the decompressor drops the reader.
+struct HashTap {
+    inner: HashingReader<File>,
+    done: std::sync::Arc<std::sync::Mutex<Option<(u32, u64)>>>,
+}
+
+impl std::io::Read for HashTap {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf)
+    }
+}
+
+impl Drop for HashTap {
+    fn drop(&mut self) {
+        // Finish the pass over whatever the decompressor did not need to read (a
+        // stream's padding), so the CRC covers the whole file.
+        let mut sink = [0u8; 1 << 16];
+        while matches!(std::io::Read::read(&mut self.inner, &mut sink), Ok(n) if n > 0) {}
+        if let Ok(mut slot) = self.done.lock() {
+            *slot = Some((self.inner.crc32c(), self.inner.bytes()));
+        }
+    }
+}
+
+/// Checks decoded records against a manifest's features.
+struct SchemaCheck {
+    record_type: RecordType,
+    /// (part, name) → spec. Examples use part `None`.
+    specs: BTreeMap<(Option<Part>, String), FeatureSpec>,
+}
+
+fn feature_len(f: &Feature) -> Option<(FeatureKind, usize)> {
+    Some(match f.kind.as_ref()? {
+        Kind::BytesList(l) => (FeatureKind::Bytes, l.value.len()),
+        Kind::FloatList(l) => (FeatureKind::Float, l.value.len()),
+        Kind::Int64List(l) => (FeatureKind::Int64, l.value.len()),
+    })
+}
+
+fn shape_fits(shape: &Option<Vec<u64>>, len: usize) -> bool {
+    match shape.as_deref() {
+        None => true,
+        Some([]) => len == 1,
+        Some(dims) => dims.iter().product::<u64>() == len as u64,
+    }
+}
+
+impl SchemaCheck {
+    fn new(features: &[FeatureSpec], record_type: RecordType) -> SchemaCheck {
+        let specs = features
+            .iter()
+            .map(|f| {
+                let part = match (record_type, f.part) {
+                    (RecordType::Example, _) => None,
+                    (_, Some(Part::FeatureLists)) => Some(Part::FeatureLists),
+                    _ => Some(Part::Context),
+                };
+                ((part, f.name.clone()), f.clone())
+            })
+            .collect();
+        SchemaCheck { record_type, specs }
+    }
+
+    fn check_features(&self, part: Option<Part>, features: Option<&Features>) -> Option<String> {
+        let empty = Features::default();
+        let features = features.unwrap_or(&empty);
+        for (name, feature) in &features.feature {
+            let Some(spec) = self.specs.get(&(part, name.clone())) else {
+                return Some(format!("feature \"{name}\" is not in the schema"));
+            };
+            let Some((kind, len)) = feature_len(feature) else {
+                return Some(format!("feature \"{name}\" has no value list"));
+            };
+            if kind != spec.kind {
+                return Some(format!(
+                    "feature \"{name}\" is {}, the schema says {}",
+                    kind.name(),
+                    spec.kind.name()
+                ));
+            }
+            if !shape_fits(&spec.shape, len) {
+                return Some(format!(
+                    "feature \"{name}\" has {len} values, the schema's shape is {:?}",
+                    spec.shape.clone().unwrap_or_default()
+                ));
+            }
+        }
+        for ((p, name), spec) in &self.specs {
+            if *p == part && spec.shape.is_some() && !features.feature.contains_key(name) {
+                return Some(format!(
+                    "feature \"{name}\" is missing, the schema says every record has it"
+                ));
+            }
+        }
+        None
+    }
+
+    fn check(&self, record: &Record) -> Option<String> {
+        match (record, self.record_type) {
+            (Record::Example(e), _) => self.check_features(None, e.features.as_ref()),
+            (Record::SequenceExample(s), _) => {
+                if let Some(text) = self.check_features(Some(Part::Context), s.context.as_ref()) {
+                    return Some(text);
+                }
+                let lists = s.feature_lists.as_ref().map(|l| &l.feature_list);
+                for (name, list) in lists.into_iter().flatten() {
+                    let Some(spec) = self.specs.get(&(Some(Part::FeatureLists), name.clone()))
+                    else {
+                        return Some(format!("feature list \"{name}\" is not in the schema"));
+                    };
+                    for (step, feature) in list.feature.iter().enumerate() {
+                        match feature_len(feature) {
+                            Some((kind, _)) if kind != spec.kind => {
+                                return Some(format!("feature list \"{name}\" step {step} is {}, the schema says {}", kind.name(), spec.kind.name()))
+                            }
+                            Some((_, len)) if !shape_fits(&spec.shape, len) => {
+                                return Some(format!("feature list \"{name}\" step {step} has {len} values, the schema's step shape is {:?}", spec.shape.clone().unwrap_or_default()))
+                            }
+                            None => return Some(format!("feature list \"{name}\" step {step} has no value list")),
+                            _ => {}
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+}
