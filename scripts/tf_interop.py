@@ -270,7 +270,34 @@ def sequence_table():
     print("sequence examples: TensorFlow parses the list-of-list columns as feature lists")
 
 
+def image_folder():
+    """TensorFlow decodes every image/encoded; height, width and labels agree."""
+    import shutil
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testdata", "images")
+    folder = os.path.join(WORK, "images")
+    shutil.copytree(src, folder)
+    os.makedirs(os.path.join(folder, "zebras"), exist_ok=True)
+    out = os.path.join(WORK, "images-out")
+    tfshard("convert", "images", folder, "-o", out, "--quiet")
+    manifest = json.load(open(os.path.join(out, "data.manifest.json")))
+    spec = spec_of(out)
+    files = [os.path.join(out, s["file"]) for s in manifest["shards"]]
+    n = 0
+    for rec in tf.data.TFRecordDataset(files):
+        ex = tf.io.parse_single_example(rec, spec)
+        image = tf.io.decode_image(ex["image/encoded"], expand_animations=False)
+        check(image.shape[0] == int(ex["image/height"]) and image.shape[1] == int(ex["image/width"]),
+              f"{ex['image/filename'].numpy()}: decoded {image.shape}, header {int(ex['image/height'])}x{int(ex['image/width'])}")
+        text = ex["image/class/text"].numpy().decode()
+        check(manifest["classes"][int(ex["image/class/label"])] == text, f"label of {text}")
+        check(ex["image/filename"].numpy().decode().split("/")[0] == text, "class folder")
+        n += 1
+    check(n == 7, f"{n} images")
+    print(f"images: TensorFlow decoded all {n} (jpeg, png, gif, bmp, webp); sizes and labels agree")
+
+
 library_files()
+image_folder()
 converted_table()
 sequence_table()
 print(f"tf_interop: {checks} passed, 0 failed")

@@ -22,9 +22,12 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{
     schema_difference, EncodeOptions, EncodePlan, EncodeStats, EncodedBatch,
 };
+use crate::example::RecordType;
+use crate::manifest::Skipped;
 use crate::manifest::{self, InputInfo, Manifest, MANIFEST_VERSION};
 use crate::progress::Progress;
 use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter};
+use crate::source::images::{self, ImageData, Labels, OnError};
 use crate::source::parquet::{self as source, ParquetInput};
 use crate::tfrecord::Compression;
 
@@ -122,6 +125,8 @@ pub struct ConvertSummary {
     pub bytes: u64,
     /// Wall time.
     pub seconds: f64,
+    /// Image files left out (`--on-error skip`).
+    pub skipped: u64,
 }
 
 /// One row group.
@@ -183,67 +188,202 @@ pub fn convert_parquet(
         }
     }
     progress.set_total(inputs.iter().map(|i| i.rows).sum());
-    let shard_options = |plan_kind| ShardOptions {
+    let mut report: &dyn Progress = progress;
+    let (shards, pass) = write_shards(options, &out, |writer| {
+        let pass = write_pass(options, &inputs, &plan, &units, writer, report);
+        report = &crate::progress::NoProgress;
+        pass
+    })?;
+    let inputs = inputs
+        .iter()
+        .zip(&pass.rows_per_input)
+        .map(|(i, &rows)| InputInfo {
+            path: i.file.display.clone(),
+            bytes: i.bytes,
+            rows,
+        })
+        .collect();
+    let manifest = new_manifest(
+        options,
+        plan.record_type(),
+        inputs,
+        plan.features(&pass.stats),
+    );
+    commit(options, &out, &shards, manifest, started)
+}
+
+/// What to do with an image folder.
+#[derive(Debug, Clone)]
+pub struct ImageOptions {
+    /// Where labels come from.
+    pub labels: Labels,
+    /// File extensions to read (case-insensitive).
+    pub extensions: Vec<String>,
+    /// Fail on a bad file, or skip it.
+    pub on_error: OnError,
+}
+
+/// Files read in parallel per step; their bytes are held until written in order.
+const IMAGE_CHUNK: usize = 64;
+
+/// Converts an image folder (`options.inputs[0]`) into shards and a manifest.
+///
+/// # Errors
+///
+/// As [`convert_parquet`]; a bad image with `OnError::Fail`.
+pub fn convert_images(
+    options: &ConvertOptions,
+    images: &ImageOptions,
+    progress: &dyn Progress,
+) -> Result<ConvertSummary> {
+    let started = Instant::now();
+    let dir = options.inputs.first().cloned().unwrap_or_default();
+    let mut plan = images::plan(&dir, &images.labels, &images.extensions, images.on_error)?;
+    let out = OutputDir::prepare(&options.output, &options.prefix, options.overwrite)?;
+    progress.set_total(plan.files.len() as u64);
+    let mut report: &dyn Progress = progress;
+    let (shards, (skipped, bytes)) = write_shards(options, &out, |writer| {
+        let mut skipped = Vec::new();
+        let mut bytes_read = 0u64;
+        for chunk in plan.files.chunks(IMAGE_CHUNK) {
+            // The work is I/O and syscalls: read a chunk in parallel, write it in order.
+            let read: Vec<Result<ImageData>> = chunk
+                .par_iter()
+                .map(|f| images::read_image(&f.path))
+                .collect();
+            for (file, image) in chunk.iter().zip(read) {
+                match image {
+                    Ok(image) => {
+                        bytes_read += image.bytes.len() as u64;
+                        let record = images::encode(file, image);
+                        let mut framed = Vec::with_capacity(record.len() + 16);
+                        crate::tfrecord::frame::append_record(&mut framed, &record);
+                        writer.write(&framed)?;
+                    }
+                    Err(e) if images.on_error == OnError::Skip => skipped.push(Skipped {
+                        path: file.rel.clone(),
+                        reason: e.kind().to_string(),
+                    }),
+                    Err(e) => return Err(e),
+                }
+            }
+            report.advance(chunk.len() as u64, writer.bytes_written());
+            check_cancel(options)?;
+        }
+        report = &crate::progress::NoProgress;
+        Ok((skipped, bytes_read))
+    })?;
+    plan.skipped.extend(skipped);
+    plan.skipped
+        .sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    let records: u64 = shards.iter().map(|s| s.records).sum();
+    let inputs = vec![InputInfo {
+        path: dir.display().to_string(),
+        bytes,
+        rows: records,
+    }];
+    let labels = images.labels != Labels::None;
+    let mut manifest = new_manifest(
+        options,
+        RecordType::Example,
+        inputs,
+        images::features(labels, records),
+    );
+    let labels_option = match &images.labels {
+        Labels::DirName => "dirname".to_owned(),
+        Labels::None => "none".to_owned(),
+        Labels::Csv(p) => p.display().to_string(),
+    };
+    manifest
+        .options
+        .insert("labels".into(), json!(labels_option));
+    manifest
+        .options
+        .insert("extensions".into(), json!(images.extensions));
+    let on_error = if images.on_error == OnError::Skip {
+        "skip"
+    } else {
+        "fail"
+    };
+    manifest.options.insert("on_error".into(), json!(on_error));
+    manifest.classes = plan.classes.clone();
+    manifest.skipped = Some(plan.skipped.clone());
+    let summary = commit(options, &out, &shards, manifest, started)?;
+    Ok(ConvertSummary {
+        skipped: plan.skipped.len() as u64,
+        ..summary
+    })
+}
+
+/// Runs `pass` with the fill rule; when `--min-shards N` wants more shards than that
+/// made, runs it again cutting N shards evenly by bytes (only outputs smaller than N ×
+/// the target get here, so the second pass is cheap).
+fn write_shards<T>(
+    options: &ConvertOptions,
+    out: &OutputDir,
+    mut pass: impl FnMut(&mut ShardWriter) -> Result<T>,
+) -> Result<(Vec<ClosedShard>, T)> {
+    let shard_options = |plan| ShardOptions {
         tmp_dir: out.tmp_dir().to_path_buf(),
         compression: options.compression,
         target_bytes: options.target_bytes,
         max_records: options.max_records,
         index: options.index,
-        plan: plan_kind,
+        plan,
     };
-    let mut pass = write_pass(
-        options,
-        &inputs,
-        &plan,
-        &units,
-        shard_options(Plan::Fill),
-        progress,
-    )?;
+    let mut writer = ShardWriter::new(shard_options(Plan::Fill));
+    let mut result = pass(&mut writer)?;
+    let total_framed = writer.total_framed();
+    let mut shards = writer.finish()?;
     if let Some(n) = options.min_shards {
-        if (pass.shards.len() as u64) < n {
-            // Smaller than n × the target: cut n shards by bytes instead.
-            for shard in &pass.shards {
+        if (shards.len() as u64) < n {
+            for shard in &shards {
                 let _ = std::fs::remove_file(&shard.path);
             }
-            let even = Plan::Even {
+            let mut writer = ShardWriter::new(shard_options(Plan::Even {
                 shards: n,
-                total_framed: pass.total_framed,
-            };
-            pass = write_pass(
-                options,
-                &inputs,
-                &plan,
-                &units,
-                shard_options(even),
-                &crate::progress::NoProgress,
-            )?;
+                total_framed,
+            }));
+            result = pass(&mut writer)?;
+            shards = writer.finish()?;
         }
     }
-    let mut manifest = Manifest {
+    Ok((shards, result))
+}
+
+fn new_manifest(
+    options: &ConvertOptions,
+    record_type: RecordType,
+    inputs: Vec<InputInfo>,
+    features: Vec<crate::example::FeatureSpec>,
+) -> Manifest {
+    Manifest {
         manifest_version: MANIFEST_VERSION,
         tfshard_version: env!("CARGO_PKG_VERSION").into(),
         created: manifest::now_rfc3339(),
-        record_type: plan.record_type(),
+        record_type,
         compression: options.compression.name().into(),
         options: options.manifest_options(),
-        inputs: inputs
-            .iter()
-            .zip(&pass.rows_per_input)
-            .map(|(i, &rows)| InputInfo {
-                path: i.file.display.clone(),
-                bytes: i.bytes,
-                rows,
-            })
-            .collect(),
-        features: plan.features(&pass.stats),
+        inputs,
+        features,
         classes: None,
         skipped: None,
         shards: vec![],
         records: 0,
         bytes: 0,
-    };
+    }
+}
+
+/// The commit: renames shards into place and writes the manifest, unless interrupted.
+fn commit(
+    options: &ConvertOptions,
+    out: &OutputDir,
+    shards: &[ClosedShard],
+    mut manifest: Manifest,
+    started: Instant,
+) -> Result<ConvertSummary> {
     check_cancel(options)?;
-    let manifest_path = out.commit(&pass.shards, options.compression, &mut manifest)?;
+    let manifest_path = out.commit(shards, options.compression, &mut manifest)?;
     Ok(ConvertSummary {
         output: options.output.clone(),
         manifest: manifest_path,
@@ -251,6 +391,7 @@ pub fn convert_parquet(
         shards: manifest.shards.len() as u64,
         bytes: manifest.bytes,
         seconds: started.elapsed().as_secs_f64(),
+        skipped: 0,
     })
 }
 
@@ -264,10 +405,8 @@ fn check_cancel(options: &ConvertOptions) -> Result<()> {
 }
 
 struct Pass {
-    shards: Vec<ClosedShard>,
     stats: EncodeStats,
     rows_per_input: Vec<u64>,
-    total_framed: u64,
 }
 
 /// Decodes and encodes units on `threads` workers; writes their records in unit order.
@@ -276,7 +415,7 @@ fn write_pass(
     inputs: &[ParquetInput],
     plan: &EncodePlan,
     units: &[Unit],
-    shard_options: ShardOptions,
+    writer: &mut ShardWriter,
     progress: &dyn Progress,
 ) -> Result<Pass> {
     let channels: Vec<(Sender<Message>, Receiver<Message>)> =
@@ -325,7 +464,7 @@ fn write_pass(
             plan,
             units,
             receivers,
-            shard_options,
+            writer,
             progress,
             inputs.len(),
         );
@@ -339,11 +478,10 @@ fn write_in_order(
     plan: &EncodePlan,
     units: &[Unit],
     receivers: Vec<Receiver<Message>>,
-    shard_options: ShardOptions,
+    writer: &mut ShardWriter,
     progress: &dyn Progress,
     input_count: usize,
 ) -> Result<Pass> {
-    let mut writer = ShardWriter::new(shard_options);
     let mut stats = plan.new_stats();
     let mut rows_per_input = vec![0u64; input_count];
     for (unit, rx) in units.iter().zip(receivers) {
@@ -361,12 +499,8 @@ fn write_in_order(
             check_cancel(options)?;
         }
     }
-    let total_framed = writer.total_framed();
-    let shards = writer.finish()?;
     Ok(Pass {
-        shards,
         stats,
         rows_per_input,
-        total_framed,
     })
 }

@@ -206,6 +206,21 @@ pub enum ErrorKind {
         /// The other kind.
         second: &'static str,
     },
+    /// A file that is not a readable image.
+    #[error("{reason}")]
+    BadImage {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// An image outside any class folder, with `--labels dirname`.
+    #[error("this image is not inside a class folder (with --labels dirname, each first-level folder is a class)")]
+    UnlabeledImage,
+    /// A labels file that does not match the images.
+    #[error("labels file does not match the images: {detail}")]
+    LabelsMismatch {
+        /// The first mismatch.
+        detail: String,
+    },
     /// The run was interrupted by a signal.
     #[error("interrupted by signal {signal}")]
     Interrupted {
@@ -301,6 +316,10 @@ impl Error {
             ErrorKind::NestedList { .. } => Some(format!(
                 "hint: --record-type sequence-example writes it as a feature list, or skip it with --exclude {column}"
             )),
+            ErrorKind::BadImage { .. } | ErrorKind::LabelsMismatch { .. } => {
+                Some("hint: --on-error skip leaves such files out and lists them in the manifest".into())
+            }
+            ErrorKind::UnlabeledImage => Some("hint: move it into a class folder, or use --labels none".into()),
             ErrorKind::OutputExists => Some("hint: pass --overwrite to replace this prefix's output".into()),
             ErrorKind::NullInList => Some(format!("hint: drop the nulls upstream, or skip it with --exclude {column}")),
             ErrorKind::Parquet(e) if e.to_string().contains("encrypt") => {

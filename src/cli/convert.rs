@@ -8,9 +8,12 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
 use super::{output, CliError, CliResult, Common};
-use tfshard::convert::{convert_parquet, ConvertOptions, ConvertSummary};
+use tfshard::convert::{
+    convert_images, convert_parquet, ConvertOptions, ConvertSummary, ImageOptions,
+};
 use tfshard::example::encode::EncodeOptions;
 use tfshard::example::RecordType;
+use tfshard::source::images::{Labels, OnError};
 use tfshard::tfrecord::Compression;
 
 /// `convert` subcommands.
@@ -22,6 +25,84 @@ pub enum ConvertCommand {
         tfshard convert parquet warehouse/events/ -o out/ --target-shard-size 128MiB --compression gzip --json"
     )]
     Parquet(ParquetArgs),
+    /// A folder of images, one sub-folder per class, into shards of tf.train.Example.
+    #[command(after_help = "Examples:\n  tfshard convert images photos/ -o out/\n  \
+        tfshard convert images photos/ -o out/ --labels labels.csv --on-error skip")]
+    Images(ImagesArgs),
+}
+
+/// `--on-error`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnErrorFlag {
+    /// Stop with exit 1 naming the file.
+    Fail,
+    /// Leave it out, warn, and list it in the manifest's `skipped`.
+    Skip,
+}
+
+/// Arguments of `convert images`.
+#[derive(Args, Debug)]
+pub struct ImagesArgs {
+    /// The image folder.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    #[command(flatten)]
+    pub shard: ShardFlags,
+    /// Labels: `dirname` (each first-level folder is a class, sorted, 0..K-1), `none`, or a CSV file with columns filename,label.
+    #[arg(long, value_name = "dirname|none|FILE.csv", default_value = "dirname")]
+    pub labels: String,
+    /// File extensions to read (case-insensitive).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "EXT,EXT",
+        default_value = "jpg,jpeg,png,gif,bmp,webp"
+    )]
+    pub extensions: Vec<String>,
+    /// A file that is not a readable image: stop (fail) or leave it out (skip).
+    #[arg(long, value_enum, default_value_t = OnErrorFlag::Fail)]
+    pub on_error: OnErrorFlag,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+impl ImagesArgs {
+    /// Resolves flags into library options.
+    pub fn to_options(&self) -> Result<(ConvertOptions, ImageOptions), CliError> {
+        let mut options = ConvertOptions::new(vec![self.dir.clone()], self.shard.output.clone());
+        self.shard.apply(&mut options)?;
+        if self.common.threads == Some(0) {
+            return Err(CliError::Usage("--threads must be at least 1".into()));
+        }
+        options.threads = self.common.thread_count();
+        let labels = match self.labels.as_str() {
+            "dirname" => Labels::DirName,
+            "none" => Labels::None,
+            file => Labels::Csv(PathBuf::from(file)),
+        };
+        let extensions: Vec<String> = self
+            .extensions
+            .iter()
+            .map(|e| e.trim_start_matches('.').to_owned())
+            .collect();
+        if extensions.iter().any(String::is_empty) {
+            return Err(CliError::Usage(
+                "--extensions takes names like jpg,png".into(),
+            ));
+        }
+        let on_error = match self.on_error {
+            OnErrorFlag::Fail => OnError::Fail,
+            OnErrorFlag::Skip => OnError::Skip,
+        };
+        Ok((
+            options,
+            ImageOptions {
+                labels,
+                extensions,
+                on_error,
+            },
+        ))
+    }
 }
 
 /// `--compression` of writers.
@@ -224,6 +305,7 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             "shards": summary.shards,
             "bytes": summary.bytes,
             "seconds": summary.seconds,
+            "skipped": summary.skipped,
         }))?;
     } else if !common.quiet {
         println!(
@@ -252,6 +334,22 @@ impl ConvertCommand {
                 let result = convert_parquet(&options, &bar);
                 bar.clear();
                 report(&args.common, &result?)
+            }
+            ConvertCommand::Images(args) => {
+                let (options, images) = args.to_options()?;
+                install_signal_handlers(&options.cancel);
+                let bar = output::Bar::new(&args.common, "files");
+                let result = convert_images(&options, &images, &bar);
+                bar.clear();
+                let summary = result?;
+                if summary.skipped > 0 && !args.common.quiet {
+                    eprintln!(
+                        "warning: skipped {} file{} (listed with reasons in the manifest's \"skipped\")",
+                        summary.skipped,
+                        if summary.skipped == 1 { "" } else { "s" }
+                    );
+                }
+                report(&args.common, &summary)
             }
         }
     }

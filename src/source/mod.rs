@@ -1,3 +1,4 @@
 //! Inputs: Parquet tables (and, later, image folders) as Arrow batches in input order.
 
+pub mod images;
 pub mod parquet;

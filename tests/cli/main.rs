@@ -3,6 +3,7 @@
 mod convert;
 mod encode;
 mod golden;
+mod images;
 mod inspect_schema;
 mod roundtrip;
 mod verify;
