@@ -221,6 +221,18 @@ pub enum ErrorKind {
         /// The first mismatch.
         detail: String,
     },
+    /// A record's bytes do not form the message they should.
+    #[error("decode error: {detail}")]
+    Malformed {
+        /// What is wrong.
+        detail: String,
+    },
+    /// A record that does not fit the feature spec.
+    #[error("schema mismatch: {detail}")]
+    RecordMismatch {
+        /// Which feature and how.
+        detail: String,
+    },
     /// The run was interrupted by a signal.
     #[error("interrupted by signal {signal}")]
     Interrupted {

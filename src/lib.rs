@@ -31,11 +31,13 @@
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod convert;
 pub mod dataset;
 pub mod error;
 pub mod example;
 pub mod manifest;
+pub mod pipeline;
 pub mod progress;
 pub mod records;
 pub mod shard;

@@ -2,6 +2,7 @@
 //! (their doc comments are `--help`), `to_options()` resolving flags into library
 //! options, and `run()`: one library call plus the human or `--json` summary.
 
+mod bench;
 mod convert;
 mod inspect;
 pub mod output;
@@ -95,6 +96,11 @@ enum Command {
         after_help = "Examples:\n  tfshard verify out/\n  tfshard verify out/ --deep --json"
     )]
     Verify(verify::VerifyArgs),
+    /// Read shards through the full prefetching pipeline and report throughput.
+    #[command(
+        after_help = "Examples:\n  tfshard bench out/\n  tfshard bench out/ --compare --step-time 5ms --json"
+    )]
+    Bench(bench::BenchArgs),
     /// Print the feature spec of shards: from their manifest, or inferred from every record.
     #[command(
         after_help = "Examples:\n  tfshard schema out/\n  tfshard schema out/ --format python"
@@ -222,6 +228,10 @@ pub fn run() -> CliResult {
             args.run()
         }
         Command::Verify(args) => {
+            args.common.setup_threads()?;
+            args.run()
+        }
+        Command::Bench(args) => {
             args.common.setup_threads()?;
             args.run()
         }

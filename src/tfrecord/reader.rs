@@ -96,6 +96,20 @@ impl<R: Read> RecordReader<R> {
         self.offset
     }
 
+    /// The masked data CRC stored after the record last read (what a caller that turned
+    /// off the check can verify later).
+    pub fn stored_data_crc(&self) -> u32 {
+        match self
+            .buf
+            .get(self.start.saturating_sub(FOOTER_LEN)..self.start)
+        {
+            Some(footer) if self.start >= FOOTER_LEN => {
+                u32::from_le_bytes(footer.try_into().expect("the footer is 4 bytes"))
+            }
+            _ => 0,
+        }
+    }
+
     /// The wrapped reader.
     pub fn get_ref(&self) -> &R {
         &self.inner

@@ -5,6 +5,7 @@ mod encode;
 mod golden;
 mod images;
 mod inspect_schema;
+mod pipeline;
 mod roundtrip;
 mod verify;
 

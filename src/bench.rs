@@ -1,0 +1,222 @@
+//! `bench`: runs the pipeline (and, with `compare`, the sequential baseline) and
+//! measures it. Returns a [`BenchReport`]; prints nothing.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::pipeline::{PipelineBuilder, PipelineOptions};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// The pipeline.
+    pub pipeline: PipelineOptions,
+    /// A simulated training step after each batch.
+    pub step_time: Option<Duration>,
+    /// Also run the sequential baseline.
+    pub compare: bool,
+}
+
+/// One epoch's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct EpochReport {
+    /// The epoch (0 ran with a cold cache, if the files were not read before).
+    pub epoch: u64,
+    /// Records delivered.
+    pub records: u64,
+    /// Batches delivered.
+    pub batches: u64,
+    /// Framed bytes of those records.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Records per second.
+    pub records_per_sec: f64,
+    /// Batches per second.
+    pub batches_per_sec: f64,
+    /// Bytes per second.
+    pub bytes_per_sec: f64,
+    /// The process's peak resident memory so far.
+    pub peak_rss_bytes: u64,
+    /// With a step time: the share of the consumer's time spent waiting for input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_wait_fraction: Option<f64>,
+}
+
+/// A whole run's figures; the top level of `bench --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    /// Records delivered in every epoch.
+    pub records: u64,
+    /// Framed bytes of those records.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Records per second.
+    pub records_per_sec: f64,
+    /// Bytes per second.
+    pub bytes_per_sec: f64,
+    /// Per epoch.
+    pub epochs: Vec<EpochReport>,
+    /// With a step time: the share of the consumer's time spent waiting for input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input_wait_fraction: Option<f64>,
+    /// Process CPU seconds (user + system) per million records.
+    pub cpu_seconds_per_million_records: f64,
+    /// Parse workers (0 for the sequential baseline).
+    pub parallelism: usize,
+    /// Files read at once.
+    pub cycle_length: usize,
+    /// Batches queued for the consumer.
+    pub prefetch: usize,
+}
+
+/// The full report.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// The pipeline's run.
+    #[serde(flatten)]
+    pub run: RunReport,
+    /// The sequential baseline, with `compare`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<RunReport>,
+    /// Pipeline records/s over the baseline's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub speedup: Option<f64>,
+}
+
+/// (peak RSS bytes, CPU seconds) of this process so far.
+fn usage() -> (u64, f64) {
+    // SAFETY: getrusage fills the struct it is given; zeroed is a valid start.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a rusage struct.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return (0, 0.0);
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    // Linux reports ru_maxrss in KiB.
+    (
+        ru.ru_maxrss as u64 * 1024,
+        secs(ru.ru_utime) + secs(ru.ru_stime),
+    )
+}
+
+fn per_sec(n: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        n as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
+fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunReport> {
+    let pipeline = PipelineBuilder::new(options.paths.clone())
+        .with_options(options.clone())
+        .build()?;
+    let tuned = pipeline.tuned();
+    let (_, cpu_start) = usage();
+    let started = Instant::now();
+    let mut epochs: Vec<EpochReport> = Vec::new();
+    let mut epoch_start = started;
+    let mut waited = Duration::ZERO;
+    let mut epoch_waited = Duration::ZERO;
+    let mut current: Option<EpochReport> = None;
+    let finish = |mut e: EpochReport, start: Instant, waited: Duration, end: Instant| {
+        e.seconds = (end - start).as_secs_f64();
+        e.records_per_sec = per_sec(e.records, e.seconds);
+        e.batches_per_sec = per_sec(e.batches, e.seconds);
+        e.bytes_per_sec = per_sec(e.bytes, e.seconds);
+        e.peak_rss_bytes = usage().0;
+        if step_time.is_some() && e.seconds > 0.0 {
+            e.input_wait_fraction = Some(waited.as_secs_f64() / e.seconds);
+        }
+        e
+    };
+    let mut pipeline = pipeline;
+    loop {
+        let asked = Instant::now();
+        let Some(batch) = pipeline.next() else { break };
+        let batch = batch?;
+        let got = Instant::now();
+        if current.as_ref().is_some_and(|e| e.epoch != batch.epoch) {
+            let done = current.take().expect("checked just above");
+            epochs.push(finish(done, epoch_start, epoch_waited, asked));
+            epoch_start = asked;
+            epoch_waited = Duration::ZERO;
+        }
+        waited += got - asked;
+        epoch_waited += got - asked;
+        let e = current.get_or_insert(EpochReport {
+            epoch: batch.epoch,
+            records: 0,
+            batches: 0,
+            bytes: 0,
+            seconds: 0.0,
+            records_per_sec: 0.0,
+            batches_per_sec: 0.0,
+            bytes_per_sec: 0.0,
+            peak_rss_bytes: 0,
+            input_wait_fraction: None,
+        });
+        e.records += batch.rows as u64;
+        e.batches += 1;
+        e.bytes += batch.record_bytes;
+        if let Some(step) = step_time {
+            std::thread::sleep(step);
+        }
+    }
+    let end = Instant::now();
+    if let Some(done) = current.take() {
+        epochs.push(finish(done, epoch_start, epoch_waited, end));
+    }
+    drop(pipeline);
+    let seconds = (end - started).as_secs_f64();
+    let records: u64 = epochs.iter().map(|e| e.records).sum();
+    let bytes: u64 = epochs.iter().map(|e| e.bytes).sum();
+    let (_, cpu_end) = usage();
+    Ok(RunReport {
+        records,
+        bytes,
+        seconds,
+        records_per_sec: per_sec(records, seconds),
+        bytes_per_sec: per_sec(bytes, seconds),
+        epochs,
+        input_wait_fraction: step_time
+            .map(|_| waited.as_secs_f64() / seconds.max(f64::MIN_POSITIVE)),
+        cpu_seconds_per_million_records: if records > 0 {
+            (cpu_end - cpu_start) * 1e6 / records as f64
+        } else {
+            0.0
+        },
+        parallelism: tuned.parallelism,
+        cycle_length: tuned.cycle_length,
+        prefetch: tuned.prefetch,
+    })
+}
+
+/// Runs the benchmark.
+///
+/// # Errors
+///
+/// Whatever stops the pipeline: a corrupt shard, a record that does not fit the spec.
+pub fn bench(options: &BenchOptions) -> Result<BenchReport> {
+    let pipelined = run(&options.pipeline, options.step_time)?;
+    let baseline = if options.compare {
+        let mut sequential = options.pipeline.clone();
+        sequential.sequential = true;
+        Some(run(&sequential, options.step_time)?)
+    } else {
+        None
+    };
+    let speedup = baseline
+        .as_ref()
+        .filter(|b| b.records_per_sec > 0.0)
+        .map(|b| pipelined.records_per_sec / b.records_per_sec);
+    Ok(BenchReport {
+        run: pipelined,
+        baseline,
+        speedup,
+    })
+}

@@ -1,0 +1,206 @@
+//! `tfshard bench PATH...`: reads shards through the full pipeline and reports
+//! throughput, per epoch; `--compare` adds the sequential baseline.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::{output, CliError, CliResult, Common, ReadFlags};
+use tfshard::bench::{bench, BenchOptions, RunReport};
+use tfshard::pipeline::{PipelineBuilder, DEFAULT_BATCH_SIZE, DEFAULT_SHUFFLE_BUFFER};
+
+/// Arguments of `bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Shards, folders or manifests.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// Records per batch.
+    #[arg(long, default_value_t = DEFAULT_BATCH_SIZE)]
+    pub batch_size: usize,
+    /// Shuffle buffer, in records (0: no shuffle).
+    #[arg(long, default_value_t = DEFAULT_SHUFFLE_BUFFER)]
+    pub shuffle_buffer: usize,
+    /// Files read at once [default: automatic].
+    #[arg(long)]
+    pub cycle_length: Option<usize>,
+    /// Parse workers, within --threads [default: automatic].
+    #[arg(long)]
+    pub parallelism: Option<usize>,
+    /// Parsed batches queued ahead of the consumer [default: automatic].
+    #[arg(long)]
+    pub prefetch: Option<usize>,
+    /// Passes over the data; the first is reported apart (cold cache).
+    #[arg(long, default_value_t = 2)]
+    pub epochs: u64,
+    /// Simulate a training step per batch (e.g. 5ms, 0.2s) and report the input-bound fraction.
+    #[arg(long, value_name = "DURATION")]
+    pub step_time: Option<String>,
+    /// Drop each epoch's last short batch.
+    #[arg(long)]
+    pub drop_remainder: bool,
+    /// Also run the sequential baseline and print the speedup.
+    #[arg(long)]
+    pub compare: bool,
+    /// Seed of the file and record shuffles.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Keep batch order reproducible (true) or hand batches out as they are ready (false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub deterministic: bool,
+    #[command(flatten)]
+    pub read: ReadFlags,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Parses `5ms`, `0.2s`, `100us`, `1m` (a bare number is seconds).
+pub fn parse_duration(text: &str) -> Result<Duration, CliError> {
+    let t = text.trim();
+    let bad = || CliError::Usage(format!("invalid duration {text:?}: use e.g. 5ms, 0.2s"));
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "" | "s" => value,
+        "ms" => value / 1e3,
+        "us" | "µs" => value / 1e6,
+        "m" => value * 60.0,
+        _ => return Err(bad()),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+fn print_run(out: &mut impl Write, title: &str, run: &RunReport) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{title} (parallelism {}, cycle length {}, prefetch {}):",
+        run.parallelism, run.cycle_length, run.prefetch
+    )?;
+    for e in &run.epochs {
+        let label = if e.epoch == 0 {
+            "epoch 0 (cold)".to_owned()
+        } else {
+            format!("epoch {}", e.epoch)
+        };
+        write!(
+            out,
+            "  {label:<15} {:>10} records {:>7.2} s {:>12.0} records/s {:>9.0} batches/s {:>8.1} MB/s  peak RSS {:.0} MiB",
+            e.records,
+            e.seconds,
+            e.records_per_sec,
+            e.batches_per_sec,
+            e.bytes_per_sec / 1e6,
+            e.peak_rss_bytes as f64 / (1 << 20) as f64
+        )?;
+        if let Some(w) = e.input_wait_fraction {
+            write!(out, "  input wait {:.1}%", 100.0 * w)?;
+        }
+        writeln!(out)?;
+    }
+    write!(
+        out,
+        "  {:<15} {:>10} records {:>7.2} s {:>12.0} records/s {:>19} {:>8.1} MB/s  {:.2} CPU-s per million records",
+        "total",
+        run.records,
+        run.seconds,
+        run.records_per_sec,
+        "",
+        run.bytes_per_sec / 1e6,
+        run.cpu_seconds_per_million_records
+    )?;
+    if let Some(w) = run.input_wait_fraction {
+        write!(out, "  input wait {:.1}%", 100.0 * w)?;
+    }
+    writeln!(out)
+}
+
+impl BenchArgs {
+    /// Resolves flags into library options.
+    pub fn to_options(&self) -> Result<BenchOptions, CliError> {
+        if self.batch_size == 0 {
+            return Err(CliError::Usage("--batch-size must be at least 1".into()));
+        }
+        for (flag, v) in [
+            ("--cycle-length", self.cycle_length),
+            ("--parallelism", self.parallelism),
+            ("--prefetch", self.prefetch),
+        ] {
+            if v == Some(0) {
+                return Err(CliError::Usage(format!("{flag} must be at least 1")));
+            }
+        }
+        let threads = self.common.thread_count();
+        if let Some(p) = self.parallelism {
+            if p > threads {
+                return Err(CliError::Usage(format!(
+                    "--parallelism {p} exceeds --threads {threads}"
+                )));
+            }
+        }
+        let mut builder = PipelineBuilder::new(self.paths.clone())
+            .with_threads(threads)
+            .with_epochs(self.epochs)
+            .with_shuffled_files(self.shuffle_buffer > 1)
+            .with_shuffle(self.shuffle_buffer, self.seed)
+            .with_batch(self.batch_size, self.drop_remainder)
+            .with_deterministic(self.deterministic);
+        if let Some(c) = self.read.compression.resolve() {
+            builder = builder.with_compression(c);
+        }
+        if let Some(c) = self.cycle_length {
+            builder = builder.with_interleave(c, 1);
+        }
+        if let Some(p) = self.parallelism {
+            builder = builder.with_parallelism(p);
+        }
+        if let Some(p) = self.prefetch {
+            builder = builder.with_prefetch(p);
+        }
+        let step_time = self.step_time.as_deref().map(parse_duration).transpose()?;
+        Ok(BenchOptions {
+            pipeline: builder.options().clone(),
+            step_time,
+            compare: self.compare,
+        })
+    }
+
+    /// Runs and reports.
+    pub fn run(&self) -> CliResult {
+        let options = self.to_options()?;
+        let report = bench(&options)?;
+        if self.common.json {
+            output::print_json(&serde_json::to_value(&report).map_err(std::io::Error::other)?)?;
+            return Ok(());
+        }
+        let mut out = output::stdout();
+        print_run(&mut out, "pipeline", &report.run)?;
+        if let Some(base) = &report.baseline {
+            print_run(&mut out, "sequential baseline", base)?;
+        }
+        if let Some(s) = report.speedup {
+            writeln!(out, "speedup: {s:.2}x the sequential baseline")?;
+        }
+        out.flush()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5ms").unwrap(), Duration::from_millis(5));
+        assert_eq!(parse_duration("0.5s").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
+        assert!(parse_duration("fast").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}

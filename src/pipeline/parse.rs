@@ -1,0 +1,412 @@
+//! Parse: a batch of raw `tf.train.Example` records → one columnar [`Batch`].
+//!
+//! A hand-written protobuf walker appends each feature's values straight into its
+//! column: dense arrays for fixed shapes, values plus row splits for variable lengths
+//! (like `tf.RaggedTensor`), offsets plus data for bytes. No message struct per record.
+//! It checks each record's data CRC too, so that work spreads over the parse workers.
+//! Features a record has but the spec lacks are ignored, as `tf.io.parse_example` does.
+
+use std::collections::HashMap;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::{FeatureKind, FeatureSpec, Part};
+use crate::pipeline::batch::RawBatch;
+use crate::tfrecord::frame;
+
+/// A column's values.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Values {
+    /// `int64_list` values.
+    Int64(Vec<i64>),
+    /// `float_list` values.
+    Float(Vec<f32>),
+    /// `bytes_list` values: value i is `data[offsets[i]..offsets[i + 1]]`.
+    Bytes {
+        /// `len + 1` offsets into `data`.
+        offsets: Vec<u64>,
+        /// Every value's bytes, back to back.
+        data: Vec<u8>,
+    },
+}
+
+impl Values {
+    fn new(kind: FeatureKind) -> Values {
+        match kind {
+            FeatureKind::Int64 => Values::Int64(Vec::new()),
+            FeatureKind::Float => Values::Float(Vec::new()),
+            FeatureKind::Bytes => Values::Bytes {
+                offsets: vec![0],
+                data: Vec::new(),
+            },
+        }
+    }
+
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        match self {
+            Values::Int64(v) => v.len(),
+            Values::Float(v) => v.len(),
+            Values::Bytes { offsets, .. } => offsets.len() - 1,
+        }
+    }
+
+    /// Whether there are no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn payload_bytes(&self) -> u64 {
+        match self {
+            Values::Int64(v) => 8 * v.len() as u64,
+            Values::Float(v) => 4 * v.len() as u64,
+            Values::Bytes { data, offsets } => (data.len() + 8 * offsets.len()) as u64,
+        }
+    }
+}
+
+/// One feature of a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    /// The feature name.
+    pub name: String,
+    /// Fixed shape of one row (`[]` scalar, `[n]`), or `None` for variable length.
+    pub shape: Option<Vec<u64>>,
+    /// The values of every row, row after row.
+    pub values: Values,
+    /// For variable-length columns: `rows + 1` offsets into `values`, as
+    /// `tf.RaggedTensor.row_splits`. `None` for fixed shapes (dense).
+    pub row_splits: Option<Vec<u64>>,
+}
+
+/// A batch of parsed records, column by column.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// The epoch it belongs to (from 0).
+    pub epoch: u64,
+    /// Records in it.
+    pub rows: usize,
+    /// One column per feature of the spec, in spec order.
+    pub columns: Vec<Column>,
+    /// Framed bytes of the records it came from.
+    pub record_bytes: u64,
+}
+
+impl Batch {
+    /// The column of a feature.
+    pub fn column(&self, name: &str) -> Option<&Column> {
+        self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// Bytes held by the columns.
+    pub fn payload_bytes(&self) -> u64 {
+        self.columns.iter().map(|c| c.values.payload_bytes()).sum()
+    }
+}
+
+/// Parses records into batches for one feature spec.
+#[derive(Debug, Clone)]
+pub struct Parser {
+    spec: Vec<FeatureSpec>,
+    index: HashMap<Vec<u8>, usize>,
+    check_crc: bool,
+}
+
+fn malformed(detail: &str) -> Error {
+    Error::new(ErrorKind::Malformed {
+        detail: detail.to_owned(),
+    })
+}
+
+#[inline]
+fn varint(buf: &[u8], pos: &mut usize) -> Result<u64> {
+    let mut value = 0u64;
+    for shift in (0..64).step_by(7) {
+        let Some(&byte) = buf.get(*pos) else {
+            return Err(malformed("a varint runs past the end"));
+        };
+        *pos += 1;
+        value |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Ok(value);
+        }
+    }
+    Err(malformed("a varint longer than 10 bytes"))
+}
+
+#[inline]
+fn len_delimited<'a>(buf: &'a [u8], pos: &mut usize) -> Result<&'a [u8]> {
+    let len = varint(buf, pos)?;
+    let end = pos
+        .checked_add(usize::try_from(len).map_err(|_| malformed("a length beyond memory"))?)
+        .filter(|&e| e <= buf.len())
+        .ok_or_else(|| malformed("a length-delimited field runs past the end"))?;
+    let out = &buf[*pos..end];
+    *pos = end;
+    Ok(out)
+}
+
+/// Skips a field of the given wire type.
+fn skip(buf: &[u8], pos: &mut usize, wire: u64) -> Result<()> {
+    match wire {
+        0 => {
+            varint(buf, pos)?;
+        }
+        1 => *pos += 8,
+        2 => {
+            len_delimited(buf, pos)?;
+        }
+        5 => *pos += 4,
+        _ => return Err(malformed("an unknown wire type")),
+    }
+    if *pos > buf.len() {
+        return Err(malformed("a fixed-width field runs past the end"));
+    }
+    Ok(())
+}
+
+/// Calls `f(field, wire, payload)` for each field; `payload` is the field's bytes for
+/// length-delimited fields, empty otherwise (and the field is skipped).
+fn fields<'a>(buf: &'a [u8], mut f: impl FnMut(u64, u64, &'a [u8]) -> Result<()>) -> Result<()> {
+    let mut pos = 0;
+    while pos < buf.len() {
+        let key = varint(buf, &mut pos)?;
+        let (field, wire) = (key >> 3, key & 7);
+        if wire == 2 {
+            let payload = len_delimited(buf, &mut pos)?;
+            f(field, wire, payload)?;
+        } else {
+            let start = pos;
+            skip(buf, &mut pos, wire)?;
+            f(field, wire, &buf[start..pos])?;
+        }
+    }
+    Ok(())
+}
+
+impl Parser {
+    /// A parser for a spec (Example features only).
+    ///
+    /// # Errors
+    ///
+    /// A spec with `feature_lists` (SequenceExamples are not read by the pipeline).
+    pub fn new(spec: &[FeatureSpec]) -> Result<Parser> {
+        if spec.iter().any(|f| f.part == Some(Part::FeatureLists)) {
+            return Err(Error::new(ErrorKind::Malformed {
+                detail: "the pipeline reads tf.train.Example records; this spec has feature_lists (SequenceExample)".into(),
+            }));
+        }
+        let index = spec
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (f.name.as_bytes().to_vec(), i))
+            .collect();
+        Ok(Parser {
+            spec: spec.to_vec(),
+            index,
+            check_crc: true,
+        })
+    }
+
+    /// Whether to check each record's data CRC (on by default).
+    pub fn with_check_crc(mut self, check: bool) -> Parser {
+        self.check_crc = check;
+        self
+    }
+
+    /// The spec.
+    pub fn spec(&self) -> &[FeatureSpec] {
+        &self.spec
+    }
+
+    /// Parses a raw batch.
+    ///
+    /// # Errors
+    ///
+    /// A data CRC mismatch, a record that is not an Example, a feature of another kind
+    /// than the spec's, or a fixed-shape feature missing or of another length; each
+    /// names file, record and offset.
+    pub fn parse(&self, raw: &RawBatch, files: &[std::path::PathBuf]) -> Result<Batch> {
+        let mut columns: Vec<Column> = self
+            .spec
+            .iter()
+            .map(|f| Column {
+                name: f.name.clone(),
+                shape: f.shape.clone(),
+                values: Values::new(f.kind),
+                row_splits: f.shape.is_none().then(|| vec![0]),
+            })
+            .collect();
+        let mut seen = vec![false; columns.len()];
+        let mut record_bytes = 0;
+        for record in &raw.records {
+            record_bytes += record.bytes.len() as u64 + frame::FRAME_OVERHEAD;
+            let locate = |e: Error| {
+                let e = e
+                    .with_record(record.origin.record)
+                    .with_offset(record.origin.offset);
+                match files.get(record.origin.file) {
+                    Some(path) => e.with_file(path),
+                    None => e,
+                }
+            };
+            if self.check_crc && frame::masked_crc32c(&record.bytes) != record.crc {
+                return Err(locate(Error::new(ErrorKind::Frame {
+                    problem: crate::error::FrameProblem::DataCrc,
+                    detail: format!(
+                        "the {}-byte payload does not match its CRC",
+                        record.bytes.len()
+                    ),
+                })));
+            }
+            seen.iter_mut().for_each(|s| *s = false);
+            self.parse_record(&record.bytes, &mut columns, &mut seen)
+                .map_err(locate)?;
+            for (i, column) in columns.iter_mut().enumerate() {
+                match &mut column.row_splits {
+                    Some(splits) => splits.push(column.values.len() as u64),
+                    None if !seen[i] => {
+                        return Err(locate(Error::new(ErrorKind::RecordMismatch {
+                            detail: format!(
+                                "feature \"{}\" is missing, but the spec says every record has it (use a VarLenFeature spec)",
+                                column.name
+                            ),
+                        })))
+                    }
+                    None => {}
+                }
+            }
+        }
+        Ok(Batch {
+            epoch: raw.epoch,
+            rows: raw.records.len(),
+            columns,
+            record_bytes,
+        })
+    }
+
+    fn parse_record(&self, bytes: &[u8], columns: &mut [Column], seen: &mut [bool]) -> Result<()> {
+        fields(bytes, |field, wire, features| {
+            if field != 1 || wire != 2 {
+                return Ok(());
+            }
+            fields(features, |field, wire, entry| {
+                if field != 1 || wire != 2 {
+                    return Ok(());
+                }
+                let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
+                fields(entry, |field, _, payload| {
+                    match field {
+                        1 => key = payload,
+                        2 => value = payload,
+                        _ => {}
+                    }
+                    Ok(())
+                })?;
+                let Some(&i) = self.index.get(key) else {
+                    return Ok(());
+                };
+                if std::mem::replace(&mut seen[i], true) {
+                    return Err(malformed(&format!(
+                        "feature \"{}\" appears twice",
+                        columns[i].name
+                    )));
+                }
+                let before = columns[i].values.len();
+                append_feature(value, &mut columns[i].values)
+                    .map_err(|e| e.with_column(columns[i].name.clone()))?;
+                let count = (columns[i].values.len() - before) as u64;
+                if let Some(shape) = &columns[i].shape {
+                    let want: u64 = shape.iter().product();
+                    if count != want {
+                        return Err(Error::new(ErrorKind::RecordMismatch {
+                            detail: format!(
+                                "feature \"{}\" has {count} values, the spec's shape is {shape:?}",
+                                columns[i].name
+                            ),
+                        }));
+                    }
+                }
+                Ok(())
+            })
+        })
+    }
+}
+
+/// Appends the values of one `Feature` message.
+fn append_feature(feature: &[u8], values: &mut Values) -> Result<()> {
+    let mut kind_seen = None;
+    fields(feature, |field, wire, list| {
+        if wire != 2 {
+            return Ok(());
+        }
+        let kind = match field {
+            1 => FeatureKind::Bytes,
+            2 => FeatureKind::Float,
+            3 => FeatureKind::Int64,
+            _ => return Ok(()),
+        };
+        kind_seen = Some(kind);
+        match (kind, &mut *values) {
+            (FeatureKind::Int64, Values::Int64(out)) => fields(list, |f, wire, payload| {
+                match (f, wire) {
+                    (1, 2) => {
+                        let mut pos = 0;
+                        while pos < payload.len() {
+                            out.push(varint(payload, &mut pos)? as i64);
+                        }
+                    }
+                    (1, 0) => out.push(varint(payload, &mut 0)? as i64),
+                    _ => {}
+                }
+                Ok(())
+            }),
+            (FeatureKind::Float, Values::Float(out)) => fields(list, |f, wire, payload| {
+                match (f, wire) {
+                    (1, 2) if payload.len() % 4 == 0 => {
+                        out.extend(
+                            payload
+                                .chunks_exact(4)
+                                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                        );
+                    }
+                    (1, 2) => {
+                        return Err(malformed(
+                            "a packed float list whose length is not a multiple of 4",
+                        ))
+                    }
+                    (1, 5) => out.push(f32::from_le_bytes([
+                        payload[0], payload[1], payload[2], payload[3],
+                    ])),
+                    _ => {}
+                }
+                Ok(())
+            }),
+            (FeatureKind::Bytes, Values::Bytes { offsets, data }) => {
+                fields(list, |f, wire, payload| {
+                    if (f, wire) == (1, 2) {
+                        data.extend_from_slice(payload);
+                        offsets.push(data.len() as u64);
+                    }
+                    Ok(())
+                })
+            }
+            (found, expected) => Err(Error::new(ErrorKind::RecordMismatch {
+                detail: format!(
+                    "the feature is {}, the spec says {}",
+                    found.name(),
+                    match expected {
+                        Values::Int64(_) => "int64",
+                        Values::Float(_) => "float",
+                        Values::Bytes { .. } => "bytes",
+                    }
+                ),
+            })),
+        }
+    })?;
+    if kind_seen.is_none() {
+        return Err(Error::new(ErrorKind::RecordMismatch {
+            detail: "the feature holds no value list".into(),
+        }));
+    }
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! Shuffle: a buffer of `buffer_size` elements; each new element takes the place of a
+//! uniformly chosen one, which goes out (`tf.data.Dataset.shuffle`'s algorithm). At the
+//! end of an epoch the rest leaves in random order. Seeded, so the order repeats.
+
+/// SplitMix64: small, fast, and the same sequence on every platform.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator for a seed.
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform index below `n` (`n > 0`), by multiply-shift.
+    pub fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
+    }
+
+    /// Shuffles a slice in place (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.below(i + 1);
+            items.swap(i, j);
+        }
+    }
+}
+
+/// The shuffle buffer.
+#[derive(Debug)]
+pub struct ShuffleBuffer<T> {
+    items: Vec<T>,
+    capacity: usize,
+    rng: Rng,
+}
+
+impl<T> ShuffleBuffer<T> {
+    /// A buffer of `capacity` elements (0 or 1: no shuffling).
+    pub fn new(capacity: usize, seed: u64) -> ShuffleBuffer<T> {
+        ShuffleBuffer {
+            items: Vec::with_capacity(capacity.min(1 << 20)),
+            capacity: capacity.max(1),
+            rng: Rng::new(seed),
+        }
+    }
+
+    /// Adds an element; once the buffer is full, returns a random one.
+    pub fn push(&mut self, item: T) -> Option<T> {
+        self.items.push(item);
+        if self.items.len() < self.capacity {
+            return None;
+        }
+        let i = self.rng.below(self.items.len());
+        Some(self.items.swap_remove(i))
+    }
+
+    /// Removes one random element (at the end of an epoch).
+    pub fn pop(&mut self) -> Option<T> {
+        if self.items.is_empty() {
+            return None;
+        }
+        let i = self.rng.below(self.items.len());
+        Some(self.items.swap_remove(i))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_element_once_and_seeded() {
+        let run = |seed| {
+            let mut buf = ShuffleBuffer::new(100, seed);
+            let mut out = Vec::new();
+            for i in 0..1000 {
+                out.extend(buf.push(i));
+            }
+            while let Some(x) = buf.pop() {
+                out.push(x);
+            }
+            out
+        };
+        let a = run(1);
+        let mut sorted = a.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..1000).collect::<Vec<_>>());
+        assert_eq!(a, run(1));
+        assert_ne!(a, run(2));
+        assert_ne!(a, (0..1000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn below_is_in_range() {
+        let mut rng = Rng::new(7);
+        for n in 1..100 {
+            assert!(rng.below(n) < n);
+        }
+    }
+}

@@ -1,0 +1,325 @@
+//! The reader pipeline: every record exactly once per epoch under every setting, the same
+//! order for the same seed, a real shuffle, bounded memory, corruption as errors.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use tfshard::pipeline::{Batch, Pipeline, PipelineBuilder, Values};
+
+use crate::convert::write_table;
+use crate::{run, s, scratch};
+
+/// 10 shards of 500 records each, ids 0..5000 in order.
+fn shards(name: &str) -> PathBuf {
+    let dir = scratch(name);
+    let input = dir.join("t.parquet");
+    write_table(&input, 5000, 0, 1000);
+    let out = dir.join("shards");
+    let (code, _, err) = run([
+        "convert",
+        "parquet",
+        s(&input),
+        "-o",
+        s(&out),
+        "--max-records-per-shard",
+        "500",
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// Every `y` (id % 10) and `id` (as a number) of every batch, with its epoch.
+fn ids(batches: &[Batch]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let Some(col) = b.column("id") else {
+            panic!("no id column")
+        };
+        let Values::Bytes { offsets, data } = &col.values else {
+            panic!("id is bytes")
+        };
+        for w in offsets.windows(2) {
+            let text = std::str::from_utf8(&data[w[0] as usize..w[1] as usize]).unwrap();
+            out.push((b.epoch, text.trim_start_matches("id-").parse().unwrap()));
+        }
+        assert_eq!(b.rows, offsets.len() - 1);
+        let x = b.column("x").unwrap();
+        assert_eq!(x.shape, Some(vec![4]));
+        assert!(x.row_splits.is_none(), "a fixed shape is dense");
+        assert_eq!(x.values.len(), 4 * b.rows);
+    }
+    out
+}
+
+fn collect(builder: PipelineBuilder) -> Vec<Batch> {
+    builder
+        .build()
+        .unwrap()
+        .collect::<tfshard::Result<Vec<_>>>()
+        .unwrap()
+}
+
+#[test]
+fn every_record_once_per_epoch_under_every_setting() {
+    let dir = shards("pipeline_once");
+    for sequential in [false, true] {
+        for (parallelism, cycle, deterministic, shuffle, batch, drop) in [
+            (1, 1, true, 0, 64, false),
+            (2, 3, false, 100, 7, false),
+            (3, 10, true, 1000, 100, true),
+            (2, 2, false, 5000, 1, false),
+        ] {
+            let mut b = Pipeline::builder(vec![dir.clone()])
+                .with_epochs(2)
+                .with_parallelism(parallelism)
+                .with_threads(3)
+                .with_interleave(cycle, 2)
+                .with_deterministic(deterministic)
+                .with_shuffle(shuffle, 9)
+                .with_shuffled_files(shuffle > 0)
+                .with_batch(batch, drop);
+            if sequential {
+                b = b.sequential();
+            }
+            let batches = collect(b);
+            let got = ids(&batches);
+            let label = format!("seq={sequential} p={parallelism} cycle={cycle} det={deterministic} shuffle={shuffle} batch={batch} drop={drop}");
+            for epoch in 0..2 {
+                let mut seen: Vec<u64> = got
+                    .iter()
+                    .filter(|(e, _)| *e == epoch)
+                    .map(|(_, id)| *id)
+                    .collect();
+                seen.sort_unstable();
+                if drop {
+                    assert_eq!(seen.len(), 5000 / batch * batch, "{label}");
+                    seen.dedup();
+                    assert_eq!(seen.len(), 5000 / batch * batch, "{label}: a record twice");
+                } else {
+                    assert_eq!(
+                        seen,
+                        (0..5000).collect::<Vec<u64>>(),
+                        "{label}: epoch {epoch}"
+                    );
+                }
+            }
+            // Batches are full but for each epoch's last.
+            let mut per_epoch: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+            for b in &batches {
+                per_epoch.entry(b.epoch).or_default().push(b.rows);
+            }
+            for sizes in per_epoch.values() {
+                let full = sizes.iter().filter(|&&r| r == batch).count();
+                assert!(full + 1 >= sizes.len(), "{label}: {sizes:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn same_seed_same_order_when_deterministic() {
+    let dir = shards("pipeline_order");
+    let order = |seed, parallelism| {
+        ids(&collect(
+            Pipeline::builder(vec![dir.clone()])
+                .with_shuffle(500, seed)
+                .with_shuffled_files(true)
+                .with_parallelism(parallelism)
+                .with_threads(3)
+                .with_batch(32, false),
+        ))
+    };
+    let a = order(1, 1);
+    assert_eq!(a, order(1, 3), "the same at any parallelism");
+    assert_eq!(a, order(1, 2));
+    assert_ne!(a, order(2, 2), "another seed, another order");
+    let sequential = ids(&collect(
+        Pipeline::builder(vec![dir.clone()])
+            .with_shuffle(500, 1)
+            .with_shuffled_files(true)
+            .with_batch(32, false)
+            .sequential(),
+    ));
+    assert_eq!(sequential.len(), a.len());
+}
+
+/// Shuffle quality. The input is sorted (ids 0..5000 across 10 files in order). Without
+/// shuffling, every neighbour in the output was a neighbour in the input (ids differ by
+/// 1). We measure the share of output neighbours whose ids are within 10 of each other:
+/// for a uniform permutation it is ~20/5000 = 0.4%; with interleaving over 10 files and a
+/// 1000-record buffer it must fall below 2%. And the first batch must draw from most of
+/// the files (the ids' thousands spread), not one narrow slice.
+#[test]
+fn a_sorted_input_ends_up_spread_out() {
+    let dir = shards("pipeline_shuffle");
+    let plain = ids(&collect(
+        Pipeline::builder(vec![dir.clone()])
+            .with_interleave(1, 1)
+            .with_batch(64, false),
+    ));
+    let close = |v: &[(u64, u64)]| {
+        v.windows(2)
+            .filter(|w| w[0].1.abs_diff(w[1].1) <= 10)
+            .count() as f64
+            / (v.len() - 1) as f64
+    };
+    assert!(close(&plain) > 0.99);
+    let shuffled = ids(&collect(
+        Pipeline::builder(vec![dir.clone()])
+            .with_shuffle(1000, 5)
+            .with_shuffled_files(true)
+            .with_interleave(10, 1)
+            .with_batch(64, false),
+    ));
+    let share = close(&shuffled);
+    assert!(
+        share < 0.02,
+        "{:.1}% of neighbours still close",
+        share * 100.0
+    );
+    let first: std::collections::BTreeSet<u64> =
+        shuffled[..64].iter().map(|(_, id)| id / 500).collect();
+    assert!(
+        first.len() >= 8,
+        "first batch draws from only {} of 10 files",
+        first.len()
+    );
+}
+
+#[test]
+fn corruption_surfaces_as_an_error_with_file_and_offset() {
+    let dir = shards("pipeline_corrupt");
+    let shard = dir.join("data-00003-of-00010.tfrecord");
+    let mut bytes = fs::read(&shard).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let second = len + 16;
+    bytes[second + 12 + 3] ^= 0x20; // data of record 1
+    fs::write(&shard, &bytes).unwrap();
+    for sequential in [false, true] {
+        let mut b = Pipeline::builder(vec![dir.clone()]).with_batch(16, false);
+        if sequential {
+            b = b.sequential();
+        }
+        let results: Vec<_> = b.build().unwrap().collect();
+        let err = results
+            .iter()
+            .find_map(|r| r.as_ref().err())
+            .expect("the corruption is reported");
+        let text = err.to_string();
+        assert!(
+            text.contains("data-00003-of-00010.tfrecord")
+                && text.contains(&format!("record 1, offset {second}"))
+                && text.contains("data CRC mismatch"),
+            "{text}"
+        );
+        assert!(
+            results.last().unwrap().is_err(),
+            "iteration ends at the error"
+        );
+    }
+    // A torn header stops the producer with a framing error.
+    bytes.truncate(second + 5);
+    fs::write(&shard, &bytes).unwrap();
+    let err = Pipeline::builder(vec![dir.clone()])
+        .build()
+        .unwrap()
+        .find_map(|r| r.err())
+        .unwrap();
+    assert!(err.to_string().contains("truncated length"), "{err}");
+    let (code, _, stderr) = run(["bench", s(&dir), "--epochs", "1"]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("data-00003-of-00010.tfrecord: record 1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn memory_stays_bounded_with_large_records() {
+    // 160 records of 1 MB in 4 shards: 160 MB of data, a 4-record shuffle buffer.
+    let dir = scratch("pipeline_memory");
+    let shards = dir.join("big");
+    fs::create_dir_all(&shards).unwrap();
+    use prost::Message;
+    use tfshard::example::proto::{Example, Feature, Features};
+    for f in 0..4 {
+        let mut w = tfshard::tfrecord::RecordWriter::new(
+            fs::File::create(shards.join(format!("big-{f}.tfrecord"))).unwrap(),
+        );
+        for i in 0..40u8 {
+            let mut features = Features::default();
+            features
+                .feature
+                .insert("blob".into(), Feature::bytes(vec![vec![i; 1 << 20]]));
+            w.write_record(
+                &Example {
+                    features: Some(features),
+                }
+                .encode_to_vec(),
+            )
+            .unwrap();
+        }
+    }
+    let (code, out, err) = run([
+        "bench",
+        s(&shards),
+        "--json",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--shuffle-buffer",
+        "4",
+        "--threads",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["records"], 160);
+    let peak = report["epochs"][0]["peak_rss_bytes"].as_u64().unwrap();
+    // Buffers: shuffle 4 + raw batches 2×2×4 + prefetch 4×4 + pool, ~50 MB; far below
+    // the 160 MB of data (a reader holding whole files would pass it).
+    assert!(peak < 120 << 20, "peak RSS {} MiB", peak >> 20);
+}
+
+#[test]
+fn bench_reports_epochs_baseline_and_input_wait() {
+    let dir = shards("pipeline_bench");
+    let (code, out, err) = run([
+        "bench",
+        s(&dir),
+        "--json",
+        "--compare",
+        "--step-time",
+        "1ms",
+        "--shuffle-buffer",
+        "100",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for key in [
+        "records",
+        "bytes",
+        "seconds",
+        "records_per_sec",
+        "bytes_per_sec",
+        "epochs",
+        "input_wait_fraction",
+        "baseline",
+        "speedup",
+    ] {
+        assert!(r.get(key).is_some(), "{key}");
+    }
+    assert_eq!(r["records"], 10_000, "two epochs of 5000");
+    assert_eq!(r["epochs"].as_array().unwrap().len(), 2);
+    assert_eq!(r["baseline"]["records"], 10_000);
+    assert_eq!(r["baseline"]["parallelism"], 0);
+    let (code, out, _) = run(["bench", s(&dir), "--epochs", "1"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("epoch 0 (cold)"), "{out}");
+    let (code, _, _) = run(["bench", s(&dir), "--parallelism", "0"]);
+    assert_eq!(code, 2);
+    let _ = Path::new("");
+}
