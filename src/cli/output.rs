@@ -46,11 +46,14 @@ impl Bar {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         let template = format!(
             "{{spinner}} [{{elapsed_precise}}] {{bar:30}} {{human_pos}}/{{human_len}} {unit} \
-             {{msg}} ({{per_sec}}, ETA {{eta}})"
+             {{msg}} ({{rate}}, ETA {{eta}})"
         );
         bar.set_style(
             ProgressStyle::with_template(&template)
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .with_key("rate", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{}/s", indicatif::HumanCount(state.per_sec() as u64));
+                }),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
         Bar { bar: Some(bar) }
