@@ -51,9 +51,12 @@ impl Bar {
         bar.set_style(
             ProgressStyle::with_template(&template)
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .with_key("rate", |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
-                    let _ = write!(w, "{}/s", indicatif::HumanCount(state.per_sec() as u64));
-                }),
+                .with_key(
+                    "rate",
+                    |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{}/s", indicatif::HumanCount(state.per_sec() as u64));
+                    },
+                ),
         );
         bar.enable_steady_tick(Duration::from_millis(200));
         Bar { bar: Some(bar) }

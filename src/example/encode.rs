@@ -418,7 +418,22 @@ impl EncodePlan {
         let sequence = self.record_type == RecordType::SequenceExample;
         let has_context = !sequence || self.context_leaves > 0;
         let has_lists = sequence && self.context_leaves < self.leaves.len();
-        out.data.reserve(rows * 32);
+        // Pass 1 knows every record's size: one exact allocation, no regrowth.
+        let framed_total: u64 = (0..rows)
+            .map(|row| {
+                let mut payload = 0;
+                if has_context {
+                    payload += wrapped(context_len[row]);
+                }
+                if has_lists {
+                    payload += wrapped(lists_len[row]);
+                }
+                payload + frame::FRAME_OVERHEAD
+            })
+            .sum();
+        out.data
+            .reserve(usize::try_from(framed_total).unwrap_or(usize::MAX));
+        out.sizes.reserve(rows);
         for row in 0..rows {
             let mut payload = 0u64;
             if has_context {

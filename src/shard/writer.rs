@@ -112,6 +112,8 @@ pub struct ShardWriter {
     /// Framed bytes of every record so far (for [`Plan::Even`]).
     cumulative: u64,
     bytes_on_disk: u64,
+    /// fsyncs of closed shards, running in the background.
+    syncs: Vec<std::thread::JoinHandle<Result<()>>>,
 }
 
 fn io_at(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
@@ -127,6 +129,7 @@ impl ShardWriter {
             closed: Vec::new(),
             cumulative: 0,
             bytes_on_disk: 0,
+            syncs: Vec::new(),
         }
     }
 
@@ -180,8 +183,13 @@ impl ShardWriter {
         let sink = shard.encoder.finish().map_err(&at)?;
         let Sink { file, bytes, crc } = sink;
         let file = file.into_inner().map_err(|e| at(e.into_error()))?;
-        // Durable before the rename that publishes it.
-        file.sync_all().map_err(&at)?;
+        // Durable before the rename that publishes it; the flush to disk overlaps with
+        // writing the next shard, and finish() waits for every one.
+        let sync_path = path.clone();
+        self.syncs.push(std::thread::spawn(move || {
+            file.sync_all()
+                .map_err(|e| Error::from(e).with_file(sync_path))
+        }));
         let idx_path = match shard.idx {
             Some((idx_path, mut w)) => {
                 w.flush().map_err(io_at(&idx_path))?;
@@ -274,6 +282,59 @@ impl ShardWriter {
         Ok(())
     }
 
+    /// Writes consecutive framed records (`sizes` gives each one's length). Runs of
+    /// records that fit the open plain shard go out in one write, without the
+    /// per-record copy through the buffer.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error naming the temporary file.
+    pub fn write_batch(&mut self, data: &[u8], sizes: &[u64]) -> Result<()> {
+        let mut offset = 0usize;
+        let mut i = 0;
+        while i < sizes.len() {
+            let fast = self.options.compression == Compression::None
+                && !self.options.index
+                && self.options.plan == Plan::Fill
+                && self.current.as_ref().is_some_and(|s| s.records > 0);
+            if fast {
+                let shard = self.current.as_mut().expect("checked just above");
+                let room = self.options.target_bytes.saturating_sub(shard.framed);
+                let max_records = self
+                    .options
+                    .max_records
+                    .map_or(u64::MAX, |m| m - shard.records.min(m));
+                let (mut n, mut bytes) = (0usize, 0u64);
+                while i + n < sizes.len()
+                    && (n as u64) < max_records
+                    && bytes + sizes[i + n] <= room
+                {
+                    bytes += sizes[i + n];
+                    n += 1;
+                }
+                if n > 0 {
+                    let end = offset + bytes as usize;
+                    shard
+                        .encoder
+                        .write_all(&data[offset..end])
+                        .map_err(io_at(&shard.path))?;
+                    shard.records += n as u64;
+                    shard.framed += bytes;
+                    shard.since_flush += bytes;
+                    self.cumulative += bytes;
+                    offset = end;
+                    i += n;
+                    continue;
+                }
+            }
+            let end = offset + sizes[i] as usize;
+            self.write(&data[offset..end])?;
+            offset = end;
+            i += 1;
+        }
+        Ok(())
+    }
+
     /// Closes the last shard (or writes the empty ones a table of zero rows gets).
     ///
     /// # Errors
@@ -290,7 +351,11 @@ impl ShardWriter {
         while self.closed.len() < wanted {
             self.close()?;
         }
-        Ok(self.closed)
+        for sync in self.syncs.drain(..) {
+            sync.join()
+                .map_err(|_| Error::from(io::Error::other("an fsync thread panicked")))??;
+        }
+        Ok(std::mem::take(&mut self.closed))
     }
 
     /// Framed bytes of every record written.
