@@ -470,7 +470,6 @@ fn write_pass(
             receivers,
             writer,
             progress,
-            inputs.len(),
             &recycle_tx,
         );
         stop.store(true, Ordering::Relaxed);
@@ -485,9 +484,9 @@ fn write_in_order(
     receivers: Vec<Receiver<Message>>,
     writer: &mut ShardWriter,
     progress: &dyn Progress,
-    input_count: usize,
     recycle: &crossbeam_channel::Sender<EncodedBatch>,
 ) -> Result<Pass> {
+    let input_count = units.iter().map(|u| u.input + 1).max().unwrap_or(0);
     let mut stats = plan.new_stats();
     let mut rows_per_input = vec![0u64; input_count];
     for (unit, rx) in units.iter().zip(receivers) {
