@@ -473,7 +473,11 @@ fn write_pass(
             &recycle_tx,
         );
         stop.store(true, Ordering::Relaxed);
-        result
+        // Inputs without a row group have no unit; they still get their row count (0).
+        result.map(|mut pass| {
+            pass.rows_per_input.resize(inputs.len(), 0);
+            pass
+        })
     })
 }
 
