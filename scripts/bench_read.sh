@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The reader pipeline against tf.data, same shards, same cores, page cache warm:
 #   1. the standard table in 32 MiB shards (~200-byte records, 13 shards)
-#   2. ~100 KB JPEG records (the image benchmark's 6,000 JPEGs in 64 MiB shards)
+#   2. ~100 KB JPEG records (the image benchmark's 6,000 JPEGs in 32 MiB shards)
 # For each: cat (ceiling), tf.data raw framing, tf.data's tutorial pipeline (per-record
 # parse) and its batch-then-parse variant, tfshard bench (full pipeline, one epoch after
 # a warm-up, batch 64, shuffle 10000, drop remainder) and our sequential baseline.
@@ -18,7 +18,7 @@ if [ ! -f "$data/shards-32mib/data.manifest.json" ]; then
 fi
 if [ ! -f "$data/jpeg-shards/data.manifest.json" ]; then
   [ -d "$data/jpegs" ] || "$python" scripts/make_jpegs.py "$data/jpegs"
-  "$bin" convert images "$data/jpegs" -o "$data/jpeg-shards" --overwrite --quiet --target-shard-size 64MiB
+  "$bin" convert images "$data/jpegs" -o "$data/jpeg-shards" --overwrite --quiet --target-shard-size 32MiB
 fi
 for set in shards-32mib jpeg-shards; do
   dir=$data/$set

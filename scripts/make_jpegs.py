@@ -13,7 +13,7 @@ out = sys.argv[1]
 count = int(sys.argv[2]) if len(sys.argv) > 2 else 6000
 rng = np.random.default_rng(3)
 # One noisy base image per class, re-encoded with a per-file shift: ~100 KB at quality 90.
-bases = [rng.integers(0, 256, (220, 220, 3), dtype=np.uint8) for _ in range(10)]
+bases = [rng.integers(0, 256, (320, 320, 3), dtype=np.uint8) for _ in range(10)]
 for i in range(count):
     k = i % 10
     d = os.path.join(out, f"class_{k:02d}")

@@ -31,7 +31,8 @@ def batch_first():
 
 
 def raw():
-    return tf.data.TFRecordDataset(files)
+    # Batched so that Python's per-element loop does not bound it; counted per record.
+    return tf.data.TFRecordDataset(files).batch(1024)
 
 
 for name, make in [("tf.data raw TFRecordDataset (no parse)", raw), ("tf.data per-record parse (tutorial)", per_record),
@@ -40,6 +41,6 @@ for name, make in [("tf.data raw TFRecordDataset (no parse)", raw), ("tf.data pe
     n = 0
     start = time.perf_counter()
     for item in ds:
-        n += 1 if name.startswith("tf.data raw") else 64
+        n += int(item.shape[0]) if name.startswith("tf.data raw") else 64
     elapsed = time.perf_counter() - start
     print(f"{name}\t{n}\t{elapsed:.3f}", flush=True)

@@ -6,8 +6,24 @@ mod cli;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    tune_allocator();
     match cli::run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => ExitCode::from(err.report()),
+    }
+}
+
+/// Batches of a few MB are allocated and freed all the time; glibc serves blocks above
+/// 128 KiB with a fresh mmap (page faults, zeroing, munmap) each time. Keeping them in
+/// the heap for reuse measured 12% of a conversion's CPU and more of a JPEG read.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        const MMAP_THRESHOLD: libc::c_int = 64 << 20;
+        // SAFETY: mallopt only changes allocator parameters; called before any thread.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 2 * MMAP_THRESHOLD);
+        }
     }
 }
