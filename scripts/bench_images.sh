@@ -4,14 +4,11 @@
 #   folder, tfshard convert images, and the Python way (tf.io.read_file + Example +
 #   TFRecordWriter). Median of RUNS (3) for all but Python (1).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-data=target/bench-data
-python=$(scripts/venv.sh)
-cargo build --release --quiet --bin tfshard
-bin=$root/target/release/tfshard
+source "$(dirname "$0")/bench_data.sh"
+jpeg_folder
+
 jpegs=$data/jpegs
-[ -d "$jpegs" ] || "$python" scripts/make_jpegs.py "$jpegs" "${COUNT:-6000}"
+
 count=$(find "$jpegs" -type f | wc -l)
 bytes=$(find "$jpegs" -type f -printf '%s\n' | awk '{s+=$1} END {print s}')
 find "$jpegs" -type f -print0 | xargs -0 cat > /dev/null # warm

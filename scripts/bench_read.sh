@@ -6,20 +6,12 @@
 # parse) and its batch-then-parse variant, tfshard bench (full pipeline, one epoch after
 # a warm-up, batch 64, shuffle 10000, drop remainder) and our sequential baseline.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-data=target/bench-data
-python=$(scripts/venv.sh)
-cargo build --release --quiet --bin tfshard
-bin=target/release/tfshard
-if [ ! -f "$data/shards-32mib/data.manifest.json" ]; then
-  [ -d "$data/standard-2000000" ] || "$python" scripts/make_standard_table.py "$data/standard-2000000"
-  "$bin" convert parquet "$data"/standard-2000000/*.parquet -o "$data/shards-32mib" --overwrite --quiet --target-shard-size 32MiB
-fi
-if [ ! -f "$data/jpeg-shards/data.manifest.json" ]; then
-  [ -d "$data/jpegs" ] || "$python" scripts/make_jpegs.py "$data/jpegs"
+source "$(dirname "$0")/bench_data.sh"
+standard_shards
+jpeg_folder
+[ -f "$data/jpeg-shards/data.manifest.json" ] ||
   "$bin" convert images "$data/jpegs" -o "$data/jpeg-shards" --overwrite --quiet --target-shard-size 32MiB
-fi
+
 for set in shards-32mib jpeg-shards; do
   dir=$data/$set
   files=$(ls "$dir"/*.tfrecord)

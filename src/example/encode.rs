@@ -617,6 +617,17 @@ fn decode_encodings(array: &ArrayRef) -> Result<ArrayRef> {
     }
 }
 
+/// A list view's (offset, size) pairs as ranges, with its child values.
+fn view_ranges<O: arrow_array::OffsetSizeTrait>(a: &arrow_array::GenericListViewArray<O>) -> (Ranges, ArrayRef) {
+    let pairs = a
+        .offsets()
+        .iter()
+        .zip(a.sizes().iter())
+        .map(|(o, s)| (o.as_usize(), o.as_usize() + s.as_usize()))
+        .collect();
+    (Ranges::Pairs(pairs), a.values().clone())
+}
+
 /// Splits a list array into (ranges, child values).
 fn list_parts(array: &ArrayRef) -> Option<(Ranges, ArrayRef)> {
     Some(match array.data_type() {
@@ -643,26 +654,8 @@ fn list_parts(array: &ArrayRef) -> Option<(Ranges, ArrayRef)> {
                 a.values().clone(),
             )
         }
-        DataType::ListView(_) => {
-            let a = array.as_list_view::<i32>();
-            let pairs = a
-                .offsets()
-                .iter()
-                .zip(a.sizes().iter())
-                .map(|(&o, &s)| (o as usize, o as usize + s as usize))
-                .collect();
-            (Ranges::Pairs(pairs), a.values().clone())
-        }
-        DataType::LargeListView(_) => {
-            let a = array.as_list_view::<i64>();
-            let pairs = a
-                .offsets()
-                .iter()
-                .zip(a.sizes().iter())
-                .map(|(&o, &s)| (o as usize, o as usize + s as usize))
-                .collect();
-            (Ranges::Pairs(pairs), a.values().clone())
-        }
+        DataType::ListView(_) => view_ranges(array.as_list_view::<i32>()),
+        DataType::LargeListView(_) => view_ranges(array.as_list_view::<i64>()),
         _ => return None,
     })
 }
