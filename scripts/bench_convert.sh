@@ -44,6 +44,7 @@ time_run decode-1 "$decode" --threads 1 $files
 time_run tfshard "$bin" convert parquet $files -o "$data/out" --overwrite --quiet
 time_run tfshard-1 "$bin" convert parquet $files -o "$data/out-1" --overwrite --quiet --threads 1
 time_run tfshard-gzip "$bin" convert parquet $files -o "$data/out-gz" --overwrite --quiet --compression gzip
+time_run tfshard-shuffle "$bin" convert parquet $files -o "$data/out-shuffle" --overwrite --quiet --shuffle
 if [ "${PYTHON:-1}" = 1 ]; then
   rm -rf "$data/out-python"
   time_run python env TF_CPP_MIN_LOG_LEVEL=3 "$python" scripts/python_exporter.py "$data/out-python" $files
@@ -64,6 +65,7 @@ row decode-1 "arrow-rs decode only, 1 thread" ""
 row tfshard "tfshard convert" "$(ratio tfshard decode)x the floor"
 row tfshard-1 "tfshard convert --threads 1" "$(ratio tfshard-1 decode-1)x the 1-thread floor"
 row tfshard-gzip "tfshard convert --compression gzip" "$(ratio tfshard-gzip decode)x the floor"
+row tfshard-shuffle "tfshard convert --shuffle" "$(ratio tfshard-shuffle tfshard)x the plain conversion"
 if [ -n "${secs[python]:-}" ]; then
   row python "Python exporter (pyarrow+tf)" "tfshard is $(ratio python tfshard)x faster"
 fi

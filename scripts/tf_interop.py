@@ -296,7 +296,33 @@ def image_folder():
     print(f"images: TensorFlow decoded all {n} (jpeg, png, gif, bmp, webp); sizes and labels agree")
 
 
+def shuffled_splits():
+    """Shuffled, split output: TensorFlow reads every split; together they hold each row once."""
+    table = pa.table({"id": pa.array(range(2000), pa.int64()), "v": pa.array([float(i) for i in range(2000)], pa.float32())})
+    src = os.path.join(WORK, "splits.parquet")
+    pq.write_table(table, src)
+    out = os.path.join(WORK, "splits-out")
+    tfshard("convert", "parquet", src, "-o", out, "--shuffle", "--seed", "3", "--split", "train=0.8,validation=0.1,test=0.1",
+            "--split-key", "id", "--compression", "gzip", "--quiet")
+    seen = []
+    for name in ("train", "validation", "test"):
+        manifest = json.load(open(os.path.join(out, f"{name}.manifest.json")))
+        files = [os.path.join(out, s["file"]) for s in manifest["shards"]]
+        spec = spec_of(os.path.join(out, f"{name}.manifest.json"))
+        ids = []
+        for batch in tf.data.TFRecordDataset(files, compression_type="GZIP").batch(512):
+            parsed = tf.io.parse_example(batch, spec)
+            ids.extend(parsed["id"].numpy().tolist())
+            check(np.array_equal(parsed["v"].numpy(), parsed["id"].numpy().astype(np.float32)), f"{name}: v == id")
+        check(len(ids) == manifest["records"], f"{name}: record count")
+        check(ids != sorted(ids), f"{name}: shuffled")
+        seen.extend(ids)
+    check(sorted(seen) == list(range(2000)), "each row in exactly one split")
+    print("splits: TensorFlow reads every shuffled, gzip split; each row once")
+
+
 library_files()
+shuffled_splits()
 image_folder()
 converted_table()
 sequence_table()

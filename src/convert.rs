@@ -26,6 +26,7 @@ use crate::example::RecordType;
 use crate::manifest::Skipped;
 use crate::manifest::{self, InputInfo, Manifest, MANIFEST_VERSION};
 use crate::progress::Progress;
+use crate::shard::scatter::{gather, order_hash, Scatter};
 use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter};
 use crate::source::images::{self, ImageData, Labels, OnError};
 use crate::source::parquet::{self as source, ParquetInput};
@@ -64,6 +65,21 @@ pub struct ConvertOptions {
     pub threads: usize,
     /// Set to a signal number to stop the run (its temporaries are removed).
     pub cancel: Arc<AtomicUsize>,
+    /// Seed of the shuffle and of position-based splits.
+    pub seed: u64,
+    /// `--shuffle`: a global, seeded permutation of the records.
+    pub shuffle: Option<ShuffleOptions>,
+    /// `--split`: (name, fraction) pairs; the names replace the prefix.
+    pub splits: Option<Vec<(String, f64)>>,
+}
+
+/// `--shuffle-memory` and `--tmp-dir`: they bound the shuffle, never change its output.
+#[derive(Debug, Clone)]
+pub struct ShuffleOptions {
+    /// Memory for sorting one bucket.
+    pub memory_bytes: u64,
+    /// Where the bucket files go (default: the output's hidden temporary folder).
+    pub tmp_dir: Option<PathBuf>,
 }
 
 impl ConvertOptions {
@@ -84,6 +100,9 @@ impl ConvertOptions {
                 .map(|n| n.get())
                 .unwrap_or(1),
             cancel: Arc::new(AtomicUsize::new(0)),
+            seed: 0,
+            shuffle: None,
+            splits: None,
         }
     }
 
@@ -106,7 +125,23 @@ impl ConvertOptions {
             .collect();
         o.insert("rename".into(), json!(rename));
         o.insert("index".into(), json!(self.index));
+        o.insert("shuffle".into(), json!(self.shuffle.is_some()));
+        o.insert("seed".into(), json!(self.seed));
+        let split: Option<serde_json::Map<String, serde_json::Value>> = self
+            .splits
+            .as_ref()
+            .map(|s| s.iter().map(|(n, f)| (n.clone(), json!(f))).collect());
+        o.insert("split".into(), json!(split));
+        o.insert("split_key".into(), json!(self.encode.split_key));
         o
+    }
+
+    /// The output prefixes: the split names, or the prefix.
+    pub fn prefixes(&self) -> Vec<String> {
+        match &self.splits {
+            Some(s) => s.iter().map(|(n, _)| n.clone()).collect(),
+            None => vec![self.prefix.clone()],
+        }
     }
 }
 
@@ -115,8 +150,8 @@ impl ConvertOptions {
 pub struct ConvertSummary {
     /// The output folder.
     pub output: PathBuf,
-    /// The manifest written.
-    pub manifest: PathBuf,
+    /// The manifest written (`None` with splits: see `splits`).
+    pub manifest: Option<PathBuf>,
     /// Records written.
     pub records: u64,
     /// Shards written.
@@ -127,6 +162,23 @@ pub struct ConvertSummary {
     pub seconds: f64,
     /// Image files left out (`--on-error skip`).
     pub skipped: u64,
+    /// With `--split`: each split's own summary, in the order given.
+    pub splits: Vec<SplitSummary>,
+}
+
+/// One split's output; the `convert --json` `splits` values.
+#[derive(Debug, Clone)]
+pub struct SplitSummary {
+    /// The split name (its prefix).
+    pub name: String,
+    /// Its manifest.
+    pub manifest: PathBuf,
+    /// Records in it.
+    pub records: u64,
+    /// Its shards.
+    pub shards: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
 }
 
 /// One row group.
@@ -174,7 +226,7 @@ pub fn convert_parquet(
 ) -> Result<ConvertSummary> {
     let started = Instant::now();
     let (inputs, plan) = plan(options)?;
-    let out = OutputDir::prepare(&options.output, &options.prefix, options.overwrite)?;
+    let outs = OutputDir::prepare_all(&options.output, &options.prefixes(), options.overwrite)?;
     let mut units = Vec::new();
     for (i, input) in inputs.iter().enumerate() {
         let mut first_row = 0;
@@ -189,12 +241,14 @@ pub fn convert_parquet(
     }
     progress.set_total(inputs.iter().map(|i| i.rows).sum());
     let mut report: &dyn Progress = progress;
-    let (shards, pass) = write_shards(options, &out, |writer| {
-        let pass = write_pass(options, &inputs, &plan, &units, writer, report);
+    // Encoded Examples are about 1.5x their zstd Parquet: a guess for the bucket count.
+    let estimate = inputs.iter().map(|i| i.bytes).sum::<u64>() * 3 / 2;
+    let (shards, pass) = write_outputs(options, &outs, estimate, |router| {
+        let pass = write_pass(options, &inputs, &plan, &units, router, report);
         report = &crate::progress::NoProgress;
         pass
     })?;
-    let inputs = inputs
+    let inputs: Vec<InputInfo> = inputs
         .iter()
         .zip(&pass.rows_per_input)
         .map(|(i, &rows)| InputInfo {
@@ -203,13 +257,19 @@ pub fn convert_parquet(
             rows,
         })
         .collect();
-    let manifest = new_manifest(
-        options,
-        plan.record_type(),
-        inputs,
-        plan.features(&pass.stats),
-    );
-    commit(options, &out, &shards, manifest, started)
+    let features = plan.features(&pass.stats);
+    let manifests = outs
+        .iter()
+        .map(|_| {
+            new_manifest(
+                options,
+                plan.record_type(),
+                inputs.clone(),
+                features.clone(),
+            )
+        })
+        .collect();
+    commit_all(options, &outs, &shards, manifests, started)
 }
 
 /// What to do with an image folder.
@@ -239,10 +299,16 @@ pub fn convert_images(
     let started = Instant::now();
     let dir = options.inputs.first().cloned().unwrap_or_default();
     let mut plan = images::plan(&dir, &images.labels, &images.extensions, images.on_error)?;
-    let out = OutputDir::prepare(&options.output, &options.prefix, options.overwrite)?;
+    let outs = OutputDir::prepare_all(&options.output, &options.prefixes(), options.overwrite)?;
+    let estimate = plan
+        .files
+        .iter()
+        .filter_map(|f| std::fs::symlink_metadata(&f.path).ok())
+        .map(|m| m.len())
+        .sum();
     progress.set_total(plan.files.len() as u64);
     let mut report: &dyn Progress = progress;
-    let (shards, (skipped, bytes)) = write_shards(options, &out, |writer| {
+    let (shards, (skipped, bytes)) = write_outputs(options, &outs, estimate, |router| {
         let mut skipped = Vec::new();
         let mut bytes_read = 0u64;
         for chunk in plan.files.chunks(IMAGE_CHUNK) {
@@ -258,7 +324,7 @@ pub fn convert_images(
                         let record = images::encode(file, image);
                         let mut framed = Vec::with_capacity(record.len() + 16);
                         crate::tfrecord::frame::append_record(&mut framed, &record);
-                        writer.write(&framed)?;
+                        router.put(&framed, None)?;
                     }
                     Err(e) if images.on_error == OnError::Skip => skipped.push(Skipped {
                         path: file.rel.clone(),
@@ -267,7 +333,7 @@ pub fn convert_images(
                     Err(e) => return Err(e),
                 }
             }
-            report.advance(chunk.len() as u64, writer.bytes_written());
+            report.advance(chunk.len() as u64, router.bytes_written());
             check_cancel(options)?;
         }
         report = &crate::progress::NoProgress;
@@ -276,43 +342,253 @@ pub fn convert_images(
     plan.skipped.extend(skipped);
     plan.skipped
         .sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-    let records: u64 = shards.iter().map(|s| s.records).sum();
+    let records: u64 = shards.iter().flatten().map(|s| s.records).sum();
     let inputs = vec![InputInfo {
         path: dir.display().to_string(),
         bytes,
         rows: records,
     }];
     let labels = images.labels != Labels::None;
-    let mut manifest = new_manifest(
-        options,
-        RecordType::Example,
-        inputs,
-        images::features(labels, records),
-    );
     let labels_option = match &images.labels {
         Labels::DirName => "dirname".to_owned(),
         Labels::None => "none".to_owned(),
         Labels::Csv(p) => p.display().to_string(),
     };
-    manifest
-        .options
-        .insert("labels".into(), json!(labels_option));
-    manifest
-        .options
-        .insert("extensions".into(), json!(images.extensions));
     let on_error = if images.on_error == OnError::Skip {
         "skip"
     } else {
         "fail"
     };
-    manifest.options.insert("on_error".into(), json!(on_error));
-    manifest.classes = plan.classes.clone();
-    manifest.skipped = Some(plan.skipped.clone());
-    let summary = commit(options, &out, &shards, manifest, started)?;
+    let manifests = shards
+        .iter()
+        .map(|split| {
+            let records = split.iter().map(|s| s.records).sum();
+            let mut m = new_manifest(
+                options,
+                RecordType::Example,
+                inputs.clone(),
+                images::features(labels, records),
+            );
+            m.options.insert("labels".into(), json!(labels_option));
+            m.options
+                .insert("extensions".into(), json!(images.extensions));
+            m.options.insert("on_error".into(), json!(on_error));
+            m.classes = plan.classes.clone();
+            m.skipped = Some(plan.skipped.clone());
+            m
+        })
+        .collect();
+    let summary = commit_all(options, &outs, &shards, manifests, started)?;
     Ok(ConvertSummary {
         skipped: plan.skipped.len() as u64,
         ..summary
     })
+}
+
+/// Where each record goes: its split (by the key's stable hash, or a seeded hash of its
+/// position), and there either a shard writer or, with `--shuffle`, a bucket scatter.
+/// Records arrive in input order, so each one's global index is its position here.
+pub(crate) struct Router {
+    seed: u64,
+    /// Cumulative upper bounds of the split fractions.
+    bounds: Vec<f64>,
+    sinks: Sinks,
+    next_index: u64,
+    scattered_bytes: u64,
+}
+
+enum Sinks {
+    Direct(Vec<ShardWriter>),
+    Scatter(Vec<Scatter>),
+}
+
+/// The split of a row whose (key or position) hash is `h`: a uniform u in [0, 1) from
+/// the hash's top 53 bits, against the cumulative fractions.
+fn split_of(bounds: &[f64], h: u64) -> usize {
+    let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+    bounds
+        .iter()
+        .position(|&b| u < b)
+        .unwrap_or(bounds.len() - 1)
+}
+
+/// The seeded hash of a row's position, for splits without a key.
+fn position_hash(index: u64, seed: u64) -> u64 {
+    crate::example::encode::mix64(
+        index ^ crate::example::encode::mix64(seed ^ 0xbb67_ae85_84ca_a73b),
+    )
+}
+
+impl Router {
+    /// Routes one framed record.
+    pub(crate) fn put(&mut self, framed: &[u8], key: Option<u64>) -> Result<()> {
+        let index = self.next_index;
+        self.next_index += 1;
+        let split = if self.bounds.len() == 1 {
+            0
+        } else {
+            split_of(
+                &self.bounds,
+                key.unwrap_or_else(|| position_hash(index, self.seed)),
+            )
+        };
+        match &mut self.sinks {
+            Sinks::Direct(writers) => writers[split].write(framed),
+            Sinks::Scatter(scatters) => {
+                self.scattered_bytes += framed.len() as u64;
+                scatters[split].put(order_hash(index, self.seed), index, framed)
+            }
+        }
+    }
+
+    /// Routes a batch of records.
+    fn put_batch(&mut self, batch: &EncodedBatch) -> Result<()> {
+        if let (Sinks::Direct(writers), 1) = (&mut self.sinks, self.bounds.len()) {
+            self.next_index += batch.sizes.len() as u64;
+            return writers[0].write_batch(&batch.data, &batch.sizes);
+        }
+        let mut offset = 0usize;
+        for (i, &size) in batch.sizes.iter().enumerate() {
+            let end = offset + size as usize;
+            self.put(&batch.data[offset..end], batch.keys.get(i).copied())?;
+            offset = end;
+        }
+        Ok(())
+    }
+
+    /// Bytes written so far (to shards, or to bucket files).
+    pub(crate) fn bytes_written(&self) -> u64 {
+        match &self.sinks {
+            Sinks::Direct(writers) => writers.iter().map(ShardWriter::bytes_written).sum(),
+            Sinks::Scatter(_) => self.scattered_bytes,
+        }
+    }
+}
+
+/// Removes the shuffle's bucket folder when the run ends, however it ends.
+struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `produce` (which feeds every record to the router, in input order) and returns
+/// each output's closed shards. Without `--shuffle` the records go straight to the shard
+/// writers (a second run of `produce` cuts evenly where `--min-shards` needs it). With
+/// it, they are scattered into bucket files once, then gathered per split in hash order.
+fn write_outputs<T>(
+    options: &ConvertOptions,
+    outs: &[OutputDir],
+    estimated_bytes: u64,
+    mut produce: impl FnMut(&mut Router) -> Result<T>,
+) -> Result<(Vec<Vec<ClosedShard>>, T)> {
+    let mut bounds = Vec::new();
+    let mut total = 0.0;
+    for (_, fraction) in options.splits.iter().flatten() {
+        total += fraction;
+        bounds.push(total);
+    }
+    if bounds.is_empty() {
+        bounds.push(1.0);
+    }
+    let router = |sinks| Router {
+        seed: options.seed,
+        bounds: bounds.clone(),
+        sinks,
+        next_index: 0,
+        scattered_bytes: 0,
+    };
+    if let Some(shuffle) = &options.shuffle {
+        let root = match &shuffle.tmp_dir {
+            Some(dir) => dir.join(format!(".tfshard-shuffle-{}", std::process::id())),
+            None => outs[0].tmp_dir().join("shuffle"),
+        };
+        let _guard = ScratchDir(root.clone());
+        let scatters = (0..outs.len())
+            .map(|s| {
+                Scatter::new(
+                    &root.join(s.to_string()),
+                    shuffle.memory_bytes,
+                    estimated_bytes / outs.len() as u64,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut r = router(Sinks::Scatter(scatters));
+        let result = produce(&mut r)?;
+        let Sinks::Scatter(scatters) = r.sinks else {
+            unreachable!("built with scatters just above")
+        };
+        let mut shards = Vec::with_capacity(outs.len());
+        for (out, scatter) in outs.iter().zip(scatters) {
+            let scattered = scatter.finish()?;
+            let (closed, ()) = write_shards(options, out, |w| {
+                let gathered = gather(&scattered, w);
+                check_cancel(options)?;
+                gathered
+            })?;
+            shards.push(closed);
+        }
+        return Ok((shards, result));
+    }
+    let writers = |plans: &[Plan]| -> Vec<ShardWriter> {
+        outs.iter()
+            .zip(plans)
+            .map(|(out, &plan)| ShardWriter::new(shard_options(options, out, plan)))
+            .collect()
+    };
+    let mut r = router(Sinks::Direct(writers(&vec![Plan::Fill; outs.len()])));
+    let mut result = produce(&mut r)?;
+    let finish = |r: Router| -> Result<(Vec<u64>, Vec<Vec<ClosedShard>>)> {
+        let Sinks::Direct(ws) = r.sinks else {
+            unreachable!("built with writers")
+        };
+        let totals = ws.iter().map(ShardWriter::total_framed).collect();
+        let shards = ws
+            .into_iter()
+            .map(ShardWriter::finish)
+            .collect::<Result<_>>()?;
+        Ok((totals, shards))
+    };
+    let (totals, mut shards) = finish(r)?;
+    if let Some(n) = options.min_shards {
+        if shards.iter().any(|s| (s.len() as u64) < n) {
+            // Outputs smaller than n x the target: run again, cutting those evenly.
+            let plans: Vec<Plan> = shards
+                .iter()
+                .zip(&totals)
+                .map(|(s, &total_framed)| {
+                    if (s.len() as u64) < n {
+                        Plan::Even {
+                            shards: n,
+                            total_framed,
+                        }
+                    } else {
+                        Plan::Fill
+                    }
+                })
+                .collect();
+            for shard in shards.iter().flatten() {
+                let _ = std::fs::remove_file(&shard.path);
+            }
+            let mut r = router(Sinks::Direct(writers(&plans)));
+            result = produce(&mut r)?;
+            shards = finish(r)?.1;
+        }
+    }
+    Ok((shards, result))
+}
+
+fn shard_options(options: &ConvertOptions, out: &OutputDir, plan: Plan) -> ShardOptions {
+    ShardOptions {
+        tmp_dir: out.tmp_dir().to_path_buf(),
+        compression: options.compression,
+        target_bytes: options.target_bytes,
+        max_records: options.max_records,
+        index: options.index,
+        plan,
+    }
 }
 
 /// Runs `pass` with the fill rule; when `--min-shards N` wants more shards than that
@@ -323,15 +599,7 @@ fn write_shards<T>(
     out: &OutputDir,
     mut pass: impl FnMut(&mut ShardWriter) -> Result<T>,
 ) -> Result<(Vec<ClosedShard>, T)> {
-    let shard_options = |plan| ShardOptions {
-        tmp_dir: out.tmp_dir().to_path_buf(),
-        compression: options.compression,
-        target_bytes: options.target_bytes,
-        max_records: options.max_records,
-        index: options.index,
-        plan,
-    };
-    let mut writer = ShardWriter::new(shard_options(Plan::Fill));
+    let mut writer = ShardWriter::new(shard_options(options, out, Plan::Fill));
     let mut result = pass(&mut writer)?;
     let total_framed = writer.total_framed();
     let mut shards = writer.finish()?;
@@ -340,10 +608,14 @@ fn write_shards<T>(
             for shard in &shards {
                 let _ = std::fs::remove_file(&shard.path);
             }
-            let mut writer = ShardWriter::new(shard_options(Plan::Even {
-                shards: n,
-                total_framed,
-            }));
+            let mut writer = ShardWriter::new(shard_options(
+                options,
+                out,
+                Plan::Even {
+                    shards: n,
+                    total_framed,
+                },
+            ));
             result = pass(&mut writer)?;
             shards = writer.finish()?;
         }
@@ -374,24 +646,41 @@ fn new_manifest(
     }
 }
 
-/// The commit: renames shards into place and writes the manifest, unless interrupted.
-fn commit(
+/// The commit: each output's shards renamed into place and its manifest written,
+/// unless interrupted.
+fn commit_all(
     options: &ConvertOptions,
-    out: &OutputDir,
-    shards: &[ClosedShard],
-    mut manifest: Manifest,
+    outs: &[OutputDir],
+    shards: &[Vec<ClosedShard>],
+    manifests: Vec<Manifest>,
     started: Instant,
 ) -> Result<ConvertSummary> {
     check_cancel(options)?;
-    let manifest_path = out.commit(shards, options.compression, &mut manifest)?;
+    let mut splits = Vec::new();
+    for ((out, shards), mut manifest) in outs.iter().zip(shards).zip(manifests) {
+        let manifest_path = out.commit(shards, options.compression, &mut manifest)?;
+        splits.push(SplitSummary {
+            name: out.prefix().to_owned(),
+            manifest: manifest_path,
+            records: manifest.records,
+            shards: manifest.shards.len() as u64,
+            bytes: manifest.bytes,
+        });
+    }
+    let single = options.splits.is_none();
     Ok(ConvertSummary {
         output: options.output.clone(),
-        manifest: manifest_path,
-        records: manifest.records,
-        shards: manifest.shards.len() as u64,
-        bytes: manifest.bytes,
+        manifest: if single {
+            splits.first().map(|s| s.manifest.clone())
+        } else {
+            None
+        },
+        records: splits.iter().map(|s| s.records).sum(),
+        shards: splits.iter().map(|s| s.shards).sum(),
+        bytes: splits.iter().map(|s| s.bytes).sum(),
         seconds: started.elapsed().as_secs_f64(),
         skipped: 0,
+        splits: if single { Vec::new() } else { splits },
     })
 }
 
@@ -415,7 +704,7 @@ fn write_pass(
     inputs: &[ParquetInput],
     plan: &EncodePlan,
     units: &[Unit],
-    writer: &mut ShardWriter,
+    writer: &mut Router,
     progress: &dyn Progress,
 ) -> Result<Pass> {
     let channels: Vec<(Sender<Message>, Receiver<Message>)> =
@@ -486,7 +775,7 @@ fn write_in_order(
     plan: &EncodePlan,
     units: &[Unit],
     receivers: Vec<Receiver<Message>>,
-    writer: &mut ShardWriter,
+    writer: &mut Router,
     progress: &dyn Progress,
     recycle: &crossbeam_channel::Sender<EncodedBatch>,
 ) -> Result<Pass> {
@@ -496,7 +785,7 @@ fn write_in_order(
     for (unit, rx) in units.iter().zip(receivers) {
         for message in rx {
             let (batch, batch_stats) = message?;
-            writer.write_batch(&batch.data, &batch.sizes)?;
+            writer.put_batch(&batch)?;
             let _ = recycle.send(batch);
             stats.merge(&batch_stats);
             rows_per_input[unit.input] += batch_stats.rows;

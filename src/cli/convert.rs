@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::{output, CliError, CliResult, Common};
 use tfshard::convert::{
-    convert_images, convert_parquet, ConvertOptions, ConvertSummary, ImageOptions,
+    convert_images, convert_parquet, ConvertOptions, ConvertSummary, ImageOptions, ShuffleOptions,
 };
 use tfshard::example::encode::EncodeOptions;
 use tfshard::example::RecordType;
@@ -71,6 +71,11 @@ impl ImagesArgs {
     pub fn to_options(&self) -> Result<(ConvertOptions, ImageOptions), CliError> {
         let mut options = ConvertOptions::new(vec![self.dir.clone()], self.shard.output.clone());
         self.shard.apply(&mut options)?;
+        if self.shard.shuffle.split_key.is_some() {
+            return Err(CliError::Usage(
+                "--split-key names a Parquet column; images split by position".into(),
+            ));
+        }
         if self.common.threads == Some(0) {
             return Err(CliError::Usage("--threads must be at least 1".into()));
         }
@@ -140,9 +145,9 @@ pub struct ShardFlags {
     /// At least N shards (one per training worker), cut evenly by bytes when the output is small.
     #[arg(long, value_name = "N")]
     pub min_shards: Option<u64>,
-    /// Shard name prefix: PREFIX-00000-of-00012.tfrecord.
-    #[arg(long, value_name = "NAME", default_value = "data")]
-    pub prefix: String,
+    /// Shard name prefix: PREFIX-00000-of-00012.tfrecord [default: data].
+    #[arg(long, value_name = "NAME")]
+    pub prefix: Option<String>,
     /// Compression of the shards.
     #[arg(long, value_enum, default_value_t = WriteCompression::None)]
     pub compression: WriteCompression,
@@ -152,6 +157,109 @@ pub struct ShardFlags {
     /// Also write an NVIDIA DALI index ({shard}.idx) per shard (uncompressed only).
     #[arg(long)]
     pub index: bool,
+    #[command(flatten)]
+    pub shuffle: ShuffleFlags,
+}
+
+/// The shuffle and split flags.
+#[derive(Args, Debug, Clone)]
+pub struct ShuffleFlags {
+    /// Write the records in a global, seeded random order (an external sort in bounded memory).
+    #[arg(long)]
+    pub shuffle: bool,
+    /// Seed of --shuffle and of position-based --split.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Memory for --shuffle's in-memory sorts (the output does not depend on it).
+    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
+    pub shuffle_memory: String,
+    /// Folder for --shuffle's temporary files [default: a hidden folder in the output folder].
+    #[arg(long, value_name = "DIR")]
+    pub tmp_dir: Option<PathBuf>,
+    /// Split the records: NAME=FRACTION,... (fractions sum to 1); each split gets its own shards and manifest, named by the split.
+    #[arg(long, value_name = "NAME=FRACTION,...")]
+    pub split: Option<String>,
+    /// Assign splits by a stable hash of this column's value (stays put when rows are added or reordered).
+    #[arg(long, value_name = "COLUMN")]
+    pub split_key: Option<String>,
+}
+
+fn check_prefix(prefix: &str, flag: &str) -> Result<(), CliError> {
+    if prefix.is_empty() || prefix.contains(['/', '\\']) || prefix.starts_with('.') {
+        return Err(CliError::Usage(format!(
+            "invalid {flag} name {prefix:?}: a plain file name prefix"
+        )));
+    }
+    Ok(())
+}
+
+/// Parses `train=0.8,validation=0.1,test=0.1`.
+pub fn parse_splits(text: &str) -> Result<Vec<(String, f64)>, CliError> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for part in text.split(',') {
+        let Some((name, fraction)) = part.split_once('=') else {
+            return Err(CliError::Usage(format!(
+                "invalid --split {part:?}: use NAME=FRACTION"
+            )));
+        };
+        let name = name.trim().to_owned();
+        check_prefix(&name, "--split")?;
+        let fraction: f64 = fraction
+            .trim()
+            .parse()
+            .ok()
+            .filter(|f: &f64| f.is_finite() && *f > 0.0)
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "invalid --split fraction in {part:?}: a number above 0"
+                ))
+            })?;
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(CliError::Usage(format!("--split names {name:?} twice")));
+        }
+        out.push((name, fraction));
+    }
+    let sum: f64 = out.iter().map(|(_, f)| f).sum();
+    if (sum - 1.0).abs() > 1e-9 {
+        return Err(CliError::Usage(format!(
+            "--split fractions sum to {sum}, not 1"
+        )));
+    }
+    Ok(out)
+}
+
+impl ShuffleFlags {
+    fn apply(&self, options: &mut ConvertOptions, prefix_given: bool) -> Result<(), CliError> {
+        options.seed = self.seed;
+        if self.shuffle {
+            let memory_bytes = parse_size(&self.shuffle_memory)?;
+            if memory_bytes < 1 << 20 {
+                return Err(CliError::Usage(
+                    "--shuffle-memory must be at least 1MiB".into(),
+                ));
+            }
+            options.shuffle = Some(ShuffleOptions {
+                memory_bytes,
+                tmp_dir: self.tmp_dir.clone(),
+            });
+        } else if self.tmp_dir.is_some() {
+            return Err(CliError::Usage(
+                "--tmp-dir holds --shuffle's temporary files; it needs --shuffle".into(),
+            ));
+        }
+        if let Some(split) = &self.split {
+            if prefix_given {
+                return Err(CliError::Usage(
+                    "--split names the outputs; it cannot be used with --prefix".into(),
+                ));
+            }
+            options.splits = Some(parse_splits(split)?);
+        } else if self.split_key.is_some() {
+            return Err(CliError::Usage("--split-key needs --split".into()));
+        }
+        options.encode.split_key = self.split_key.clone();
+        Ok(())
+    }
 }
 
 /// Arguments of `convert parquet`.
@@ -234,18 +342,12 @@ impl ShardFlags {
         if self.min_shards == Some(0) {
             return Err(CliError::Usage("--min-shards must be at least 1".into()));
         }
-        if self.prefix.is_empty()
-            || self.prefix.contains(['/', '\\'])
-            || self.prefix.starts_with('.')
-        {
-            return Err(CliError::Usage(format!(
-                "invalid --prefix {:?}: a plain file name prefix",
-                self.prefix
-            )));
-        }
+        let prefix = self.prefix.clone().unwrap_or_else(|| "data".into());
+        check_prefix(&prefix, "--prefix")?;
         options.max_records = self.max_records_per_shard;
         options.min_shards = self.min_shards;
-        options.prefix = self.prefix.clone();
+        options.prefix = prefix;
+        self.shuffle.apply(options, self.prefix.is_some())?;
         options.compression = match self.compression {
             WriteCompression::None => Compression::None,
             WriteCompression::Gzip => Compression::Gzip,
@@ -275,6 +377,7 @@ impl ParquetArgs {
                 WriteRecordType::Example => RecordType::Example,
                 WriteRecordType::SequenceExample => RecordType::SequenceExample,
             },
+            split_key: options.encode.split_key.clone(),
         };
         if self.common.threads == Some(0) {
             return Err(CliError::Usage("--threads must be at least 1".into()));
@@ -298,7 +401,7 @@ fn install_signal_handlers(cancel: &Arc<AtomicUsize>) {
 /// Prints the summary: JSON with `--json`, a short report otherwise.
 fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
     if common.json {
-        output::print_json(&json!({
+        let mut value = json!({
             "output": summary.output,
             "manifest": summary.manifest,
             "records": summary.records,
@@ -306,10 +409,22 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             "bytes": summary.bytes,
             "seconds": summary.seconds,
             "skipped": summary.skipped,
-        }))?;
+        });
+        if !summary.splits.is_empty() {
+            let splits: serde_json::Map<String, serde_json::Value> = summary
+                .splits
+                .iter()
+                .map(|s| {
+                    let v = json!({"manifest": s.manifest, "records": s.records, "shards": s.shards, "bytes": s.bytes});
+                    (s.name.clone(), v)
+                })
+                .collect();
+            value["splits"] = serde_json::Value::Object(splits);
+        }
+        output::print_json(&value)?;
     } else if !common.quiet {
         println!(
-            "wrote {} records in {} shard{} ({:.1} MB) to {} in {:.2} s ({:.0} MB/s)\nmanifest: {}",
+            "wrote {} records in {} shard{} ({:.1} MB) to {} in {:.2} s ({:.0} MB/s)",
             summary.records,
             summary.shards,
             if summary.shards == 1 { "" } else { "s" },
@@ -317,8 +432,19 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             summary.output.display(),
             summary.seconds,
             output::mb_per_sec(summary.bytes, summary.seconds),
-            summary.manifest.display()
         );
+        if let Some(m) = &summary.manifest {
+            println!("manifest: {}", m.display());
+        }
+        for s in &summary.splits {
+            println!(
+                "{}: {} records in {} shards, manifest: {}",
+                s.name,
+                s.records,
+                s.shards,
+                s.manifest.display()
+            );
+        }
     }
     Ok(())
 }

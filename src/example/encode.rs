@@ -40,6 +40,9 @@ pub struct EncodeOptions {
     pub rename: Vec<(String, String)>,
     /// Example or SequenceExample.
     pub record_type: RecordType,
+    /// `--split-key`: a scalar column (flattened name, selected or not) whose value's
+    /// stable hash is computed for every row.
+    pub split_key: Option<String>,
 }
 
 /// How a leaf's values become feature values.
@@ -87,6 +90,14 @@ pub struct EncodePlan {
     /// Top-level columns of the input schema the plan reads, ascending.
     roots: Vec<usize>,
     context_leaves: usize,
+    split_key: Option<SplitKey>,
+}
+
+/// The `--split-key` column's place in the projected batch.
+#[derive(Debug, Clone)]
+struct SplitKey {
+    column: String,
+    path: Vec<usize>,
 }
 
 /// Per-leaf statistics gathered while encoding, for the manifest's shapes.
@@ -118,6 +129,8 @@ pub struct EncodedBatch {
     pub data: Vec<u8>,
     /// Framed length of each record.
     pub sizes: Vec<u64>,
+    /// With a split key: each row's stable key hash.
+    pub keys: Vec<u64>,
 }
 
 impl EncodedBatch {
@@ -125,6 +138,7 @@ impl EncodedBatch {
     pub fn clear(&mut self) {
         self.data.clear();
         self.sizes.clear();
+        self.keys.clear();
     }
 }
 
@@ -273,8 +287,31 @@ impl EncodePlan {
         }
         let sequence = options.record_type == RecordType::SequenceExample;
         let mut roots: Vec<usize> = chosen.iter().map(|(_, p, _)| p[0]).collect();
+        let key = match &options.split_key {
+            None => None,
+            Some(name) => {
+                let Some((_, path, field)) = all.iter().find(|(n, _, _)| n == name) else {
+                    return Err(Error::new(ErrorKind::UnknownColumn {
+                        name: name.clone(),
+                        available: names.clone(),
+                    }));
+                };
+                let (_, depth, _) = map_type(name, field.data_type(), false)?;
+                if depth != 0 {
+                    return Err(unsupported(name, field.data_type()).with_column(name.clone()));
+                }
+                roots.push(path[0]);
+                Some((name.clone(), path.clone()))
+            }
+        };
         roots.sort_unstable();
         roots.dedup();
+        let split_key = key.map(|(column, mut path)| {
+            path[0] = roots
+                .binary_search(&path[0])
+                .expect("the key's root is in roots");
+            SplitKey { column, path }
+        });
         let mut leaves = Vec::with_capacity(chosen.len());
         for (name, path, field) in chosen {
             let (kind, depth, unit) = map_type(name, field.data_type(), sequence)?;
@@ -320,6 +357,7 @@ impl EncodePlan {
             record_type: options.record_type,
             roots,
             context_leaves,
+            split_key,
         })
     }
 
@@ -488,8 +526,58 @@ impl EncodePlan {
             out.data.extend_from_slice(&crc);
             out.sizes.push((out.data.len() - start) as u64);
         }
+        if let Some(key) = &self.split_key {
+            key_hashes(batch, &key.path, &mut out.keys).map_err(|e| e.with_column(&key.column))?;
+        }
         Ok(())
     }
+}
+
+/// FNV-1a over a value's canonical bytes, then a 64-bit finalizer: a hash that never
+/// changes across runs, versions or platforms (split membership depends on it).
+fn stable_hash(tag: u8, bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in std::iter::once(&tag).chain(bytes) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    crate::example::encode::mix64(h)
+}
+
+/// The splitmix64 finalizer: a bijection on u64 that spreads every input bit.
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Appends the stable hash of each row's key: integers (and booleans, temporal values)
+/// by their i64 value, floats by their f64 bits, text and binary by their bytes; a null
+/// key has a hash of its own.
+fn key_hashes(batch: &RecordBatch, path: &[usize], out: &mut Vec<u64>) -> Result<()> {
+    let mut array = batch.column(path[0]).clone();
+    let mut valid = array.logical_nulls();
+    for &child in &path[1..] {
+        let child_array = array.as_struct().column(child).clone();
+        valid = NullBuffer::union(valid.as_ref(), child_array.logical_nulls().as_ref());
+        array = child_array;
+    }
+    let array = decode_encodings(&array)?;
+    let kind = map_type("", array.data_type(), false)?.0;
+    let values = normalize_values(&array, kind)?;
+    for row in 0..batch.num_rows() {
+        let h = if valid.as_ref().is_some_and(|v| v.is_null(row)) {
+            stable_hash(0, &[])
+        } else {
+            match &values {
+                Values::Int(v) => stable_hash(1, &v[row].to_le_bytes()),
+                Values::Float(v) => stable_hash(2, &f64::from(v[row]).to_bits().to_le_bytes()),
+                _ => stable_hash(3, values.bytes(row)),
+            }
+        };
+        out.push(h);
+    }
+    Ok(())
 }
 
 /// Marks a row whose feature is absent (null).
@@ -618,7 +706,9 @@ fn decode_encodings(array: &ArrayRef) -> Result<ArrayRef> {
 }
 
 /// A list view's (offset, size) pairs as ranges, with its child values.
-fn view_ranges<O: arrow_array::OffsetSizeTrait>(a: &arrow_array::GenericListViewArray<O>) -> (Ranges, ArrayRef) {
+fn view_ranges<O: arrow_array::OffsetSizeTrait>(
+    a: &arrow_array::GenericListViewArray<O>,
+) -> (Ranges, ArrayRef) {
     let pairs = a
         .offsets()
         .iter()

@@ -8,6 +8,7 @@
 //! leaves the old output valid; the guard removes the temporaries on every exit.
 
 pub mod name;
+pub mod scatter;
 pub mod writer;
 
 use std::fs;
@@ -60,6 +61,34 @@ impl OutputDir {
             prefix: prefix.to_owned(),
             tmp,
         })
+    }
+
+    /// Prepares one output per prefix in the same folder (`--split`): the emptiness
+    /// check ignores every one of this run's temporary folders.
+    ///
+    /// # Errors
+    ///
+    /// As [`OutputDir::prepare`].
+    pub fn prepare_all(dir: &Path, prefixes: &[String], overwrite: bool) -> Result<Vec<OutputDir>> {
+        fs::create_dir_all(dir).map_err(io_at(dir))?;
+        let ours: Vec<String> = prefixes.iter().map(|p| name::tmp_dir_name(p)).collect();
+        if !overwrite {
+            for entry in fs::read_dir(dir).map_err(io_at(dir))? {
+                let entry = entry.map_err(io_at(dir))?;
+                if !ours.contains(&entry.file_name().to_string_lossy().into_owned()) {
+                    return Err(Error::new(ErrorKind::OutputExists).with_file(dir));
+                }
+            }
+        }
+        prefixes
+            .iter()
+            .map(|p| OutputDir::prepare(dir, p, true))
+            .collect()
+    }
+
+    /// The prefix of this output's files.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
     }
 
     /// The temporary folder.

@@ -95,14 +95,19 @@ fn every_parquet_testing_file_converts_or_fails_cleanly() {
 
 /// Writes a Parquet file of `rows` rows: `x` FixedSizeList<f32>[4], `y` int64, `id` string.
 pub fn write_table(path: &Path, rows: usize, first: usize, row_group: usize) {
+    write_ids(path, &(first..first + rows).collect::<Vec<_>>(), row_group);
+}
+
+/// Writes the standard test table for the given ids, in the given order: `y` is id % 10.
+pub fn write_ids(path: &Path, ids: &[usize], row_group: usize) {
     let mut x = FixedSizeListBuilder::new(Float32Builder::new(), 4);
-    for i in first..first + rows {
+    for &i in ids {
         x.values()
             .append_slice(&[i as f32, 0.5, -1.0, (i % 7) as f32]);
         x.append(true);
     }
-    let y = Int64Array::from_iter_values((first..first + rows).map(|i| (i % 10) as i64));
-    let id = StringArray::from_iter_values((first..first + rows).map(|i| format!("id-{i:012}")));
+    let y = Int64Array::from_iter_values(ids.iter().map(|&i| (i % 10) as i64));
+    let id = StringArray::from_iter_values(ids.iter().map(|&i| format!("id-{i:012}")));
     let batch = RecordBatch::try_from_iter(vec![
         ("x", Arc::new(x.finish()) as ArrayRef),
         ("y", Arc::new(y) as ArrayRef),

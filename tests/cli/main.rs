@@ -7,6 +7,7 @@ mod images;
 mod inspect_schema;
 mod pipeline;
 mod roundtrip;
+mod shuffle;
 mod verify;
 
 use std::path::{Path, PathBuf};
