@@ -149,6 +149,13 @@ pub fn gather(scattered: &Scattered, writer: &mut ShardWriter) -> Result<()> {
     Ok(())
 }
 
+/// (hash, index, framed length) from an entry's header.
+fn entry_header(header: &[u8; ENTRY_HEADER]) -> (u64, u64, usize) {
+    let word = |at: usize| u64::from_le_bytes(std::array::from_fn(|k| header[at + k]));
+    let len = u32::from_le_bytes(std::array::from_fn(|k| header[16 + k]));
+    (word(0), word(8), len as usize)
+}
+
 /// Entries of a bucket file: (hash, index, start, len) of each framed record in `bytes`.
 fn entries(bucket: &Bucket, bytes: &[u8]) -> Result<Vec<(u64, u64, usize, usize)>> {
     let corrupt = || {
@@ -159,9 +166,7 @@ fn entries(bucket: &Bucket, bytes: &[u8]) -> Result<Vec<(u64, u64, usize, usize)
     let mut pos = 0;
     while pos < bytes.len() {
         let header = bytes.get(pos..pos + ENTRY_HEADER).ok_or_else(corrupt)?;
-        let hash = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
-        let index = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
-        let len = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes")) as usize;
+        let (hash, index, len) = entry_header(header.try_into().expect("sliced to ENTRY_HEADER"));
         let start = pos + ENTRY_HEADER;
         if start + len > bytes.len() {
             return Err(corrupt());
@@ -200,9 +205,7 @@ fn emit(bucket: &Bucket, memory: u64, writer: &mut ShardWriter, depth: u32) -> R
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
                 Err(e) => return Err(io_at(&bucket.path)(e)),
             }
-            let hash = u64::from_le_bytes(header[..8].try_into().expect("8 bytes"));
-            let index = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
-            let len = u32::from_le_bytes(header[16..20].try_into().expect("4 bytes")) as usize;
+            let (hash, index, len) = entry_header(&header);
             record.resize(len, 0);
             reader
                 .read_exact(&mut record)
