@@ -25,6 +25,9 @@ const BUCKET_BUFFER: usize = 32 << 10;
 const MAX_DEPTH: u32 = 6;
 /// Sub-buckets per split of an oversized bucket.
 const FANOUT: u128 = 16;
+/// Records gathered per parallel block, and per window of blocks held at once.
+const GATHER_BLOCK: usize = 8192;
+const GATHER_WINDOW: usize = 16 * GATHER_BLOCK;
 /// Entry header: hash, index, framed length.
 const ENTRY_HEADER: usize = 8 + 8 + 4;
 
@@ -47,11 +50,19 @@ pub struct Bucket {
     hi: u128,
 }
 
-/// Pass 1: records into bucket files by hash range.
+/// Pass 1: records into bucket files by hash range. While they fit in half the memory
+/// budget they stay in memory, and no file is written at all.
 pub struct Scatter {
-    buckets: Vec<(Bucket, BufWriter<File>)>,
+    dir: PathBuf,
     memory: u64,
+    estimated_bytes: u64,
+    /// Records kept in memory: their bytes, and (hash, index, start, len) of each.
+    held: Option<(Vec<u8>, Vec<Entry>)>,
+    buckets: Vec<(Bucket, BufWriter<File>)>,
 }
+
+/// (hash, global index, start, len) of one framed record in a buffer.
+type Entry = (u64, u64, usize, usize);
 
 fn open_buckets(
     dir: &Path,
@@ -80,24 +91,50 @@ fn bucket_of(hash: u64, lo: u128, hi: u128, count: usize) -> usize {
 }
 
 fn put_entry(w: &mut impl Write, hash: u64, index: u64, framed: &[u8]) -> std::io::Result<()> {
-    w.write_all(&hash.to_le_bytes())?;
-    w.write_all(&index.to_le_bytes())?;
-    w.write_all(&(framed.len() as u32).to_le_bytes())?;
+    let mut header = [0u8; ENTRY_HEADER];
+    header[..8].copy_from_slice(&hash.to_le_bytes());
+    header[8..16].copy_from_slice(&index.to_le_bytes());
+    header[16..].copy_from_slice(&(framed.len() as u32).to_le_bytes());
+    w.write_all(&header)?;
     w.write_all(framed)
 }
 
 impl Scatter {
-    /// Bucket files in `dir`, enough that each should fit in half of `memory` for an
-    /// output of about `estimated_bytes` (more are made in pass 2 if not).
-    ///
-    /// # Errors
-    ///
-    /// The files cannot be created.
-    pub fn new(dir: &Path, memory: u64, estimated_bytes: u64) -> Result<Scatter> {
-        fs::create_dir_all(dir).map_err(io_at(dir))?;
-        let count = (estimated_bytes / (memory / 2).max(1) + 1).clamp(1, MAX_BUCKETS as u64);
-        let buckets = open_buckets(dir, "bucket", 0, 1 << 64, u128::from(count))?;
-        Ok(Scatter { buckets, memory })
+    /// A scatter whose bucket files (if it comes to that) go to `dir`, each meant to fit
+    /// in half of `memory` for an output of about `estimated_bytes`.
+    pub fn new(dir: &Path, memory: u64, estimated_bytes: u64) -> Scatter {
+        // Reserved, not touched: pages are only mapped as records arrive, and the buffer
+        // never regrows (copying it) when the estimate is right.
+        let reserve = estimated_bytes.min(memory / 2) as usize;
+        Scatter {
+            dir: dir.to_path_buf(),
+            memory,
+            estimated_bytes,
+            held: Some((
+                Vec::with_capacity(reserve),
+                Vec::with_capacity(reserve / 128),
+            )),
+            buckets: Vec::new(),
+        }
+    }
+
+    /// Moves the records held in memory into bucket files.
+    fn spill(&mut self) -> Result<()> {
+        fs::create_dir_all(&self.dir).map_err(io_at(&self.dir))?;
+        let (data, entries) = self.held.take().unwrap_or_default();
+        let expected = self.estimated_bytes.max(2 * data.len() as u64);
+        let count = (expected / (self.memory / 2).max(1) + 1).clamp(1, MAX_BUCKETS as u64);
+        self.buckets = open_buckets(&self.dir, "bucket", 0, 1 << 64, u128::from(count))?;
+        for (hash, index, start, len) in entries {
+            self.put_on_disk(hash, index, &data[start..start + len])?;
+        }
+        Ok(())
+    }
+
+    fn put_on_disk(&mut self, hash: u64, index: u64, framed: &[u8]) -> Result<()> {
+        let n = self.buckets.len();
+        let (bucket, w) = &mut self.buckets[bucket_of(hash, 0, 1 << 64, n)];
+        put_entry(w, hash, index, framed).map_err(io_at(&bucket.path))
     }
 
     /// Adds one framed record with its order hash and global index.
@@ -106,34 +143,58 @@ impl Scatter {
     ///
     /// An I/O error naming the bucket file.
     pub fn put(&mut self, hash: u64, index: u64, framed: &[u8]) -> Result<()> {
-        let n = self.buckets.len();
-        let (bucket, w) = &mut self.buckets[bucket_of(hash, 0, 1 << 64, n)];
-        put_entry(w, hash, index, framed).map_err(io_at(&bucket.path))
+        let budget = (self.memory / 2) as usize;
+        if let Some((data, entries)) = self.held.as_mut() {
+            // Each entry also costs its 32-byte index slot.
+            if data.len() + framed.len() + 32 * (entries.len() + 1) <= budget {
+                entries.push((hash, index, data.len(), framed.len()));
+                data.extend_from_slice(framed);
+                return Ok(());
+            }
+            self.spill()?;
+        }
+        self.put_on_disk(hash, index, framed)
     }
 
-    /// Closes the bucket files.
+    /// Closes the bucket files (or sorts what stayed in memory).
     ///
     /// # Errors
     ///
     /// An I/O error naming the bucket file.
     pub fn finish(self) -> Result<Scattered> {
+        if let Some((data, mut entries)) = self.held {
+            entries.sort_unstable_by_key(|&(hash, index, _, _)| (hash, index));
+            return Ok(Scattered::Memory { data, entries });
+        }
         let mut buckets = Vec::with_capacity(self.buckets.len());
         for (bucket, mut w) in self.buckets {
             w.flush().map_err(io_at(&bucket.path))?;
             buckets.push(bucket);
         }
-        Ok(Scattered {
+        Ok(Scattered::Disk {
             buckets,
             memory: self.memory,
         })
     }
 }
 
-/// The buckets of pass 1, in hash order.
+/// The records of pass 1: sorted in memory, or in bucket files in hash order.
 #[derive(Debug, Clone)]
-pub struct Scattered {
-    buckets: Vec<Bucket>,
-    memory: u64,
+pub enum Scattered {
+    /// Everything fit in half the budget.
+    Memory {
+        /// The framed records.
+        data: Vec<u8>,
+        /// Sorted by (hash, index).
+        entries: Vec<Entry>,
+    },
+    /// Bucket files.
+    Disk {
+        /// In hash order.
+        buckets: Vec<Bucket>,
+        /// The memory budget.
+        memory: u64,
+    },
 }
 
 /// Pass 2: every record, in (hash, index) order, into `writer`. Can run more than once
@@ -143,8 +204,36 @@ pub struct Scattered {
 ///
 /// An I/O error, or a bucket file that does not hold what pass 1 wrote.
 pub fn gather(scattered: &Scattered, writer: &mut ShardWriter) -> Result<()> {
-    for bucket in &scattered.buckets {
-        emit(bucket, scattered.memory, writer, 0)?;
+    match scattered {
+        Scattered::Memory { data, entries } => {
+            // Reading records in hash order is a random walk over the buffer (cache
+            // misses): gather runs of them into contiguous blocks on every core, then
+            // write the blocks in order.
+            use rayon::prelude::*;
+            for window in entries.chunks(GATHER_WINDOW) {
+                let blocks: Vec<(Vec<u8>, Vec<u64>)> = window
+                    .par_chunks(GATHER_BLOCK)
+                    .map(|run| {
+                        let bytes = run.iter().map(|e| e.3).sum();
+                        let mut block = Vec::with_capacity(bytes);
+                        let mut sizes = Vec::with_capacity(run.len());
+                        for &(_, _, start, len) in run {
+                            block.extend_from_slice(&data[start..start + len]);
+                            sizes.push(len as u64);
+                        }
+                        (block, sizes)
+                    })
+                    .collect();
+                for (block, sizes) in blocks {
+                    writer.write_batch(&block, &sizes)?;
+                }
+            }
+        }
+        Scattered::Disk { buckets, memory } => {
+            for bucket in buckets {
+                emit(bucket, *memory, writer, 0)?;
+            }
+        }
     }
     Ok(())
 }
@@ -157,7 +246,7 @@ fn entry_header(header: &[u8; ENTRY_HEADER]) -> (u64, u64, usize) {
 }
 
 /// Entries of a bucket file: (hash, index, start, len) of each framed record in `bytes`.
-fn entries(bucket: &Bucket, bytes: &[u8]) -> Result<Vec<(u64, u64, usize, usize)>> {
+fn entries(bucket: &Bucket, bytes: &[u8]) -> Result<Vec<Entry>> {
     let corrupt = || {
         Error::from(std::io::Error::other("a shuffle bucket file is damaged"))
             .with_file(&bucket.path)

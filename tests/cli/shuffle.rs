@@ -410,7 +410,13 @@ fn sigterm_during_a_shuffle_removes_the_buckets() {
             "--threads",
             "1",
         ])
-        .args(["--compression", "gzip", "--quiet"])
+        .args([
+            "--compression",
+            "gzip",
+            "--quiet",
+            "--shuffle-memory",
+            "1MiB",
+        ])
         .spawn()
         .unwrap();
     let start = std::time::Instant::now();
