@@ -30,6 +30,7 @@ time_run() {
   local n=$runs; [ "${name#python}" != "$name" ] && n=1
   local all=() peak=0
   for _ in $(seq "$n"); do
+    sync # no run inherits the previous run's writeback
     /usr/bin/time -f "%e %M" -o "$data/time.txt" "$@" > /dev/null
     read -r s kb < "$data/time.txt"
     all+=("$s"); [ "$kb" -gt "$peak" ] && peak=$kb
