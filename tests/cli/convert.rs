@@ -12,7 +12,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
-use crate::{run, s, scratch, tfshard};
+use crate::{convert_parquet, read_manifest, run, s, scratch, tfshard};
 
 include!("corpus_table.rs");
 
@@ -58,14 +58,7 @@ fn every_parquet_testing_file_converts_or_fails_cleanly() {
             continue;
         };
         let dir = out.join(i.to_string());
-        let (code, _, err) = run([
-            "convert",
-            "parquet",
-            s(&base.join(file)),
-            "-o",
-            s(&dir),
-            "--quiet",
-        ]);
+        let (code, _, err) = convert_parquet(&base.join(file), &dir, &["--quiet"]);
         let manifest = dir.join("data.manifest.json").exists();
         if *want == "OK" {
             if code != 0 || !manifest {
@@ -123,10 +116,6 @@ pub fn write_ids(path: &Path, ids: &[usize], row_group: usize) {
     w.close().unwrap();
 }
 
-fn manifest(dir: &Path) -> Value {
-    serde_json::from_slice(&fs::read(dir.join("data.manifest.json")).unwrap()).unwrap()
-}
-
 fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .unwrap()
@@ -154,16 +143,8 @@ fn converts_with_json_summary_and_sized_shards() {
     let input = dir.join("t.parquet");
     write_table(&input, 5000, 0, 1000);
     let out = dir.join("out");
-    let (code, stdout, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--target-shard-size",
-        "64KiB",
-        "--json",
-    ]);
+    let (code, stdout, err) =
+        convert_parquet(&input, &out, &["--target-shard-size", "64KiB", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: Value = serde_json::from_str(&stdout).unwrap();
     for key in [
@@ -172,7 +153,7 @@ fn converts_with_json_summary_and_sized_shards() {
         assert!(summary.get(key).is_some(), "--json lacks {key}");
     }
     assert_eq!(summary["records"], 5000);
-    let m = manifest(&out);
+    let m = read_manifest(&out, "data");
     let shards = m["shards"].as_array().unwrap();
     assert_eq!(summary["shards"], shards.len());
     let n = shards.len();
@@ -256,7 +237,7 @@ fn same_bytes_at_any_thread_count_and_every_compression_holds_the_same_records()
                 }
             }
         }
-        let m = manifest(&outputs[0]);
+        let m = read_manifest(&outputs[0], "data");
         for shard in m["shards"].as_array().unwrap() {
             assert!(shard["bytes"].as_u64().unwrap() <= 50_000);
         }
@@ -277,36 +258,25 @@ fn non_empty_output_needs_overwrite_which_replaces_only_our_files() {
     let out = dir.join("out");
     fs::create_dir_all(&out).unwrap();
     fs::write(out.join("notes.txt"), "keep me").unwrap();
-    let (code, _, err) = run(["convert", "parquet", s(&input), "-o", s(&out)]);
+    let (code, _, err) = convert_parquet(&input, &out, &[]);
     assert_eq!(code, 1);
     assert!(err.contains("output folder is not empty"), "{err}");
     assert!(err.contains("--overwrite"), "{err}");
     assert_eq!(listing(&out), ["notes.txt"], "left untouched");
 
     // A first run with 4 shards, then a rerun with 2: the stale shards go.
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--overwrite",
-        "--max-records-per-shard",
-        "500",
-    ]);
+    let (code, _, err) = convert_parquet(
+        &input,
+        &out,
+        &["--overwrite", "--max-records-per-shard", "500"],
+    );
     assert_eq!(code, 0, "{err}");
     fs::write(out.join("other-00000-of-00001.tfrecord"), "another prefix").unwrap();
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--overwrite",
-        "--max-records-per-shard",
-        "1000",
-        "--index",
-    ]);
+    let (code, _, err) = convert_parquet(
+        &input,
+        &out,
+        &["--overwrite", "--max-records-per-shard", "1000", "--index"],
+    );
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         listing(&out),
@@ -339,16 +309,11 @@ fn non_empty_output_needs_overwrite_which_replaces_only_our_files() {
     assert_eq!(expected_offset, shard.len() as u64);
     assert_eq!(idx.lines().count(), 1000);
     // --index with compression is a usage error.
-    let (code, _, _) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&dir.join("o2")),
-        "--index",
-        "--compression",
-        "gzip",
-    ]);
+    let (code, _, _) = convert_parquet(
+        &input,
+        &dir.join("o2"),
+        &["--index", "--compression", "gzip"],
+    );
     assert_eq!(code, 2);
 }
 
@@ -358,31 +323,31 @@ fn zero_rows_give_one_empty_shard_or_n_with_min_shards() {
     let input = dir.join("empty.parquet");
     write_table(&input, 0, 0, 100);
     let out = dir.join("out");
-    let (code, _, err) = run(["convert", "parquet", s(&input), "-o", s(&out)]);
+    let (code, _, err) = convert_parquet(&input, &out, &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         listing(&out),
         ["data-00000-of-00001.tfrecord", "data.manifest.json"]
     );
-    assert_eq!(manifest(&out)["records"], 0);
+    assert_eq!(read_manifest(&out, "data")["records"], 0);
     assert!(
-        manifest(&out)["features"][0]["shape"].is_null(),
+        read_manifest(&out, "data")["features"][0]["shape"].is_null(),
         "shape is null with zero rows"
     );
     let out = dir.join("out3");
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--min-shards",
-        "3",
-        "--compression",
-        "gzip",
-    ]);
+    let (code, _, err) = convert_parquet(
+        &input,
+        &out,
+        &["--min-shards", "3", "--compression", "gzip"],
+    );
     assert_eq!(code, 0, "{err}");
-    assert_eq!(manifest(&out)["shards"].as_array().unwrap().len(), 3);
+    assert_eq!(
+        read_manifest(&out, "data")["shards"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
     assert_eq!(listing(&out)[2], "data-00002-of-00003.tfrecord.gz");
 }
 
@@ -392,17 +357,9 @@ fn min_shards_cuts_small_outputs_evenly() {
     let input = dir.join("t.parquet");
     write_table(&input, 1000, 0, 300);
     let out = dir.join("out");
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--min-shards",
-        "4",
-    ]);
+    let (code, _, err) = convert_parquet(&input, &out, &["--min-shards", "4"]);
     assert_eq!(code, 0, "{err}");
-    let m = manifest(&out);
+    let m = read_manifest(&out, "data");
     let records: Vec<u64> = m["shards"]
         .as_array()
         .unwrap()
@@ -413,19 +370,19 @@ fn min_shards_cuts_small_outputs_evenly() {
     assert_eq!(records, [250, 250, 250, 250]);
     // A large output already has enough shards: the fill rule stands.
     let out = dir.join("out2");
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--min-shards",
-        "2",
-        "--target-shard-size",
-        "10KB",
-    ]);
+    let (code, _, err) = convert_parquet(
+        &input,
+        &out,
+        &["--min-shards", "2", "--target-shard-size", "10KB"],
+    );
     assert_eq!(code, 0, "{err}");
-    assert!(manifest(&out)["shards"].as_array().unwrap().len() > 2);
+    assert!(
+        read_manifest(&out, "data")["shards"]
+            .as_array()
+            .unwrap()
+            .len()
+            > 2
+    );
 }
 
 #[test]
@@ -443,9 +400,9 @@ fn folder_inputs_are_walked_in_byte_order_skipping_hidden_and_underscore() {
     fs::write(tbl.join("_SUCCESS"), "").unwrap();
     // Python's sorted(): "A.parquet" < "a-b" (byte order), unlike Path's component order.
     let out = dir.join("out");
-    let (code, _, err) = run(["convert", "parquet", s(&tbl), "-o", s(&out)]);
+    let (code, _, err) = convert_parquet(&tbl, &out, &[]);
     assert_eq!(code, 0, "{err}");
-    let m = manifest(&out);
+    let m = read_manifest(&out, "data");
     let paths: Vec<&str> = m["inputs"]
         .as_array()
         .unwrap()
@@ -470,7 +427,7 @@ fn folder_inputs_are_walked_in_byte_order_skipping_hidden_and_underscore() {
     // An empty folder is an error.
     let empty = dir.join("empty");
     fs::create_dir_all(&empty).unwrap();
-    let (code, _, err) = run(["convert", "parquet", s(&empty), "-o", s(&dir.join("o2"))]);
+    let (code, _, err) = convert_parquet(&empty, &dir.join("o2"), &[]);
     assert_eq!(code, 1);
     assert!(err.contains("no *.parquet file"), "{err}");
 }
@@ -538,23 +495,15 @@ fn bad_inputs_fail_with_one_line_and_leave_nothing() {
     let corrupt_path = dir.join("corrupt.parquet");
     fs::write(&corrupt_path, &corrupt).unwrap();
     let out = dir.join("out-corrupt");
-    let (code, _, err) = run(["convert", "parquet", s(&corrupt_path), "-o", s(&out)]);
+    let (code, _, err) = convert_parquet(&corrupt_path, &out, &[]);
     assert!(code == 1 || code == 0, "{err}");
     assert!(!err.contains("panicked"), "{err}");
     // An output path under a regular file cannot be created.
-    let (code, _, err) = run(["convert", "parquet", s(&good), "-o", s(&good.join("sub"))]);
+    let (code, _, err) = convert_parquet(&good, &good.join("sub"), &[]);
     assert_eq!(code, 1);
     assert!(err.contains("good.parquet/sub"), "{err}");
     // An unknown column lists the available ones.
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&good),
-        "-o",
-        s(&dir.join("o9")),
-        "--columns",
-        "x,nope",
-    ]);
+    let (code, _, err) = convert_parquet(&good, &dir.join("o9"), &["--columns", "x,nope"]);
     assert_eq!(code, 1);
     assert!(
         err.contains("no column named \"nope\"; available: x, y, id"),
@@ -594,7 +543,7 @@ fn a_full_disk_fails_cleanly() {
         return;
     }
     let out = mnt.join("out");
-    let (code, _, err) = run(["convert", "parquet", s(&input), "-o", s(&out)]);
+    let (code, _, err) = convert_parquet(&input, &out, &[]);
     let left = listing(&out);
     let _ = std::process::Command::new("umount").arg(s(&mnt)).status();
     assert_eq!(code, 1, "{err}");
@@ -698,18 +647,13 @@ fn sigkill_leaves_no_manifest_and_a_rerun_gives_identical_output() {
 fn sequence_examples_from_nested_lists() {
     let file = corpus().join("data/old_list_structure.parquet");
     let out = scratch("convert_sequence");
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&file),
-        "-o",
-        s(&out),
-        "--record-type",
-        "sequence-example",
-        "--overwrite",
-    ]);
+    let (code, _, err) = convert_parquet(
+        &file,
+        &out,
+        &["--record-type", "sequence-example", "--overwrite"],
+    );
     assert_eq!(code, 0, "{err}");
-    let m = manifest(&out);
+    let m = read_manifest(&out, "data");
     assert_eq!(m["record_type"], "sequence_example");
     let parts: Vec<(&str, &str)> = m["features"]
         .as_array()

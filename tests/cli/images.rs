@@ -5,11 +5,10 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use prost::Message;
-use serde_json::Value;
 use tfshard::example::proto::{Example, Kind};
 use tfshard::tfrecord;
 
-use crate::{root, run, s, scratch};
+use crate::{convert_parquet, read_manifest, root, run, s, scratch};
 
 fn images() -> PathBuf {
     root().join("testdata/images")
@@ -37,7 +36,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 fn records(out: &Path) -> Vec<Example> {
-    let m = manifest(out);
+    let m = read_manifest(out, "data");
     let mut all = Vec::new();
     for shard in m["shards"].as_array().unwrap() {
         let mut reader = tfrecord::open(&out.join(shard["file"].as_str().unwrap()), None).unwrap();
@@ -46,10 +45,6 @@ fn records(out: &Path) -> Vec<Example> {
         }
     }
     all
-}
-
-fn manifest(out: &Path) -> Value {
-    serde_json::from_slice(&fs::read(out.join("data.manifest.json")).unwrap()).unwrap()
 }
 
 fn text(e: &Example, name: &str) -> String {
@@ -72,7 +67,7 @@ fn class_folders_formats_sizes_and_order() {
     let out = dir.parent().unwrap().join("out");
     let (code, _, err) = run(["convert", "images", s(&dir), "-o", s(&out)]);
     assert_eq!(code, 0, "{err}");
-    let m = manifest(&out);
+    let m = read_manifest(&out, "data");
     assert_eq!(
         m["classes"],
         serde_json::json!(["cats", "dogs", "zebras"]),
@@ -168,7 +163,7 @@ fn labels_none_and_csv() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(
-        manifest(&out)["classes"],
+        read_manifest(&out, "data")["classes"],
         serde_json::json!(["pug", "siamese", "tabby"])
     );
     let r = records(&out);
@@ -214,7 +209,7 @@ fn labels_none_and_csv() {
         "skip",
     ]);
     assert_eq!(code, 0, "{err}");
-    let skipped: Vec<(String, String)> = manifest(&out)["skipped"]
+    let skipped: Vec<(String, String)> = read_manifest(&out, "data")["skipped"]
         .as_array()
         .unwrap()
         .iter()
@@ -268,7 +263,7 @@ fn bad_files_fail_or_are_skipped_and_symlinks_never_read() {
     ]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("warning: skipped 3 files"), "{err}");
-    let m = manifest(&out);
+    let m = read_manifest(&out, "data");
     let skipped: Vec<(&str, &str)> = m["skipped"]
         .as_array()
         .unwrap()
@@ -334,19 +329,18 @@ fn huggingface_style_parquet_recipe() {
     w.write(&batch).unwrap();
     w.close().unwrap();
     let out = dir.join("out");
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--rename",
-        "image/bytes=image/encoded",
-        "--rename",
-        "image/path=image/filename",
-        "--rename",
-        "label=image/class/label",
-    ]);
+    let (code, _, err) = convert_parquet(
+        &input,
+        &out,
+        &[
+            "--rename",
+            "image/bytes=image/encoded",
+            "--rename",
+            "image/path=image/filename",
+            "--rename",
+            "label=image/class/label",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     let r = records(&out);
     let keys: Vec<String> = r[0]

@@ -56,6 +56,22 @@ where
     )
 }
 
+/// `tfshard convert parquet INPUT -o OUT EXTRA...`; returns (exit code, stdout, stderr).
+pub fn convert_parquet(input: &Path, out: &Path, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["convert", "parquet", s(input), "-o", s(out)];
+    args.extend_from_slice(extra);
+    run(args)
+}
+
+/// The manifest `{prefix}.manifest.json` in `dir`, parsed.
+pub fn read_manifest(dir: &Path, prefix: &str) -> serde_json::Value {
+    let path = dir.join(format!("{prefix}.manifest.json"));
+    serde_json::from_slice(
+        &std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .expect("a manifest is JSON")
+}
+
 /// `path` as a `&str` for argument lists.
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("UTF-8 test path")

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use tfshard::pipeline::{Batch, Pipeline, PipelineBuilder, Values};
 
 use crate::convert::write_table;
-use crate::{run, s, scratch};
+use crate::{convert_parquet, run, s, scratch};
 
 /// 10 shards of 500 records each, ids 0..5000 in order.
 fn shards(name: &str) -> PathBuf {
@@ -16,16 +16,8 @@ fn shards(name: &str) -> PathBuf {
     let input = dir.join("t.parquet");
     write_table(&input, 5000, 0, 1000);
     let out = dir.join("shards");
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--max-records-per-shard",
-        "500",
-        "--quiet",
-    ]);
+    let (code, _, err) =
+        convert_parquet(&input, &out, &["--max-records-per-shard", "500", "--quiet"]);
     assert_eq!(code, 0, "{err}");
     out
 }

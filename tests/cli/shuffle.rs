@@ -12,14 +12,11 @@ use tfshard::example::proto::{Example, Kind};
 use tfshard::tfrecord;
 
 use crate::convert::write_ids;
-use crate::{run, s, scratch};
+use crate::{convert_parquet, read_manifest, run, s, scratch};
 
 /// (id, label) of every record of a prefix, shard by shard, in order.
 fn records(dir: &Path, prefix: &str) -> Vec<Vec<(u64, i64)>> {
-    let m: serde_json::Value =
-        serde_json::from_slice(&fs::read(dir.join(format!("{prefix}.manifest.json"))).unwrap())
-            .unwrap();
-    m["shards"]
+    read_manifest(dir, prefix)["shards"]
         .as_array()
         .unwrap()
         .iter()
@@ -133,24 +130,16 @@ fn every_record_once_and_the_same_bytes_whatever_threads_memory_and_tmp_dir() {
         (0..30_000).collect::<Vec<u64>>(),
         "every record exactly once"
     );
-    let m: serde_json::Value =
-        serde_json::from_slice(&fs::read(outputs[0].join("data.manifest.json")).unwrap()).unwrap();
+    let m = read_manifest(&outputs[0], "data");
     assert_eq!(m["options"]["shuffle"], true);
     assert_eq!(m["options"]["seed"], 7);
     // Another seed, another order.
     let out = dir.join("seed8");
-    let (code, _, _) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--shuffle",
-        "--seed",
-        "8",
-        "--target-shard-size",
-        "300KB",
-    ]);
+    let (code, _, _) = convert_parquet(
+        &input,
+        &out,
+        &["--shuffle", "--seed", "8", "--target-shard-size", "300KB"],
+    );
     assert_eq!(code, 0);
     assert!(files(&out) != first);
 }
@@ -345,20 +334,19 @@ fn shuffle_and_split_together_and_with_images() {
     let dir = scratch("shuffle_split_images");
     let input = label_sorted(&dir);
     let out = dir.join("out");
-    let (code, _, err) = run([
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--shuffle",
-        "--split",
-        "train=0.9,test=0.1",
-        "--split-key",
-        "id",
-        "--min-shards",
-        "3",
-    ]);
+    let (code, _, err) = convert_parquet(
+        &input,
+        &out,
+        &[
+            "--shuffle",
+            "--split",
+            "train=0.9,test=0.1",
+            "--split-key",
+            "id",
+            "--min-shards",
+            "3",
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     let train = records(&out, "train");
     let test = records(&out, "test");
