@@ -446,7 +446,7 @@ fn start_threads(
     let mut handles = Vec::new();
     {
         let stop = stop.clone();
-        handles.push(std::thread::spawn(move || loop {
+        handles.push(spawn("tfshard-read", move || loop {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
@@ -466,10 +466,10 @@ fn start_threads(
         }));
     }
     let files = Arc::new(files);
-    for _ in 0..tuned.parallelism {
+    for worker in 0..tuned.parallelism {
         let (raw_rx, out_tx, recycle_tx) = (raw_rx.clone(), out_tx.clone(), recycle_tx.clone());
         let (parser, files, stop) = (parser.clone(), files.clone(), stop.clone());
-        handles.push(std::thread::spawn(move || {
+        handles.push(spawn(&format!("tfshard-parse{worker}"), move || {
             for (seq, raw) in raw_rx {
                 let result = raw.and_then(|raw| {
                     let parsed = parser.parse(&raw, &files);
@@ -491,6 +491,14 @@ fn start_threads(
         handles,
         stop,
     }
+}
+
+/// Starts a named thread (names show in `top -H`, `perf` and debuggers).
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .expect("the system could not start a thread")
 }
 
 /// A running pipeline: an iterator of parsed batches.
