@@ -3,6 +3,7 @@
 
 pub mod compress;
 pub mod frame;
+pub mod mapped;
 pub mod reader;
 pub mod writer;
 
@@ -11,6 +12,7 @@ use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 pub use compress::Compression;
+pub use mapped::MappedRecords;
 pub use reader::RecordReader;
 pub use writer::RecordWriter;
 

@@ -125,13 +125,7 @@ impl<R: Read> RecordReader<R> {
     }
 
     fn error_at(&self, problem: FrameProblem, detail: String, record: u64, offset: u64) -> Error {
-        let mut err = Error::new(ErrorKind::Frame { problem, detail })
-            .with_record(record)
-            .with_offset(offset);
-        if let Some(path) = &self.path {
-            err = err.with_file(path);
-        }
-        err
+        frame_error(problem, detail, self.path.as_deref(), record, offset)
     }
 
     fn locate(&self, err: Error) -> Error {
@@ -190,7 +184,7 @@ impl<R: Read> RecordReader<R> {
             self.poisoned = true;
             return Err(self.error(
                 FrameProblem::TruncatedLength,
-                format!("the stream ends {avail} bytes into a {HEADER_LEN}-byte record header"),
+                truncated_header_detail(avail),
                 record_offset,
             ));
         }
@@ -201,7 +195,7 @@ impl<R: Read> RecordReader<R> {
             self.poisoned = true;
             return Err(self.error(
                 FrameProblem::LengthCrc,
-                "the record header's length does not match its CRC".into(),
+                LENGTH_CRC_DETAIL.into(),
                 record_offset,
             ));
         };
@@ -239,7 +233,7 @@ impl<R: Read> RecordReader<R> {
         if !crc_ok {
             return Err(self.error_at(
                 FrameProblem::DataCrc,
-                format!("the {len}-byte payload does not match its CRC"),
+                data_crc_detail(len),
                 record_index,
                 record_offset,
             ));
@@ -250,13 +244,44 @@ impl<R: Read> RecordReader<R> {
     fn truncated(&self, len: u64, left: u64) -> Error {
         self.error(
             FrameProblem::TruncatedData,
-            format!(
-                "the header promises a {len}-byte record ({} bytes framed) but only {left} bytes remain",
-                len.saturating_add(16)
-            ),
+            truncated_data_detail(len, left),
             self.offset,
         )
     }
+}
+
+/// A framing error at a record (shared by every reader, so the messages agree).
+pub(crate) fn frame_error(
+    problem: FrameProblem,
+    detail: String,
+    path: Option<&Path>,
+    record: u64,
+    offset: u64,
+) -> Error {
+    let err = Error::new(ErrorKind::Frame { problem, detail })
+        .with_record(record)
+        .with_offset(offset);
+    match path {
+        Some(path) => err.with_file(path),
+        None => err,
+    }
+}
+
+pub(crate) const LENGTH_CRC_DETAIL: &str = "the record header's length does not match its CRC";
+
+pub(crate) fn truncated_header_detail(avail: usize) -> String {
+    format!("the stream ends {avail} bytes into a {HEADER_LEN}-byte record header")
+}
+
+pub(crate) fn truncated_data_detail(len: u64, left: u64) -> String {
+    format!(
+        "the header promises a {len}-byte record ({} bytes framed) but only {left} bytes remain",
+        len.saturating_add(16)
+    )
+}
+
+pub(crate) fn data_crc_detail(len: impl std::fmt::Display) -> String {
+    format!("the {len}-byte payload does not match its CRC")
 }
 
 #[cfg(test)]
