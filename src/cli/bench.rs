@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// Keep batch order reproducible (true) or hand batches out as they are ready (false).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub deterministic: bool,
+    /// Read uncompressed shards with read(2) into buffers instead of mapping them (for
+    /// files that may change while read).
+    #[arg(long)]
+    pub no_mmap: bool,
     #[command(flatten)]
     pub read: ReadFlags,
     #[command(flatten)]
@@ -89,13 +93,14 @@ fn print_run(out: &mut impl Write, title: &str, run: &RunReport) -> std::io::Res
         };
         write!(
             out,
-            "  {label:<15} {:>10} records {:>7.2} s {:>12.0} records/s {:>9.0} batches/s {:>8.1} MB/s  peak RSS {:.0} MiB",
+            "  {label:<15} {:>10} records {:>7.2} s {:>12.0} records/s {:>9.0} batches/s {:>8.1} MB/s  peak RSS {:.0} MiB (anon {:.0} MiB)",
             e.records,
             e.seconds,
             e.records_per_sec,
             e.batches_per_sec,
             e.bytes_per_sec / 1e6,
-            e.peak_rss_bytes as f64 / (1 << 20) as f64
+            e.peak_rss_bytes as f64 / (1 << 20) as f64,
+            e.peak_anon_rss_bytes as f64 / (1 << 20) as f64
         )?;
         if let Some(w) = e.input_wait_fraction {
             write!(out, "  input wait {:.1}%", 100.0 * w)?;
@@ -148,7 +153,8 @@ impl BenchArgs {
             .with_shuffled_files(self.shuffle_buffer > 1)
             .with_shuffle(self.shuffle_buffer, self.seed)
             .with_batch(self.batch_size, self.drop_remainder)
-            .with_deterministic(self.deterministic);
+            .with_deterministic(self.deterministic)
+            .with_mmap(!self.no_mmap);
         if let Some(c) = self.read.compression.resolve() {
             builder = builder.with_compression(c);
         }
@@ -183,7 +189,12 @@ impl BenchArgs {
             print_run(&mut out, "sequential baseline", base)?;
         }
         if let Some(s) = report.speedup {
-            writeln!(out, "speedup: {s:.2}x the sequential baseline")?;
+            let over = if report.run.epochs.len() > 1 {
+                " (warm epochs)"
+            } else {
+                ""
+            };
+            writeln!(out, "speedup: {s:.2}x the sequential baseline{over}")?;
         }
         out.flush()?;
         Ok(())

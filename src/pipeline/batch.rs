@@ -2,6 +2,10 @@
 //! numbered so the parse workers' output can be put back in order. An epoch's last short
 //! batch is delivered unless `drop_remainder`.
 
+use std::ops::Range;
+
+use crate::tfrecord::mapped::SharedMap;
+
 /// Where a record came from, for error messages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Origin {
@@ -13,15 +17,55 @@ pub struct Origin {
     pub offset: u64,
 }
 
+/// A record's bytes: a range of a mapped file, or a pooled buffer (compressed files, or
+/// when mapping is off).
+#[derive(Debug, Clone)]
+pub enum Payload {
+    /// Copied out of a stream; the buffer is reused once parsed.
+    Owned(Vec<u8>),
+    /// A range of a mapped file: nothing copied.
+    Mapped {
+        /// The map (kept alive while any of its records is in flight).
+        map: SharedMap,
+        /// The payload within it.
+        range: Range<usize>,
+    },
+}
+
+impl Default for Payload {
+    fn default() -> Payload {
+        Payload::Owned(Vec::new())
+    }
+}
+
 /// One record's payload, not yet checked or parsed.
 #[derive(Debug, Clone, Default)]
 pub struct RawRecord {
-    /// The payload (a pooled buffer, reused once parsed).
-    pub bytes: Vec<u8>,
+    /// The payload.
+    pub payload: Payload,
     /// The masked data CRC stored after it.
     pub crc: u32,
     /// Where it came from.
     pub origin: Origin,
+}
+
+impl RawRecord {
+    /// The payload's bytes.
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        match &self.payload {
+            Payload::Owned(v) => v,
+            Payload::Mapped { map, range } => &map[range.clone()],
+        }
+    }
+
+    /// The pooled buffer to reuse, if the payload had one.
+    pub fn into_buffer(self) -> Option<Vec<u8>> {
+        match self.payload {
+            Payload::Owned(v) => Some(v),
+            Payload::Mapped { .. } => None,
+        }
+    }
 }
 
 /// A batch of raw records.

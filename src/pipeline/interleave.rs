@@ -1,22 +1,32 @@
 //! Interleave: `cycle_length` files open at once, `block_length` records from each in
 //! turn (`tf.data.Dataset.interleave`'s order); a file that ends gives its place to the
-//! next one. Each file is read in large sequential blocks by its own `RecordReader`. The
-//! data CRC is left to the parse workers: it is the costly check, and they run in
-//! parallel.
+//! next one. An uncompressed file is memory-mapped ([`MappedRecords`]): its records are
+//! ranges of the map, read ahead by the kernel in large sequential blocks and never
+//! copied before parsing. A compressed file (or any file, with mapping off) is read in
+//! large sequential blocks by its own `RecordReader`, each record copied into a pooled
+//! buffer. The data CRC is left to the parse workers: it is the costly check, and they
+//! run in parallel.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use crate::error::Result;
-use crate::pipeline::batch::{Origin, RawRecord};
-use crate::tfrecord::{self, Compression, RecordReader, Source};
+use crate::pipeline::batch::{Origin, Payload, RawRecord};
+use crate::tfrecord::{self, Compression, MappedRecords, RecordReader, Source};
+
+/// An open file of the cycle.
+enum Open {
+    Mapped(MappedRecords),
+    Stream(RecordReader<Source>),
+}
 
 /// Round-robin reading of several files.
 pub struct Interleave {
     files: Vec<PathBuf>,
     compression: Option<Compression>,
+    mmap: bool,
     pending: VecDeque<usize>,
-    open: Vec<(usize, RecordReader<Source>)>,
+    open: Vec<(usize, Open)>,
     cycle_length: usize,
     block_length: usize,
     current: usize,
@@ -24,17 +34,20 @@ pub struct Interleave {
 }
 
 impl Interleave {
-    /// Reads `order` (indices into `files`) interleaved.
+    /// Reads `order` (indices into `files`) interleaved; maps uncompressed files when
+    /// `mmap` is on.
     pub fn new(
         files: Vec<PathBuf>,
         order: Vec<usize>,
         compression: Option<Compression>,
+        mmap: bool,
         cycle_length: usize,
         block_length: usize,
     ) -> Interleave {
         Interleave {
             files,
             compression,
+            mmap,
             pending: order.into(),
             open: Vec::new(),
             cycle_length: cycle_length.max(1),
@@ -44,59 +57,96 @@ impl Interleave {
         }
     }
 
+    fn open_file(&self, i: usize) -> Result<Open> {
+        let path = &self.files[i];
+        let compression = match self.compression {
+            Some(c) => c,
+            None => tfrecord::detect_compression(path)?,
+        };
+        Ok(if self.mmap && compression == Compression::None {
+            Open::Mapped(MappedRecords::open(path)?)
+        } else {
+            Open::Stream(tfrecord::open(path, Some(compression))?.with_check_data_crc(false))
+        })
+    }
+
     fn fill_cycle(&mut self) -> Result<()> {
         while self.open.len() < self.cycle_length {
             let Some(i) = self.pending.pop_front() else {
                 break;
             };
-            let reader =
-                tfrecord::open(&self.files[i], self.compression)?.with_check_data_crc(false);
-            self.open.push((i, reader));
+            let file = self.open_file(i)?;
+            self.open.push((i, file));
         }
         Ok(())
     }
 
-    /// Moves the next record into `slot` (reusing its buffer); `false` at the end.
+    /// The next record, or `None` at the end; a copied record takes its buffer from
+    /// `pool` when there is one.
     ///
     /// # Errors
     ///
     /// A framing error (length CRC, truncation) naming file, record and offset.
-    pub fn next_into(&mut self, slot: &mut RawRecord) -> Result<bool> {
+    pub fn next(&mut self, pool: &mut Vec<Vec<u8>>) -> Result<Option<RawRecord>> {
         loop {
             self.fill_cycle()?;
             if self.open.is_empty() {
-                return Ok(false);
+                return Ok(None);
             }
             if self.current >= self.open.len() {
                 self.current = 0;
             }
-            let (file, reader) = &mut self.open[self.current];
-            let (record, offset) = (reader.record_index(), reader.offset());
-            match reader.read_record()? {
-                Some(bytes) => {
-                    slot.bytes.clear();
-                    slot.bytes.extend_from_slice(bytes);
-                    slot.crc = reader.stored_data_crc();
-                    slot.origin = Origin {
+            let (file, open) = &mut self.open[self.current];
+            let record = match open {
+                Open::Mapped(records) => records.next_record()?.map(|r| RawRecord {
+                    payload: Payload::Mapped {
+                        map: records.map().expect("a record implies a map").clone(),
+                        range: r.range,
+                    },
+                    crc: r.stored_crc,
+                    origin: Origin {
                         file: *file,
-                        record,
-                        offset,
-                    };
+                        record: r.index,
+                        offset: r.offset,
+                    },
+                }),
+                Open::Stream(reader) => {
+                    let (record, offset) = (reader.record_index(), reader.offset());
+                    match reader.read_record()? {
+                        Some(bytes) => {
+                            let mut buffer = pool.pop().unwrap_or_default();
+                            buffer.clear();
+                            buffer.extend_from_slice(bytes);
+                            Some(RawRecord {
+                                payload: Payload::Owned(buffer),
+                                crc: reader.stored_data_crc(),
+                                origin: Origin {
+                                    file: *file,
+                                    record,
+                                    offset,
+                                },
+                            })
+                        }
+                        None => None,
+                    }
+                }
+            };
+            match record {
+                Some(record) => {
                     self.taken += 1;
                     if self.taken >= self.block_length {
                         self.taken = 0;
                         self.current += 1;
                     }
-                    return Ok(true);
+                    return Ok(Some(record));
                 }
                 None => {
                     // This file is done: the next pending one takes its place.
                     self.open.remove(self.current);
                     self.taken = 0;
                     if let Some(i) = self.pending.pop_front() {
-                        let reader = tfrecord::open(&self.files[i], self.compression)?
-                            .with_check_data_crc(false);
-                        self.open.insert(self.current, (i, reader));
+                        let file = self.open_file(i)?;
+                        self.open.insert(self.current, (i, file));
                     }
                 }
             }

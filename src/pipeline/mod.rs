@@ -2,18 +2,27 @@
 //!
 //! ```text
 //! files ─ interleave ─ shuffle ─ batch ─┬─ parse ─┐
-//!   (one producer thread: framing,      ├─ parse ─┼─ prefetch (bounded, reordered
-//!    length CRC, buffer recycling)      └─ parse ─┘   when deterministic) ─ consumer
+//!   (one producer thread: header walk,  ├─ parse ─┼─ prefetch (bounded, reordered
+//!    length CRC)                        └─ parse ─┘   when deterministic) ─ consumer
 //! ```
 //!
-//! Records are shuffled and batched as raw bytes, then each batch is parsed (and its data
+//! Uncompressed shards are memory-mapped: the producer walks the headers (the kernel
+//! reads ahead in large sequential blocks), and a record is a range of the map until a
+//! parse worker reads it; compressed shards (or any, with [`PipelineBuilder::with_mmap`]
+//! off) are read in large blocks and each record copied into a pooled buffer. Records are
+//! shuffled and batched as these references, then each batch is parsed (and its data
 //! CRCs checked) by one of `parallelism` workers straight into columns: the batches are
 //! the same as parse → shuffle → batch would give, with the per-record work done once,
 //! in bulk, in parallel. (PEERS.md: TensorFlow's per-record pipeline on small records is
-//! bound by per-element overhead; parsing batches is what helps.) Memory is bounded by
-//! the shuffle buffer, two raw batches per worker and the prefetch queue; no file is read
-//! whole. [`PipelineBuilder::sequential`] is the baseline: one file after another, parse
-//! on the consumer's thread, no prefetch, the same shuffle and batch.
+//! bound by per-element overhead; parsing batches is what helps.) Long bytes values
+//! (images) are not copied at all: the column points at them ([`BytesValues`]).
+//!
+//! Memory is bounded by the buffers: the shuffle buffer, two raw batches per worker and
+//! the prefetch queue, in references (or pooled copies); no file is read whole. Mapped
+//! pages belong to the page cache and count in RSS while mapped, not in the process's
+//! anonymous memory (`bench` reports both). [`PipelineBuilder::sequential`] is the
+//! baseline: one file after another, parse on the consumer's thread, no prefetch, the
+//! same shuffle and batch.
 //!
 //! ```no_run
 //! use tfshard::pipeline::Pipeline;
@@ -31,6 +40,7 @@
 //! ```
 
 pub mod batch;
+pub mod bytes;
 pub mod interleave;
 pub mod parse;
 pub mod prefetch;
@@ -48,6 +58,7 @@ use crate::error::{Error, Result};
 use crate::example::{FeatureSpec, RecordType};
 use crate::tfrecord::Compression;
 
+pub use bytes::BytesValues;
 pub use parse::{Batch, Column, Values};
 
 use batch::{RawBatch, RawRecord};
@@ -70,6 +81,9 @@ pub struct PipelineOptions {
     pub paths: Vec<PathBuf>,
     /// `None`: by extension, else content.
     pub compression: Option<Compression>,
+    /// Map uncompressed files instead of reading them (no copy before parsing; the
+    /// files must not be truncated while read, see [`crate::tfrecord::mapped`]).
+    pub mmap: bool,
     /// The feature spec; `None`: the manifest's, else inferred from the records.
     pub spec: Option<Vec<FeatureSpec>>,
     /// Passes over the data.
@@ -113,6 +127,7 @@ impl PipelineBuilder {
             options: PipelineOptions {
                 paths,
                 compression: None,
+                mmap: true,
                 spec: None,
                 epochs: 1,
                 shuffle_files: false,
@@ -153,6 +168,12 @@ impl PipelineBuilder {
     /// The compression of the shards (default: auto).
     pub fn with_compression(mut self, compression: Compression) -> Self {
         self.options.compression = Some(compression);
+        self
+    }
+
+    /// Maps uncompressed files (the default) or reads them into buffers.
+    pub fn with_mmap(mut self, mmap: bool) -> Self {
+        self.options.mmap = mmap;
         self
     }
 
@@ -300,6 +321,7 @@ fn autotune(o: &PipelineOptions, files: usize) -> Tuned {
 struct Producer {
     files: Vec<PathBuf>,
     compression: Option<Compression>,
+    mmap: bool,
     epochs: u64,
     epoch: u64,
     shuffle_files: bool,
@@ -322,6 +344,7 @@ impl Producer {
         Producer {
             files,
             compression: o.compression,
+            mmap: o.mmap,
             epochs: o.epochs,
             epoch: 0,
             shuffle_files: o.shuffle_files,
@@ -350,13 +373,15 @@ impl Producer {
             self.files.clone(),
             order,
             self.compression,
+            self.mmap,
             self.cycle_length,
             self.block_length,
         ));
         self.draining = false;
     }
 
-    fn buffer(&mut self) -> Vec<u8> {
+    /// Takes back the buffers the parse workers are done with.
+    fn refill_pool(&mut self) {
         if let Some(rx) = &self.recycled {
             // Keep the pool no larger than what can be in flight.
             while self.pool.len() < self.shuffle_buffer + 4 * self.batch_size {
@@ -366,7 +391,6 @@ impl Producer {
                 }
             }
         }
-        self.pool.pop().unwrap_or_default()
     }
 
     /// The next raw batch, or `None` after the last epoch.
@@ -381,16 +405,12 @@ impl Producer {
             let mut records = Vec::with_capacity(self.batch_size);
             while records.len() < self.batch_size {
                 if !self.draining {
-                    let mut slot = RawRecord {
-                        bytes: self.buffer(),
-                        ..RawRecord::default()
-                    };
+                    self.refill_pool();
                     let interleave = self.interleave.as_mut().expect("started above");
-                    if interleave.next_into(&mut slot)? {
-                        records.extend(self.shuffle.push(slot));
+                    if let Some(record) = interleave.next(&mut self.pool)? {
+                        records.extend(self.shuffle.push(record));
                         continue;
                     }
-                    self.pool.push(slot.bytes);
                     self.draining = true;
                 }
                 match self.shuffle.pop() {
@@ -404,7 +424,8 @@ impl Producer {
                 self.interleave = None;
                 self.epoch += 1;
                 if records.is_empty() || self.drop_remainder {
-                    self.pool.extend(records.into_iter().map(|r| r.bytes));
+                    self.pool
+                        .extend(records.into_iter().filter_map(RawRecord::into_buffer));
                     continue;
                 }
             }
@@ -472,9 +493,9 @@ fn start_threads(
         handles.push(spawn(&format!("tfshard-parse{worker}"), move || {
             for (seq, raw) in raw_rx {
                 let result = raw.and_then(|raw| {
-                    let parsed = parser.parse(&raw, &files);
-                    for r in raw.records {
-                        let _ = recycle_tx.send(r.bytes);
+                    let (parsed, spare) = parser.parse(raw, &files);
+                    for buffer in spare {
+                        let _ = recycle_tx.send(buffer);
                     }
                     parsed
                 });
@@ -546,10 +567,8 @@ impl Iterator for Pipeline {
             }
             Inner::Inline { producer, parser } => match producer.next_batch() {
                 Ok(Some(raw)) => {
-                    let parsed = parser.parse(&raw, &self.files);
-                    producer
-                        .pool
-                        .extend(raw.records.into_iter().map(|r| r.bytes));
+                    let (parsed, spare) = parser.parse(raw, &self.files);
+                    producer.pool.extend(spare);
                     if parsed.is_err() {
                         producer.epoch = producer.epochs;
                         producer.interleave = None;

@@ -7,10 +7,12 @@
 //! Features a record has but the spec lacks are ignored, as `tf.io.parse_example` does.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::{FeatureKind, FeatureSpec, Part};
-use crate::pipeline::batch::RawBatch;
+use crate::pipeline::batch::{Payload, RawBatch};
+use crate::pipeline::bytes::{BytesValues, Home};
 use crate::tfrecord::frame;
 
 /// A column's values.
@@ -20,13 +22,10 @@ pub enum Values {
     Int64(Vec<i64>),
     /// `float_list` values.
     Float(Vec<f32>),
-    /// `bytes_list` values: value i is `data[offsets[i]..offsets[i + 1]]`.
-    Bytes {
-        /// `len + 1` offsets into `data`.
-        offsets: Vec<u64>,
-        /// Every value's bytes, back to back.
-        data: Vec<u8>,
-    },
+    /// `bytes_list` values: short ones copied back to back, long ones (images)
+    /// referenced where they lie (see [`BytesValues`]);
+    /// [`to_offsets_and_data`](BytesValues::to_offsets_and_data) gives Arrow's layout.
+    Bytes(BytesValues),
 }
 
 impl Values {
@@ -34,10 +33,7 @@ impl Values {
         match kind {
             FeatureKind::Int64 => Values::Int64(Vec::new()),
             FeatureKind::Float => Values::Float(Vec::new()),
-            FeatureKind::Bytes => Values::Bytes {
-                offsets: vec![0],
-                data: Vec::new(),
-            },
+            FeatureKind::Bytes => Values::Bytes(BytesValues::new()),
         }
     }
 
@@ -46,7 +42,7 @@ impl Values {
         match self {
             Values::Int64(v) => v.len(),
             Values::Float(v) => v.len(),
-            Values::Bytes { offsets, .. } => offsets.len() - 1,
+            Values::Bytes(v) => v.len(),
         }
     }
 
@@ -59,7 +55,7 @@ impl Values {
         match self {
             Values::Int64(v) => 8 * v.len() as u64,
             Values::Float(v) => 4 * v.len() as u64,
-            Values::Bytes { data, offsets } => (data.len() + 8 * offsets.len()) as u64,
+            Values::Bytes(v) => v.total_len(),
         }
     }
 }
@@ -76,6 +72,12 @@ pub struct Column {
     /// For variable-length columns: `rows + 1` offsets into `values`, as
     /// `tf.RaggedTensor.row_splits`. `None` for fixed shapes (dense).
     pub row_splits: Option<Vec<u64>>,
+}
+
+impl Column {
+    fn has_pending(&self) -> bool {
+        matches!(&self.values, Values::Bytes(v) if v.has_pending())
+    }
 }
 
 /// A batch of parsed records, column by column.
@@ -218,14 +220,22 @@ impl Parser {
         &self.spec
     }
 
-    /// Parses a raw batch.
+    /// Parses a raw batch. Returns the batch and the record buffers it did not keep
+    /// (to reuse), also after an error.
     ///
     /// # Errors
     ///
     /// A data CRC mismatch, a record that is not an Example, a feature of another kind
     /// than the spec's, or a fixed-shape feature missing or of another length; each
     /// names file, record and offset.
-    pub fn parse(&self, raw: &RawBatch, files: &[std::path::PathBuf]) -> Result<Batch> {
+    pub fn parse(
+        &self,
+        raw: RawBatch,
+        files: &[std::path::PathBuf],
+    ) -> (Result<Batch>, Vec<Vec<u8>>) {
+        let mut spare = Vec::new();
+        let rows = raw.records.len();
+        let epoch = raw.epoch;
         let mut columns: Vec<Column> = self
             .spec
             .iter()
@@ -238,8 +248,9 @@ impl Parser {
             .collect();
         let mut seen = vec![false; columns.len()];
         let mut record_bytes = 0;
-        for record in &raw.records {
-            record_bytes += record.bytes.len() as u64 + frame::FRAME_OVERHEAD;
+        for record in raw.records {
+            let bytes = record.bytes();
+            record_bytes += bytes.len() as u64 + frame::FRAME_OVERHEAD;
             let locate = |e: Error| {
                 let e = e
                     .with_record(record.origin.record)
@@ -249,42 +260,80 @@ impl Parser {
                     None => e,
                 }
             };
-            if self.check_crc && frame::masked_crc32c(&record.bytes) != record.crc {
-                return Err(locate(Error::new(ErrorKind::Frame {
-                    problem: crate::error::FrameProblem::DataCrc,
-                    detail: format!(
-                        "the {}-byte payload does not match its CRC",
-                        record.bytes.len()
-                    ),
-                })));
+            let home = match &record.payload {
+                Payload::Mapped { map, range } => Home::Mapped(map, range.start),
+                Payload::Owned(_) => Home::Owned,
+            };
+            let parsed = self
+                .check_and_parse(bytes, record.crc, home, &mut columns, &mut seen)
+                .map_err(locate);
+            if let Err(e) = parsed {
+                spare.extend(record.into_buffer());
+                return (Err(e), spare);
             }
-            seen.iter_mut().for_each(|s| *s = false);
-            self.parse_record(&record.bytes, &mut columns, &mut seen)
-                .map_err(locate)?;
-            for (i, column) in columns.iter_mut().enumerate() {
-                match &mut column.row_splits {
-                    Some(splits) => splits.push(column.values.len() as u64),
-                    None if !seen[i] => {
-                        return Err(locate(Error::new(ErrorKind::RecordMismatch {
-                            detail: format!(
-                                "feature \"{}\" is missing, but the spec says every record has it (use a VarLenFeature spec)",
-                                column.name
-                            ),
-                        })))
+            if let Payload::Owned(buffer) = record.payload {
+                if columns.iter().any(Column::has_pending) {
+                    let shared = Arc::new(buffer);
+                    for column in &mut columns {
+                        if let Values::Bytes(values) = &mut column.values {
+                            values.adopt(&shared);
+                        }
                     }
-                    None => {}
+                } else {
+                    spare.push(buffer);
                 }
             }
         }
-        Ok(Batch {
-            epoch: raw.epoch,
-            rows: raw.records.len(),
+        let batch = Batch {
+            epoch,
+            rows,
             columns,
             record_bytes,
-        })
+        };
+        (Ok(batch), spare)
     }
 
-    fn parse_record(&self, bytes: &[u8], columns: &mut [Column], seen: &mut [bool]) -> Result<()> {
+    /// Checks one record's CRC and appends its features to the columns.
+    fn check_and_parse(
+        &self,
+        bytes: &[u8],
+        crc: u32,
+        home: Home<'_>,
+        columns: &mut [Column],
+        seen: &mut [bool],
+    ) -> Result<()> {
+        if self.check_crc && frame::masked_crc32c(bytes) != crc {
+            return Err(Error::new(ErrorKind::Frame {
+                problem: crate::error::FrameProblem::DataCrc,
+                detail: crate::tfrecord::reader::data_crc_detail(bytes.len()),
+            }));
+        }
+        seen.iter_mut().for_each(|s| *s = false);
+        self.parse_record(bytes, home, columns, seen)?;
+        for (i, column) in columns.iter_mut().enumerate() {
+            match &mut column.row_splits {
+                Some(splits) => splits.push(column.values.len() as u64),
+                None if !seen[i] => {
+                    return Err(Error::new(ErrorKind::RecordMismatch {
+                        detail: format!(
+                            "feature \"{}\" is missing, but the spec says every record has it (use a VarLenFeature spec)",
+                            column.name
+                        ),
+                    }))
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn parse_record(
+        &self,
+        bytes: &[u8],
+        home: Home<'_>,
+        columns: &mut [Column],
+        seen: &mut [bool],
+    ) -> Result<()> {
         fields(bytes, |field, wire, features| {
             if field != 1 || wire != 2 {
                 return Ok(());
@@ -312,7 +361,7 @@ impl Parser {
                     )));
                 }
                 let before = columns[i].values.len();
-                append_feature(value, &mut columns[i].values)
+                append_feature(value, &mut columns[i].values, bytes, home)
                     .map_err(|e| e.with_column(columns[i].name.clone()))?;
                 let count = (columns[i].values.len() - before) as u64;
                 if let Some(shape) = &columns[i].shape {
@@ -333,7 +382,13 @@ impl Parser {
 }
 
 /// Appends the values of one `Feature` message.
-fn append_feature(feature: &[u8], values: &mut Values) -> Result<()> {
+/// `record` and `home` say where the bytes lie, so long values can be referenced.
+fn append_feature(
+    feature: &[u8],
+    values: &mut Values,
+    record: &[u8],
+    home: Home<'_>,
+) -> Result<()> {
     let mut kind_seen = None;
     fields(feature, |field, wire, list| {
         if wire != 2 {
@@ -381,15 +436,12 @@ fn append_feature(feature: &[u8], values: &mut Values) -> Result<()> {
                 }
                 Ok(())
             }),
-            (FeatureKind::Bytes, Values::Bytes { offsets, data }) => {
-                fields(list, |f, wire, payload| {
-                    if (f, wire) == (1, 2) {
-                        data.extend_from_slice(payload);
-                        offsets.push(data.len() as u64);
-                    }
-                    Ok(())
-                })
-            }
+            (FeatureKind::Bytes, Values::Bytes(out)) => fields(list, |f, wire, payload| {
+                if (f, wire) == (1, 2) {
+                    out.push_from(payload, record, home);
+                }
+                Ok(())
+            }),
             (found, expected) => Err(Error::new(ErrorKind::RecordMismatch {
                 detail: format!(
                     "the feature is {}, the spec says {}",
@@ -397,7 +449,7 @@ fn append_feature(feature: &[u8], values: &mut Values) -> Result<()> {
                     match expected {
                         Values::Int64(_) => "int64",
                         Values::Float(_) => "float",
-                        Values::Bytes { .. } => "bytes",
+                        Values::Bytes(_) => "bytes",
                     }
                 ),
             })),

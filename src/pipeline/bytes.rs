@@ -1,0 +1,238 @@
+//! The values of a bytes column, as views (the layout of Arrow's `BinaryView`): a short
+//! value is copied into the column's own buffer; a long one (an image, say) stays where
+//! the record already is, in the mapped shard or the record's buffer, and the column
+//! points at it. So a 100 KB JPEG is never copied between the page cache and the code
+//! that decodes it, while a column of short strings is still one contiguous buffer.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::tfrecord::mapped::SharedMap;
+
+/// Values at least this long are referenced in place, not copied.
+pub const REFERENCE_MIN: usize = 16 << 10;
+
+/// Where a referenced value lives.
+#[derive(Clone)]
+enum Buffer {
+    /// A mapped shard.
+    Mapped(SharedMap),
+    /// A record read from a stream (compressed files, or mapping off).
+    Record(Arc<Vec<u8>>),
+}
+
+impl Buffer {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Buffer::Mapped(map) => map,
+            Buffer::Record(record) => record,
+        }
+    }
+}
+
+/// Buffer index of the values copied into `copied`.
+const COPIED: u32 = 0;
+/// Buffer index of a value in the record being parsed, before it has a buffer.
+const PENDING: u32 = u32::MAX;
+
+#[derive(Clone, Copy)]
+struct View {
+    /// `COPIED`, `PENDING`, or 1 + an index into `buffers`.
+    buffer: u32,
+    start: usize,
+    end: usize,
+}
+
+/// The values of a bytes column (see the module docs).
+#[derive(Clone, Default)]
+pub struct BytesValues {
+    views: Vec<View>,
+    copied: Vec<u8>,
+    buffers: Vec<Buffer>,
+    /// Views from this index on are `PENDING` (in the record being parsed).
+    pending_from: Option<usize>,
+}
+
+/// Where the record being parsed lives.
+#[derive(Clone, Copy)]
+pub(crate) enum Home<'a> {
+    /// At `start` in a mapped shard.
+    Mapped(&'a SharedMap, usize),
+    /// In a buffer that becomes the batch's if a value is referenced
+    /// ([`BytesValues::adopt`]).
+    Owned,
+}
+
+impl BytesValues {
+    /// No values.
+    pub fn new() -> BytesValues {
+        BytesValues::default()
+    }
+
+    /// The number of values.
+    pub fn len(&self) -> usize {
+        self.views.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.views.is_empty()
+    }
+
+    /// Value `i`.
+    ///
+    /// # Panics
+    ///
+    /// If `i` is out of range (as slice indexing does).
+    pub fn get(&self, i: usize) -> &[u8] {
+        let v = self.views[i];
+        match v.buffer {
+            COPIED => &self.copied[v.start..v.end],
+            PENDING => panic!("a value of a record still being parsed"),
+            b => &self.buffers[b as usize - 1].bytes()[v.start..v.end],
+        }
+    }
+
+    /// Every value, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[u8]> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// The values' bytes in all.
+    pub fn total_len(&self) -> u64 {
+        self.views.iter().map(|v| (v.end - v.start) as u64).sum()
+    }
+
+    /// How many values are referenced in place rather than copied.
+    pub fn referenced(&self) -> usize {
+        self.views.iter().filter(|v| v.buffer != COPIED).count()
+    }
+
+    /// The Arrow `Binary` layout: `len + 1` offsets into one contiguous buffer (a copy).
+    pub fn to_offsets_and_data(&self) -> (Vec<u64>, Vec<u8>) {
+        let mut offsets = Vec::with_capacity(self.len() + 1);
+        let mut data = Vec::with_capacity(self.total_len() as usize);
+        offsets.push(0);
+        for value in self.iter() {
+            data.extend_from_slice(value);
+            offsets.push(data.len() as u64);
+        }
+        (offsets, data)
+    }
+
+    /// Appends a value copied from anywhere.
+    pub fn push(&mut self, value: &[u8]) {
+        let start = self.copied.len();
+        self.copied.extend_from_slice(value);
+        self.views.push(View {
+            buffer: COPIED,
+            start,
+            end: self.copied.len(),
+        });
+    }
+
+    /// Appends `value`, a slice of `record`, which lives at `home`: referenced in place
+    /// when long, else copied.
+    pub(crate) fn push_from(&mut self, value: &[u8], record: &[u8], home: Home<'_>) {
+        if value.len() < REFERENCE_MIN {
+            return self.push(value);
+        }
+        // `value` is a subslice of `record`: its offset is the distance between them.
+        let within = value.as_ptr() as usize - record.as_ptr() as usize;
+        debug_assert!(within + value.len() <= record.len());
+        let (buffer, base) = match home {
+            Home::Mapped(map, start) => (self.buffer_of(map), start),
+            Home::Owned => {
+                self.pending_from.get_or_insert(self.views.len());
+                (PENDING, 0)
+            }
+        };
+        self.views.push(View {
+            buffer,
+            start: base + within,
+            end: base + within + value.len(),
+        });
+    }
+
+    /// Whether values of the record being parsed wait for [`adopt`](Self::adopt).
+    pub(crate) fn has_pending(&self) -> bool {
+        self.pending_from.is_some()
+    }
+
+    /// Takes the record buffer that pending values point into.
+    pub(crate) fn adopt(&mut self, record: &Arc<Vec<u8>>) {
+        let Some(from) = self.pending_from.take() else {
+            return;
+        };
+        self.buffers.push(Buffer::Record(record.clone()));
+        let index = self.buffers.len() as u32;
+        for view in &mut self.views[from..] {
+            if view.buffer == PENDING {
+                view.buffer = index;
+            }
+        }
+    }
+
+    fn buffer_of(&mut self, map: &SharedMap) -> u32 {
+        // Records of one batch come from a few files; the last one is the likeliest.
+        let found = self.buffers.iter().rposition(|b| match b {
+            Buffer::Mapped(m) => Arc::ptr_eq(m, map),
+            Buffer::Record(_) => false,
+        });
+        let index = found.unwrap_or_else(|| {
+            self.buffers.push(Buffer::Mapped(map.clone()));
+            self.buffers.len() - 1
+        });
+        index as u32 + 1
+    }
+}
+
+impl PartialEq for BytesValues {
+    fn eq(&self, other: &BytesValues) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl fmt::Debug for BytesValues {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list()
+            .entries(self.iter().map(String::from_utf8_lossy))
+            .finish()
+    }
+}
+
+impl<'a> FromIterator<&'a [u8]> for BytesValues {
+    fn from_iter<I: IntoIterator<Item = &'a [u8]>>(values: I) -> BytesValues {
+        let mut out = BytesValues::new();
+        for v in values {
+            out.push(v);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_values_are_copied_long_ones_referenced() {
+        let long = vec![7u8; REFERENCE_MIN];
+        let mut record = b"ab".to_vec();
+        record.extend_from_slice(&long);
+        let mut values = BytesValues::new();
+        values.push_from(&record[..2], &record, Home::Owned);
+        values.push_from(&record[2..], &record, Home::Owned);
+        assert!(values.has_pending());
+        values.adopt(&Arc::new(record));
+        assert_eq!(values.len(), 2);
+        assert_eq!(values.get(0), b"ab");
+        assert_eq!(values.get(1), &long[..]);
+        assert_eq!(values.referenced(), 1);
+        let (offsets, data) = values.to_offsets_and_data();
+        assert_eq!(offsets, vec![0, 2, 2 + long.len() as u64]);
+        assert_eq!(&data[2..], &long[..]);
+        let same: BytesValues = [&b"ab"[..], &long[..]].into_iter().collect();
+        assert_eq!(values, same);
+    }
+}
