@@ -74,7 +74,7 @@ pub struct RunReport {
     pub parallelism: usize,
     /// Files read at once.
     pub cycle_length: usize,
-    /// Batches queued for the consumer.
+    /// Batches in flight at the end (the automatic depth grows when the consumer waits).
     pub prefetch: usize,
 }
 
@@ -158,7 +158,6 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
     let pipeline = PipelineBuilder::new(options.paths.clone())
         .with_options(options.clone())
         .build()?;
-    let tuned = pipeline.tuned();
     let (_, cpu_start) = usage();
     let started = Instant::now();
     let mut epochs: Vec<EpochReport> = Vec::new();
@@ -223,6 +222,7 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
     if let Some(done) = current.take() {
         epochs.push(finish(done, epoch_start, epoch_waited, end, peak_anon));
     }
+    let tuned = pipeline.tuned();
     drop(pipeline);
     let seconds = (end - started).as_secs_f64();
     let records: u64 = epochs.iter().map(|e| e.records).sum();

@@ -26,10 +26,12 @@ pub struct BenchArgs {
     /// Files read at once [default: automatic].
     #[arg(long)]
     pub cycle_length: Option<usize>,
-    /// Parse workers, within --threads [default: automatic].
+    /// Worker threads (each takes raw batches in turn and parses them), at most --threads
+    /// [default: --threads].
     #[arg(long)]
     pub parallelism: Option<usize>,
-    /// Parsed batches queued ahead of the consumer [default: automatic].
+    /// Batches in flight ahead of the consumer [default: automatic: two per worker,
+    /// doubling whenever the consumer waits, up to eight per worker].
     #[arg(long)]
     pub prefetch: Option<usize>,
     /// Passes over the data; the first is reported apart (cold cache).

@@ -47,11 +47,11 @@ pub mod prefetch;
 pub mod shuffle;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::{bounded, unbounded, Receiver, Sender};
+use crossbeam_channel::unbounded;
 
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
@@ -61,7 +61,7 @@ use crate::tfrecord::Compression;
 pub use bytes::BytesValues;
 pub use parse::{Batch, Column, Values};
 
-use batch::{RawBatch, RawRecord};
+use batch::{Payload, RawBatch, RawRecord};
 use interleave::Interleave;
 use parse::Parser;
 use prefetch::Prefetch;
@@ -73,6 +73,8 @@ pub const DEFAULT_BATCH_SIZE: usize = 64;
 pub const DEFAULT_SHUFFLE_BUFFER: usize = 10_000;
 /// Most files read at once by default (`interleave(cycle_length=8)` in the tutorials).
 const MAX_AUTO_CYCLE: usize = 8;
+/// The automatic prefetch depth grows to at most this many batches per worker.
+const MAX_AUTO_PREFETCH_PER_WORKER: usize = 8;
 
 /// Resolved settings of a pipeline.
 #[derive(Debug, Clone)]
@@ -282,38 +284,50 @@ impl PipelineBuilder {
     }
 }
 
-/// The automatic settings (`AUTOTUNE`), from the cores and the files.
+/// The automatic settings (`AUTOTUNE`), from the cores, the files and, for the prefetch
+/// depth, the observed rates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Tuned {
     /// Files read at once.
     pub cycle_length: usize,
-    /// Parse workers.
+    /// Worker threads (each produces raw batches in turn and parses them).
     pub parallelism: usize,
-    /// Batches queued for the consumer.
+    /// Batches in flight (being parsed or queued for the consumer): the prefetch depth.
+    /// Automatic, it starts at two per worker and doubles whenever the consumer finds
+    /// nothing ready, up to `max_prefetch`.
     pub prefetch: usize,
+    /// The most `prefetch` may grow to (equal to it when set by hand).
+    pub max_prefetch: usize,
 }
 
 /// Parsing is the costly stage (measured: ~70% of the pipeline's CPU on the standard
-/// table), so every core gets a parse worker; the producer is mostly waiting on bounded
-/// queues. Two batches per worker keep every worker busy while the consumer takes one.
+/// table) and producing a batch of references is cheap, so every thread is a worker
+/// doing both; `threads` bounds them all. Two batches per worker keep every worker busy
+/// while the consumer takes one; the depth then follows the consumer (see [`Tuned`]).
 fn autotune(o: &PipelineOptions, files: usize) -> Tuned {
     if o.sequential {
         return Tuned {
             cycle_length: 1,
             parallelism: 0,
             prefetch: 0,
+            max_prefetch: 0,
         };
     }
     let parallelism = o
         .parallelism
         .unwrap_or(o.threads)
         .clamp(1, o.threads.max(1));
+    let (prefetch, max_prefetch) = match o.prefetch {
+        Some(p) => (p.max(1), p.max(1)),
+        None => (2 * parallelism, MAX_AUTO_PREFETCH_PER_WORKER * parallelism),
+    };
     Tuned {
         cycle_length: o
             .cycle_length
             .unwrap_or_else(|| files.clamp(1, MAX_AUTO_CYCLE)),
         parallelism,
-        prefetch: o.prefetch.unwrap_or(2 * parallelism),
+        prefetch,
+        max_prefetch,
     }
 }
 
@@ -336,7 +350,6 @@ struct Producer {
     seq: u64,
     draining: bool,
     pool: Vec<Vec<u8>>,
-    recycled: Option<Receiver<Vec<u8>>>,
 }
 
 impl Producer {
@@ -359,7 +372,6 @@ impl Producer {
             seq: 0,
             draining: false,
             pool: Vec::new(),
-            recycled: None,
         }
     }
 
@@ -380,17 +392,16 @@ impl Producer {
         self.draining = false;
     }
 
-    /// Takes back the buffers the parse workers are done with.
-    fn refill_pool(&mut self) {
-        if let Some(rx) = &self.recycled {
-            // Keep the pool no larger than what can be in flight.
-            while self.pool.len() < self.shuffle_buffer + 4 * self.batch_size {
-                match rx.try_recv() {
-                    Ok(v) => self.pool.push(v),
-                    Err(_) => break,
-                }
-            }
-        }
+    /// Takes back the payloads a parse worker is done with: buffers into the pool (no
+    /// larger than what can be in flight), map references dropped.
+    fn recycle(&mut self, spare: &mut Vec<Payload>) {
+        let room = (self.shuffle_buffer + 4 * self.batch_size).saturating_sub(self.pool.len());
+        let buffers = spare.drain(..).filter_map(|p| match p {
+            Payload::Owned(buffer) => Some(buffer),
+            Payload::Mapped { .. } => None,
+        });
+        self.pool.extend(buffers.take(room));
+        spare.clear();
     }
 
     /// The next raw batch, or `None` after the last epoch.
@@ -405,7 +416,6 @@ impl Producer {
             let mut records = Vec::with_capacity(self.batch_size);
             while records.len() < self.batch_size {
                 if !self.draining {
-                    self.refill_pool();
                     let interleave = self.interleave.as_mut().expect("started above");
                     if let Some(record) = interleave.next(&mut self.pool)? {
                         records.extend(self.shuffle.push(record));
@@ -444,7 +454,8 @@ enum Inner {
     Threaded {
         prefetch: Option<Prefetch>,
         handles: Vec<JoinHandle<()>>,
-        stop: Arc<AtomicBool>,
+        shared: Arc<Shared>,
+        limit: Arc<AtomicUsize>,
     },
     Inline {
         producer: Box<Producer>,
@@ -452,65 +463,85 @@ enum Inner {
     },
 }
 
+/// What the workers share: the producer (interleave → shuffle → batch), taken in turn.
+struct Shared {
+    producer: Mutex<(Producer, bool)>,
+    stop: AtomicBool,
+}
+
+/// Starts `parallelism` workers. Each takes a credit (a place in the prefetch queue),
+/// then, holding the producer's lock, the next raw batch (cheap: mapped records are
+/// references), then parses it outside the lock and queues it: every worker thread
+/// does both stages, so `threads` bounds them all and no stage waits on a thread of its
+/// own.
 fn start_threads(
-    mut producer: Producer,
+    producer: Producer,
     parser: Parser,
     tuned: &Tuned,
     deterministic: bool,
     files: Vec<PathBuf>,
 ) -> Inner {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (raw_tx, raw_rx): (Sender<(u64, Result<RawBatch>)>, _) = bounded(2 * tuned.parallelism);
-    let (out_tx, out_rx) = bounded(tuned.prefetch.max(1));
-    let (recycle_tx, recycle_rx) = unbounded::<Vec<u8>>();
-    producer.recycled = Some(recycle_rx);
+    let shared = Arc::new(Shared {
+        producer: Mutex::new((producer, false)),
+        stop: AtomicBool::new(false),
+    });
+    let (out_tx, out_rx) = unbounded();
+    let (credit_tx, credit_rx) = unbounded::<()>();
+    let files = Arc::new(files);
     let mut handles = Vec::new();
-    {
-        let stop = stop.clone();
-        handles.push(spawn("tfshard-read", move || loop {
-            if stop.load(Ordering::Relaxed) {
-                break;
-            }
-            let seq = producer.seq;
-            match producer.next_batch() {
-                Ok(Some(batch)) => {
-                    if raw_tx.send((batch.seq, Ok(batch))).is_err() {
+    for worker in 0..tuned.parallelism {
+        let (out_tx, credit_rx) = (out_tx.clone(), credit_rx.clone());
+        let (parser, files, shared) = (parser.clone(), files.clone(), shared.clone());
+        handles.push(spawn(&format!("tfshard-worker{worker}"), move || {
+            let mut spare = Vec::new();
+            while credit_rx.recv().is_ok() && !shared.stop.load(Ordering::Relaxed) {
+                let (seq, raw) = {
+                    let Ok(mut guard) = shared.producer.lock() else {
+                        break;
+                    };
+                    let (producer, finished) = &mut *guard;
+                    if *finished {
                         break;
                     }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    let _ = raw_tx.send((seq, Err(e)));
-                    break;
-                }
-            }
-        }));
-    }
-    let files = Arc::new(files);
-    for worker in 0..tuned.parallelism {
-        let (raw_rx, out_tx, recycle_tx) = (raw_rx.clone(), out_tx.clone(), recycle_tx.clone());
-        let (parser, files, stop) = (parser.clone(), files.clone(), stop.clone());
-        handles.push(spawn(&format!("tfshard-parse{worker}"), move || {
-            for (seq, raw) in raw_rx {
-                let result = raw.and_then(|raw| {
-                    let (parsed, spare) = parser.parse(raw, &files);
-                    for buffer in spare {
-                        let _ = recycle_tx.send(buffer);
+                    producer.recycle(&mut spare);
+                    let seq = producer.seq;
+                    match producer.next_batch() {
+                        Ok(Some(raw)) => (raw.seq, Ok(raw)),
+                        Ok(None) => {
+                            *finished = true;
+                            break;
+                        }
+                        Err(e) => {
+                            *finished = true;
+                            (seq, Err(e))
+                        }
                     }
+                };
+                let result = raw.and_then(|raw| {
+                    let (parsed, buffers) = parser.parse(raw, &files);
+                    spare = buffers;
                     parsed
                 });
                 let failed = result.is_err();
                 if out_tx.send((seq, result)).is_err() || failed {
-                    stop.store(true, Ordering::Relaxed);
+                    shared.stop.store(true, Ordering::Relaxed);
                     break;
                 }
             }
         }));
     }
+    let prefetch = Prefetch::new(
+        out_rx,
+        credit_tx,
+        deterministic,
+        tuned.prefetch,
+        tuned.max_prefetch,
+    );
     Inner::Threaded {
-        prefetch: Some(Prefetch::new(out_rx, deterministic)),
+        limit: prefetch.limit(),
+        prefetch: Some(prefetch),
         handles,
-        stop,
+        shared,
     }
 }
 
@@ -546,9 +577,13 @@ impl Pipeline {
         &self.files
     }
 
-    /// The settings in use (after automatic tuning).
+    /// The settings in use (after automatic tuning; the prefetch depth as it is now).
     pub fn tuned(&self) -> Tuned {
-        self.tuned
+        let mut tuned = self.tuned;
+        if let Inner::Threaded { limit, .. } = &self.inner {
+            tuned.prefetch = limit.load(Ordering::Relaxed);
+        }
+        tuned
     }
 }
 
@@ -567,8 +602,8 @@ impl Iterator for Pipeline {
             }
             Inner::Inline { producer, parser } => match producer.next_batch() {
                 Ok(Some(raw)) => {
-                    let (parsed, spare) = parser.parse(raw, &self.files);
-                    producer.pool.extend(spare);
+                    let (parsed, mut spare) = parser.parse(raw, &self.files);
+                    producer.recycle(&mut spare);
                     if parsed.is_err() {
                         producer.epoch = producer.epochs;
                         producer.interleave = None;
@@ -591,15 +626,79 @@ impl Drop for Pipeline {
         if let Inner::Threaded {
             prefetch,
             handles,
-            stop,
+            shared,
+            ..
         } = &mut self.inner
         {
-            stop.store(true, Ordering::Relaxed);
-            // Closing the queue unblocks workers, whose exit unblocks the producer.
+            shared.stop.store(true, Ordering::Relaxed);
+            // Dropping the consumer end takes the credits away: idle workers wake and
+            // leave, busy ones fail to queue their batch and leave.
             *prefetch = None;
             for h in handles.drain(..) {
                 let _ = h.join();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::example::proto::{Example, Feature, Features};
+    use prost::Message;
+
+    /// Threads of this process named `tfshard-worker…`. (No other unit test
+    /// starts pipeline threads, so the count is this test's own.)
+    fn pipeline_threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .map(|tasks| {
+                tasks
+                    .filter(|t| {
+                        let Ok(t) = t else { return false };
+                        std::fs::read_to_string(t.path().join("comm"))
+                            .is_ok_and(|c| c.starts_with("tfshard-worker"))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// `threads` bounds every worker thread: each worker produces and parses, so a
+    /// pipeline with 2 threads runs exactly 2 threads besides the consumer's.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn threads_bound_every_worker() {
+        let dir = std::env::temp_dir().join(format!("tfshard-threads-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("a.tfrecord");
+        let mut w = crate::tfrecord::RecordWriter::new(std::fs::File::create(&path).unwrap());
+        for i in 0..1000 {
+            let mut features = Features::default();
+            features.feature.insert("i".into(), Feature::int64(vec![i]));
+            w.write_record(
+                &Example {
+                    features: Some(features),
+                }
+                .encode_to_vec(),
+            )
+            .unwrap();
+        }
+        drop(w);
+        for threads in [1, 2, 3] {
+            let mut pipeline = Pipeline::builder(vec![path.clone()])
+                .with_threads(threads)
+                .with_batch(10, false)
+                .build()
+                .unwrap();
+            pipeline.next().unwrap().unwrap();
+            assert_eq!(pipeline_threads(), threads);
+            drop(pipeline);
+            assert_eq!(
+                pipeline_threads(),
+                0,
+                "dropping the pipeline ends its threads"
+            );
+        }
+        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -220,8 +220,10 @@ impl Parser {
         &self.spec
     }
 
-    /// Parses a raw batch. Returns the batch and the record buffers it did not keep
-    /// (to reuse), also after an error.
+    /// Parses a raw batch. Returns the batch and the payloads it did not keep, also
+    /// after an error: buffers to reuse, and map references for the producer to drop
+    /// (dropping them there, a batch at a time, keeps the maps' reference counts from
+    /// bouncing between cores on every record).
     ///
     /// # Errors
     ///
@@ -232,7 +234,7 @@ impl Parser {
         &self,
         raw: RawBatch,
         files: &[std::path::PathBuf],
-    ) -> (Result<Batch>, Vec<Vec<u8>>) {
+    ) -> (Result<Batch>, Vec<Payload>) {
         let mut spare = Vec::new();
         let rows = raw.records.len();
         let epoch = raw.epoch;
@@ -247,6 +249,7 @@ impl Parser {
             })
             .collect();
         let mut seen = vec![false; columns.len()];
+        let mut order = Vec::with_capacity(columns.len());
         let mut record_bytes = 0;
         for record in raw.records {
             let bytes = record.bytes();
@@ -265,23 +268,22 @@ impl Parser {
                 Payload::Owned(_) => Home::Owned,
             };
             let parsed = self
-                .check_and_parse(bytes, record.crc, home, &mut columns, &mut seen)
+                .check_and_parse(bytes, record.crc, home, &mut columns, &mut seen, &mut order)
                 .map_err(locate);
             if let Err(e) = parsed {
-                spare.extend(record.into_buffer());
+                spare.push(record.payload);
                 return (Err(e), spare);
             }
-            if let Payload::Owned(buffer) = record.payload {
-                if columns.iter().any(Column::has_pending) {
+            match record.payload {
+                Payload::Owned(buffer) if columns.iter().any(Column::has_pending) => {
                     let shared = Arc::new(buffer);
                     for column in &mut columns {
                         if let Values::Bytes(values) = &mut column.values {
                             values.adopt(&shared);
                         }
                     }
-                } else {
-                    spare.push(buffer);
                 }
+                payload => spare.push(payload),
             }
         }
         let batch = Batch {
@@ -301,6 +303,7 @@ impl Parser {
         home: Home<'_>,
         columns: &mut [Column],
         seen: &mut [bool],
+        order: &mut Vec<usize>,
     ) -> Result<()> {
         if self.check_crc && frame::masked_crc32c(bytes) != crc {
             return Err(Error::new(ErrorKind::Frame {
@@ -309,7 +312,7 @@ impl Parser {
             }));
         }
         seen.iter_mut().for_each(|s| *s = false);
-        self.parse_record(bytes, home, columns, seen)?;
+        self.parse_record(bytes, home, columns, seen, order)?;
         for (i, column) in columns.iter_mut().enumerate() {
             match &mut column.row_splits {
                 Some(splits) => splits.push(column.values.len() as u64),
@@ -333,7 +336,9 @@ impl Parser {
         home: Home<'_>,
         columns: &mut [Column],
         seen: &mut [bool],
+        order: &mut Vec<usize>,
     ) -> Result<()> {
+        let mut entry_index = 0;
         fields(bytes, |field, wire, features| {
             if field != 1 || wire != 2 {
                 return Ok(());
@@ -351,8 +356,24 @@ impl Parser {
                     }
                     Ok(())
                 })?;
-                let Some(&i) = self.index.get(key) else {
-                    return Ok(());
+                // Records of a shard list their features in the same order: the k-th
+                // entry is most likely the column the k-th entry of the last record was,
+                // which one comparison confirms; the hash lookup is the fallback.
+                let k = entry_index;
+                entry_index += 1;
+                let i = match order.get(k) {
+                    Some(&i) if self.spec[i].name.as_bytes() == key => i,
+                    _ => {
+                        let Some(&i) = self.index.get(key) else {
+                            return Ok(());
+                        };
+                        if k < order.len() {
+                            order[k] = i;
+                        } else if k == order.len() {
+                            order.push(i);
+                        }
+                        i
+                    }
                 };
                 if std::mem::replace(&mut seen[i], true) {
                     return Err(malformed(&format!(

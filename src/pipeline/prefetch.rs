@@ -1,10 +1,18 @@
-//! Prefetch: parsed batches wait in a bounded queue for the consumer; with
-//! `deterministic`, a small reorder buffer hands them out in order (at most one batch
-//! per parse worker waits there), otherwise as soon as they are ready.
+//! Prefetch: parsed batches wait for the consumer; with `deterministic`, a small reorder
+//! buffer hands them out in order, otherwise as soon as they are ready.
+//!
+//! The queue is bounded by credits: a worker takes one before it starts a batch and the
+//! consumer gives one back for each batch it takes, so at most `limit` batches are ever
+//! in flight (raw or parsed). With the automatic setting the limit grows as `tf.data`'s
+//! prefetch autotuner grows its buffer: whenever the consumer finds no batch ready (it
+//! is input-bound, say after a slow step), the limit doubles, up to a maximum; when the
+//! workers keep ahead, it stays where it is.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-use crossbeam_channel::Receiver;
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::error::Result;
 use crate::pipeline::parse::Batch;
@@ -15,20 +23,65 @@ pub type Ready = (u64, Result<Batch>);
 /// The consumer end.
 pub struct Prefetch {
     rx: Receiver<Ready>,
+    credits: Sender<()>,
     deterministic: bool,
     next_seq: u64,
     waiting: BTreeMap<u64, Result<Batch>>,
+    limit: Arc<AtomicUsize>,
+    max_limit: usize,
+    delivered: u64,
 }
 
 impl Prefetch {
-    /// Reads from the parse workers' queue.
-    pub fn new(rx: Receiver<Ready>, deterministic: bool) -> Prefetch {
+    /// Reads from the workers' queue, granting `initial` credits; the limit may grow to
+    /// `max_limit` (equal to `initial`: fixed).
+    pub fn new(
+        rx: Receiver<Ready>,
+        credits: Sender<()>,
+        deterministic: bool,
+        initial: usize,
+        max_limit: usize,
+    ) -> Prefetch {
+        let initial = initial.max(1);
+        for _ in 0..initial {
+            let _ = credits.send(());
+        }
         Prefetch {
             rx,
+            credits,
             deterministic,
             next_seq: 0,
             waiting: BTreeMap::new(),
+            limit: Arc::new(AtomicUsize::new(initial)),
+            max_limit: max_limit.max(initial),
+            delivered: 0,
         }
+    }
+
+    /// The current limit, shared (it may still grow).
+    pub fn limit(&self) -> Arc<AtomicUsize> {
+        self.limit.clone()
+    }
+
+    /// The consumer found nothing ready: grow the limit (not for the first batch, which
+    /// every pipeline waits for).
+    fn starved(&mut self) {
+        let limit = self.limit.load(Ordering::Relaxed);
+        if self.delivered == 0 || limit >= self.max_limit {
+            return;
+        }
+        let grown = (2 * limit).min(self.max_limit);
+        for _ in limit..grown {
+            let _ = self.credits.send(());
+        }
+        self.limit.store(grown, Ordering::Relaxed);
+    }
+
+    fn deliver(&mut self, batch: Result<Batch>) -> Option<Result<Batch>> {
+        self.delivered += 1;
+        // The credit its worker took comes back.
+        let _ = self.credits.send(());
+        Some(batch)
     }
 
     /// The next batch; `None` when every worker is done.
@@ -36,18 +89,26 @@ impl Prefetch {
         loop {
             if let Some(ready) = self.waiting.remove(&self.next_seq) {
                 self.next_seq += 1;
-                return Some(ready);
+                return self.deliver(ready);
             }
-            match self.rx.recv() {
+            let received = match self.rx.try_recv() {
+                Ok(item) => Ok(item),
+                Err(TryRecvError::Empty) => {
+                    self.starved();
+                    self.rx.recv().map_err(|_| ())
+                }
+                Err(TryRecvError::Disconnected) => Err(()),
+            };
+            match received {
                 Ok((seq, batch)) => {
                     // An error is reported at once, whatever the order.
                     if !self.deterministic || seq == self.next_seq || batch.is_err() {
                         self.next_seq += u64::from(seq == self.next_seq);
-                        return Some(batch);
+                        return self.deliver(batch);
                     }
                     self.waiting.insert(seq, batch);
                 }
-                Err(_) => {
+                Err(()) => {
                     // Workers are gone: hand out what waits, in order.
                     let (&seq, _) = self.waiting.iter().next()?;
                     self.next_seq = seq;

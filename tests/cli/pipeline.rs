@@ -438,3 +438,46 @@ fn bench_reports_epochs_baseline_and_input_wait() {
     assert_eq!(code, 2);
     let _ = Path::new("");
 }
+
+/// `AUTOTUNE`: the prefetch depth starts at two batches per worker and doubles when the
+/// consumer finds nothing ready (here: a consumer that takes no time at all) up to its
+/// maximum; a consumer the workers keep ahead of (a slow training step) leaves it where
+/// it started; a depth set by hand never moves.
+#[test]
+fn prefetch_depth_follows_the_consumer() {
+    let dir = shards("pipeline_autotune");
+    let builder = || {
+        Pipeline::builder(vec![dir.clone()])
+            .with_threads(2)
+            .with_batch(16, false)
+    };
+    let mut fast = builder().build().unwrap();
+    let start = fast.tuned();
+    assert_eq!((start.parallelism, start.prefetch), (2, 4));
+    assert_eq!(start.max_prefetch, 16);
+    for batch in fast.by_ref() {
+        batch.unwrap();
+    }
+    assert_eq!(
+        fast.tuned().prefetch,
+        16,
+        "a starved consumer grows the depth"
+    );
+
+    let mut slow = builder().build().unwrap();
+    for batch in slow.by_ref().take(12) {
+        batch.unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(
+        slow.tuned().prefetch,
+        4,
+        "workers ahead of the consumer: no growth"
+    );
+
+    let mut fixed = builder().with_prefetch(3).build().unwrap();
+    for batch in fixed.by_ref() {
+        batch.unwrap();
+    }
+    assert_eq!((fixed.tuned().prefetch, fixed.tuned().max_prefetch), (3, 3));
+}
