@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crossbeam_channel::unbounded;
+use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::dataset::Dataset;
 use crate::error::{Error, Result};
@@ -273,7 +273,14 @@ impl PipelineBuilder {
                 parser,
             }
         } else {
-            start_threads(producer, parser, &tuned, o.deterministic, files.clone())
+            start_threads(
+                producer,
+                parser,
+                &tuned,
+                o.deterministic,
+                files.clone(),
+                o.batch_size,
+            )
         };
         Ok(Pipeline {
             inner,
@@ -469,17 +476,81 @@ struct Shared {
     stop: AtomicBool,
 }
 
-/// Starts `parallelism` workers. Each takes a credit (a place in the prefetch queue),
-/// then, holding the producer's lock, the next raw batch (cheap: mapped records are
-/// references), then parses it outside the lock and queues it: every worker thread
-/// does both stages, so `threads` bounds them all and no stage waits on a thread of its
-/// own.
+/// One worker's state: what it needs to take raw batches and parse them.
+struct Worker {
+    shared: Arc<Shared>,
+    parser: Parser,
+    files: Arc<Vec<PathBuf>>,
+    spare: Vec<Payload>,
+    credits: Receiver<()>,
+    give_back: Sender<()>,
+    /// Most batches taken per turn at the producer's lock.
+    per_turn: usize,
+}
+
+/// A worker takes raw batches in turns of up to this many records (while it holds
+/// credits for them), so small batches do not each cost a turn at the lock.
+const RECORDS_PER_TURN: usize = 512;
+
+impl Worker {
+    /// One turn: holding `held` credits, takes one more for each further batch the turn
+    /// may hold (without waiting), takes that many raw batches under the producer's
+    /// lock (cheap: mapped records are references), and parses them outside it. Empty
+    /// once the producer is done; unused credits go back.
+    fn turn(&mut self, held: usize) -> Vec<prefetch::Ready> {
+        let mut credits = held;
+        while credits < self.per_turn && self.credits.try_recv().is_ok() {
+            credits += 1;
+        }
+        let mut raws = Vec::with_capacity(credits);
+        if !self.shared.stop.load(Ordering::Relaxed) {
+            if let Ok(mut guard) = self.shared.producer.lock() {
+                let (producer, finished) = &mut *guard;
+                producer.recycle(&mut self.spare);
+                while raws.len() < credits && !*finished {
+                    let seq = producer.seq;
+                    match producer.next_batch() {
+                        Ok(Some(raw)) => raws.push((raw.seq, Ok(raw))),
+                        Ok(None) => *finished = true,
+                        Err(e) => {
+                            *finished = true;
+                            raws.push((seq, Err(e)));
+                        }
+                    }
+                }
+            }
+        }
+        for _ in raws.len()..credits {
+            let _ = self.give_back.send(());
+        }
+        let mut ready = Vec::with_capacity(raws.len());
+        for (seq, raw) in raws {
+            let result = raw.and_then(|raw| {
+                let (parsed, mut buffers) = self.parser.parse(raw, &self.files);
+                self.spare.append(&mut buffers);
+                parsed
+            });
+            if result.is_err() {
+                self.shared.stop.store(true, Ordering::Relaxed);
+            }
+            ready.push((seq, result));
+        }
+        ready
+    }
+}
+
+/// Starts `parallelism` workers. A worker holding a credit (a place in the prefetch
+/// queue) takes raw batches, parses them and queues them: every worker thread does both
+/// stages, so `threads` bounds them all and no stage waits on a thread of its own. The
+/// consumer's thread, when it finds no batch ready, takes a turn itself rather than
+/// sleep (so small batches do not cost a sleep and a wake-up each).
 fn start_threads(
     producer: Producer,
     parser: Parser,
     tuned: &Tuned,
     deterministic: bool,
     files: Vec<PathBuf>,
+    batch_size: usize,
 ) -> Inner {
     let shared = Arc::new(Shared {
         producer: Mutex::new((producer, false)),
@@ -488,60 +559,60 @@ fn start_threads(
     let (out_tx, out_rx) = unbounded();
     let (credit_tx, credit_rx) = unbounded::<()>();
     let files = Arc::new(files);
+    let worker = || Worker {
+        shared: shared.clone(),
+        parser: parser.clone(),
+        files: files.clone(),
+        spare: Vec::new(),
+        credits: credit_rx.clone(),
+        give_back: credit_tx.clone(),
+        per_turn: RECORDS_PER_TURN
+            .div_ceil(batch_size.max(1))
+            .clamp(1, tuned.prefetch.max(1)),
+    };
     let mut handles = Vec::new();
-    for worker in 0..tuned.parallelism {
-        let (out_tx, credit_rx) = (out_tx.clone(), credit_rx.clone());
-        let (parser, files, shared) = (parser.clone(), files.clone(), shared.clone());
-        handles.push(spawn(&format!("tfshard-worker{worker}"), move || {
-            let mut spare = Vec::new();
-            while credit_rx.recv().is_ok() && !shared.stop.load(Ordering::Relaxed) {
-                let (seq, raw) = {
-                    let Ok(mut guard) = shared.producer.lock() else {
-                        break;
-                    };
-                    let (producer, finished) = &mut *guard;
-                    if *finished {
-                        break;
-                    }
-                    producer.recycle(&mut spare);
-                    let seq = producer.seq;
-                    match producer.next_batch() {
-                        Ok(Some(raw)) => (raw.seq, Ok(raw)),
-                        Ok(None) => {
-                            *finished = true;
-                            break;
-                        }
-                        Err(e) => {
-                            *finished = true;
-                            (seq, Err(e))
-                        }
-                    }
-                };
-                let result = raw.and_then(|raw| {
-                    let (parsed, buffers) = parser.parse(raw, &files);
-                    spare = buffers;
-                    parsed
-                });
-                let failed = result.is_err();
-                if out_tx.send((seq, result)).is_err() || failed {
-                    shared.stop.store(true, Ordering::Relaxed);
+    for n in 0..tuned.parallelism {
+        let (out_tx, mut worker) = (out_tx.clone(), worker());
+        handles.push(spawn(&format!("tfshard-worker{n}"), move || {
+            while worker.credits.recv().is_ok() {
+                let ready = worker.turn(1);
+                if ready.is_empty() {
                     break;
+                }
+                for item in ready {
+                    let failed = item.1.is_err();
+                    if out_tx.send(item).is_err() || failed {
+                        worker.shared.stop.store(true, Ordering::Relaxed);
+                        return;
+                    }
                 }
             }
         }));
     }
+    let mut helper = worker();
     let prefetch = Prefetch::new(
         out_rx,
         credit_tx,
         deterministic,
         tuned.prefetch,
         tuned.max_prefetch,
-    );
+    )
+    .with_helper(credit_rx, Box::new(move || helper.turn(1)));
     Inner::Threaded {
         limit: prefetch.limit(),
         prefetch: Some(prefetch),
         handles,
         shared,
+    }
+}
+
+/// Tells the workers to stop and closes the consumer end: a credit for every worker
+/// wakes the idle ones, which see the stop and leave; busy ones fail to queue their
+/// batch once the consumer end is gone.
+fn stop_workers(shared: &Shared, prefetch: &mut Option<Prefetch>, workers: usize) {
+    shared.stop.store(true, Ordering::Relaxed);
+    if let Some(p) = prefetch.take() {
+        p.release(workers);
     }
 }
 
@@ -593,10 +664,15 @@ impl Iterator for Pipeline {
     /// The next batch. After an error, the iteration ends.
     fn next(&mut self) -> Option<Result<Batch>> {
         match &mut self.inner {
-            Inner::Threaded { prefetch, .. } => {
+            Inner::Threaded {
+                prefetch,
+                handles,
+                shared,
+                ..
+            } => {
                 let item = prefetch.as_mut()?.next_batch();
                 if matches!(item, Some(Err(_)) | None) {
-                    *prefetch = None;
+                    stop_workers(shared, prefetch, handles.len());
                 }
                 item
             }
@@ -630,10 +706,7 @@ impl Drop for Pipeline {
             ..
         } = &mut self.inner
         {
-            shared.stop.store(true, Ordering::Relaxed);
-            // Dropping the consumer end takes the credits away: idle workers wake and
-            // leave, busy ones fail to queue their batch and leave.
-            *prefetch = None;
+            stop_workers(shared, prefetch, handles.len());
             for h in handles.drain(..) {
                 let _ = h.join();
             }
@@ -691,6 +764,11 @@ mod tests {
                 .build()
                 .unwrap();
             pipeline.next().unwrap().unwrap();
+            // A thread names itself once it runs: give them a moment.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while pipeline_threads() < threads && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
             assert_eq!(pipeline_threads(), threads);
             drop(pipeline);
             assert_eq!(

@@ -439,6 +439,38 @@ fn bench_reports_epochs_baseline_and_input_wait() {
     let _ = Path::new("");
 }
 
+/// A pipeline stopped by an error, or dropped half-way, ends its threads (idle workers
+/// waiting for a credit included) instead of hanging.
+#[test]
+fn a_stopped_pipeline_ends_its_threads() {
+    let dir = shards("pipeline_stop");
+    let shard = dir.join("data-00009-of-00010.tfrecord");
+    let mut bytes = fs::read(&shard).unwrap();
+    let last = bytes.len() - 5;
+    bytes[last] ^= 1;
+    fs::write(&shard, &bytes).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dir2 = dir.clone();
+    std::thread::spawn(move || {
+        for prefetch in [1, 2, 8] {
+            let builder = || {
+                Pipeline::builder(vec![dir2.clone()])
+                    .with_threads(3)
+                    .with_prefetch(prefetch)
+                    .with_batch(8, false)
+            };
+            let results: Vec<_> = builder().build().unwrap().collect();
+            assert!(results.last().unwrap().is_err());
+            let mut half = builder().build().unwrap();
+            half.next().unwrap().unwrap();
+            drop(half);
+        }
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the pipelines ended within a minute");
+}
+
 /// `AUTOTUNE`: the prefetch depth starts at two batches per worker and doubles when the
 /// consumer finds nothing ready (here: a consumer that takes no time at all) up to its
 /// maximum; a consumer the workers keep ahead of (a slow training step) leaves it where
