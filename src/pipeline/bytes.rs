@@ -1,8 +1,10 @@
 //! The values of a bytes column, as views (the layout of Arrow's `BinaryView`): a short
-//! value is copied into the column's own buffer; a long one (an image, say) stays where
-//! the record already is, in the mapped shard or the record's buffer, and the column
-//! points at it. So a 100 KB JPEG is never copied between the page cache and the code
-//! that decodes it, while a column of short strings is still one contiguous buffer.
+//! value is copied into the column's own buffer; a long one (an image, say) in a mapped
+//! shard stays where it is and the column points at it. So a 100 KB JPEG is never copied
+//! between the page cache and the code that decodes it, while a column of short strings
+//! is still one contiguous buffer. Values of records read into buffers (compressed
+//! shards, or mapping off) are copied: their buffers go back to the pool, which keeps
+//! memory bounded.
 
 use std::fmt;
 use std::sync::Arc;
@@ -12,32 +14,15 @@ use crate::tfrecord::mapped::SharedMap;
 /// Values at least this long are referenced in place, not copied.
 pub const REFERENCE_MIN: usize = 16 << 10;
 
-/// Where a referenced value lives.
-#[derive(Clone)]
-enum Buffer {
-    /// A mapped shard.
-    Mapped(SharedMap),
-    /// A record read from a stream (compressed files, or mapping off).
-    Record(Arc<Vec<u8>>),
-}
-
-impl Buffer {
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Buffer::Mapped(map) => map,
-            Buffer::Record(record) => record,
-        }
-    }
-}
+/// A mapped shard a value is referenced in.
+type Buffer = SharedMap;
 
 /// Buffer index of the values copied into `copied`.
 const COPIED: u32 = 0;
-/// Buffer index of a value in the record being parsed, before it has a buffer.
-const PENDING: u32 = u32::MAX;
 
 #[derive(Clone, Copy)]
 struct View {
-    /// `COPIED`, `PENDING`, or 1 + an index into `buffers`.
+    /// `COPIED`, or 1 + an index into `buffers`.
     buffer: u32,
     start: usize,
     end: usize,
@@ -49,17 +34,14 @@ pub struct BytesValues {
     views: Vec<View>,
     copied: Vec<u8>,
     buffers: Vec<Buffer>,
-    /// Views from this index on are `PENDING` (in the record being parsed).
-    pending_from: Option<usize>,
 }
 
 /// Where the record being parsed lives.
 #[derive(Clone, Copy)]
 pub(crate) enum Home<'a> {
-    /// At `start` in a mapped shard.
+    /// At `start` in a mapped shard: long values are referenced.
     Mapped(&'a SharedMap, usize),
-    /// In a buffer that becomes the batch's if a value is referenced
-    /// ([`BytesValues::adopt`]).
+    /// In a pooled buffer: every value is copied.
     Owned,
 }
 
@@ -88,8 +70,7 @@ impl BytesValues {
         let v = self.views[i];
         match v.buffer {
             COPIED => &self.copied[v.start..v.end],
-            PENDING => panic!("a value of a record still being parsed"),
-            b => &self.buffers[b as usize - 1].bytes()[v.start..v.end],
+            b => &self.buffers[b as usize - 1][v.start..v.end],
         }
     }
 
@@ -101,6 +82,11 @@ impl BytesValues {
     /// The values' bytes in all.
     pub fn total_len(&self) -> u64 {
         self.views.iter().map(|v| (v.end - v.start) as u64).sum()
+    }
+
+    /// Bytes copied into the column's own buffer (views not counted).
+    pub fn copied_len(&self) -> usize {
+        self.copied.len()
     }
 
     /// How many values are referenced in place rather than copied.
@@ -132,55 +118,30 @@ impl BytesValues {
     }
 
     /// Appends `value`, a slice of `record`, which lives at `home`: referenced in place
-    /// when long, else copied.
+    /// when long and mapped, else copied.
     pub(crate) fn push_from(&mut self, value: &[u8], record: &[u8], home: Home<'_>) {
+        let Home::Mapped(map, start) = home else {
+            return self.push(value);
+        };
         if value.len() < REFERENCE_MIN {
             return self.push(value);
         }
         // `value` is a subslice of `record`: its offset is the distance between them.
         let within = value.as_ptr() as usize - record.as_ptr() as usize;
         debug_assert!(within + value.len() <= record.len());
-        let (buffer, base) = match home {
-            Home::Mapped(map, start) => (self.buffer_of(map), start),
-            Home::Owned => {
-                self.pending_from.get_or_insert(self.views.len());
-                (PENDING, 0)
-            }
-        };
+        let buffer = self.buffer_of(map);
         self.views.push(View {
             buffer,
-            start: base + within,
-            end: base + within + value.len(),
+            start: start + within,
+            end: start + within + value.len(),
         });
-    }
-
-    /// Whether values of the record being parsed wait for [`adopt`](Self::adopt).
-    pub(crate) fn has_pending(&self) -> bool {
-        self.pending_from.is_some()
-    }
-
-    /// Takes the record buffer that pending values point into.
-    pub(crate) fn adopt(&mut self, record: &Arc<Vec<u8>>) {
-        let Some(from) = self.pending_from.take() else {
-            return;
-        };
-        self.buffers.push(Buffer::Record(record.clone()));
-        let index = self.buffers.len() as u32;
-        for view in &mut self.views[from..] {
-            if view.buffer == PENDING {
-                view.buffer = index;
-            }
-        }
     }
 
     fn buffer_of(&mut self, map: &SharedMap) -> u32 {
         // Records of one batch come from a few files; the last one is the likeliest.
-        let found = self.buffers.iter().rposition(|b| match b {
-            Buffer::Mapped(m) => Arc::ptr_eq(m, map),
-            Buffer::Record(_) => false,
-        });
+        let found = self.buffers.iter().rposition(|m| Arc::ptr_eq(m, map));
         let index = found.unwrap_or_else(|| {
-            self.buffers.push(Buffer::Mapped(map.clone()));
+            self.buffers.push(map.clone());
             self.buffers.len() - 1
         });
         index as u32 + 1
@@ -216,23 +177,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn short_values_are_copied_long_ones_referenced() {
+    fn short_values_are_copied_long_mapped_ones_referenced() {
         let long = vec![7u8; REFERENCE_MIN];
         let mut record = b"ab".to_vec();
         record.extend_from_slice(&long);
+        let path = std::env::temp_dir().join(format!("tfshard-bytes-{}", std::process::id()));
+        std::fs::write(&path, &record).unwrap();
+        // SAFETY: a file of this test's own, not changed while mapped.
+        let map =
+            Arc::new(unsafe { memmap2::Mmap::map(&std::fs::File::open(&path).unwrap()) }.unwrap());
         let mut values = BytesValues::new();
-        values.push_from(&record[..2], &record, Home::Owned);
+        values.push_from(&map[..2], &map, Home::Mapped(&map, 0));
+        values.push_from(&map[2..], &map, Home::Mapped(&map, 0));
         values.push_from(&record[2..], &record, Home::Owned);
-        assert!(values.has_pending());
-        values.adopt(&Arc::new(record));
-        assert_eq!(values.len(), 2);
+        assert_eq!(values.len(), 3);
         assert_eq!(values.get(0), b"ab");
         assert_eq!(values.get(1), &long[..]);
-        assert_eq!(values.referenced(), 1);
+        assert_eq!(values.get(2), &long[..]);
+        assert_eq!(values.referenced(), 1, "only the long mapped value");
         let (offsets, data) = values.to_offsets_and_data();
-        assert_eq!(offsets, vec![0, 2, 2 + long.len() as u64]);
-        assert_eq!(&data[2..], &long[..]);
-        let same: BytesValues = [&b"ab"[..], &long[..]].into_iter().collect();
+        assert_eq!(
+            offsets,
+            vec![0, 2, 2 + long.len() as u64, 2 + 2 * long.len() as u64]
+        );
+        assert_eq!(&data[2..2 + long.len()], &long[..]);
+        let same: BytesValues = [&b"ab"[..], &long[..], &long[..]].into_iter().collect();
         assert_eq!(values, same);
+        std::fs::remove_file(path).unwrap();
     }
 }

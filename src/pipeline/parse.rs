@@ -7,7 +7,6 @@
 //! Features a record has but the spec lacks are ignored, as `tf.io.parse_example` does.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::{FeatureKind, FeatureSpec, Part};
@@ -55,7 +54,7 @@ impl Values {
         match self {
             Values::Int64(v) => 8 * v.len() as u64,
             Values::Float(v) => 4 * v.len() as u64,
-            Values::Bytes(v) => v.total_len(),
+            Values::Bytes(v) => v.copied_len() as u64,
         }
     }
 }
@@ -72,12 +71,6 @@ pub struct Column {
     /// For variable-length columns: `rows + 1` offsets into `values`, as
     /// `tf.RaggedTensor.row_splits`. `None` for fixed shapes (dense).
     pub row_splits: Option<Vec<u64>>,
-}
-
-impl Column {
-    fn has_pending(&self) -> bool {
-        matches!(&self.values, Values::Bytes(v) if v.has_pending())
-    }
 }
 
 /// A batch of parsed records, column by column.
@@ -99,9 +92,15 @@ impl Batch {
         self.columns.iter().find(|c| c.name == name)
     }
 
-    /// Bytes held by the columns.
+    /// Bytes the columns hold of their own: values and row splits (bytes values
+    /// referenced in a mapped shard live there, not here).
     pub fn payload_bytes(&self) -> u64 {
-        self.columns.iter().map(|c| c.values.payload_bytes()).sum()
+        self.columns
+            .iter()
+            .map(|c| {
+                c.values.payload_bytes() + 8 * c.row_splits.as_ref().map_or(0, Vec::len) as u64
+            })
+            .sum()
     }
 }
 
@@ -220,10 +219,10 @@ impl Parser {
         &self.spec
     }
 
-    /// Parses a raw batch. Returns the batch and the payloads it did not keep, also
-    /// after an error: buffers to reuse, and map references for the producer to drop
-    /// (dropping them there, a batch at a time, keeps the maps' reference counts from
-    /// bouncing between cores on every record).
+    /// Parses a raw batch. Returns the batch and the records' payloads, also after an
+    /// error: buffers to reuse, and map references for the producer to drop (dropping
+    /// them there, a batch at a time, keeps the maps' reference counts from bouncing
+    /// between cores on every record).
     ///
     /// # Errors
     ///
@@ -274,17 +273,7 @@ impl Parser {
                 spare.push(record.payload);
                 return (Err(e), spare);
             }
-            match record.payload {
-                Payload::Owned(buffer) if columns.iter().any(Column::has_pending) => {
-                    let shared = Arc::new(buffer);
-                    for column in &mut columns {
-                        if let Values::Bytes(values) = &mut column.values {
-                            values.adopt(&shared);
-                        }
-                    }
-                }
-                payload => spare.push(payload),
-            }
+            spare.push(record.payload);
         }
         let batch = Batch {
             epoch,

@@ -5,8 +5,9 @@
 //! consumer gives one back for each batch it takes, so at most `limit` batches are ever
 //! in flight (raw or parsed). With the automatic setting the limit grows as `tf.data`'s
 //! prefetch autotuner grows its buffer: whenever the consumer finds no batch ready (it
-//! is input-bound, say after a slow step), the limit doubles, up to a maximum; when the
-//! workers keep ahead, it stays where it is.
+//! is input-bound, say after a slow step), the limit doubles, up to a maximum and while
+//! that many batches of the largest size seen fit in 32 MiB; when the workers keep
+//! ahead, it stays where it is.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -37,7 +38,13 @@ pub struct Prefetch {
     limit: Arc<AtomicUsize>,
     max_limit: usize,
     delivered: u64,
+    /// The most bytes a delivered batch held.
+    largest_batch: u64,
 }
+
+/// The automatic depth grows only while that many batches of the largest size seen
+/// fit in this many bytes.
+pub const GROWTH_BUDGET_BYTES: u64 = 32 << 20;
 
 impl Prefetch {
     /// Reads from the workers' queue, granting `initial` credits; the limit may grow to
@@ -64,6 +71,7 @@ impl Prefetch {
             limit: Arc::new(AtomicUsize::new(initial)),
             max_limit: max_limit.max(initial),
             delivered: 0,
+            largest_batch: 0,
         }
     }
 
@@ -112,7 +120,10 @@ impl Prefetch {
         if self.delivered == 0 || limit >= self.max_limit {
             return;
         }
-        let grown = (2 * limit).min(self.max_limit);
+        // Batches of copied bytes (records read into buffers) cost memory: the depth
+        // grows only while its batches fit the budget.
+        let affordable = (GROWTH_BUDGET_BYTES / self.largest_batch.max(1)) as usize;
+        let grown = (2 * limit).min(self.max_limit).min(affordable.max(limit));
         for _ in limit..grown {
             let _ = self.credits.send(());
         }
@@ -121,6 +132,9 @@ impl Prefetch {
 
     fn deliver(&mut self, batch: Result<Batch>) -> Option<Result<Batch>> {
         self.delivered += 1;
+        if let Ok(b) = &batch {
+            self.largest_batch = self.largest_batch.max(b.payload_bytes());
+        }
         // The credit its worker took comes back.
         let _ = self.credits.send(());
         Some(batch)
