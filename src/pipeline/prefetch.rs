@@ -6,7 +6,7 @@
 //! in flight (raw or parsed). With the automatic setting the limit grows as `tf.data`'s
 //! prefetch autotuner grows its buffer: whenever the consumer finds no batch ready (it
 //! is input-bound, say after a slow step), the limit doubles, up to a maximum and while
-//! that many batches of the largest size seen fit in 32 MiB; when the workers keep
+//! that many batches of the largest size seen fit in 16 MiB; when the workers keep
 //! ahead, it stays where it is.
 
 use std::collections::BTreeMap;
@@ -44,7 +44,7 @@ pub struct Prefetch {
 
 /// The automatic depth grows only while that many batches of the largest size seen
 /// fit in this many bytes.
-pub const GROWTH_BUDGET_BYTES: u64 = 32 << 20;
+pub const GROWTH_BUDGET_BYTES: u64 = 16 << 20;
 
 impl Prefetch {
     /// Reads from the workers' queue, granting `initial` credits; the limit may grow to

@@ -158,7 +158,8 @@ impl MappedRecords {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tfrecord::{RecordReader, RecordWriter};
+    use crate::tfrecord::reader::tests::stream;
+    use crate::tfrecord::RecordReader;
 
     fn write(name: &str, bytes: &[u8]) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("tfshard-mapped-{}", std::process::id()));
@@ -166,15 +167,6 @@ mod tests {
         let path = dir.join(name);
         std::fs::write(&path, bytes).unwrap();
         path
-    }
-
-    fn stream(records: &[&[u8]]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut writer = RecordWriter::new(&mut out);
-        for r in records {
-            writer.write_record(r).unwrap();
-        }
-        out
     }
 
     /// The records read, and the error that ended the reading.

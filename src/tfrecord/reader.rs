@@ -285,11 +285,12 @@ pub(crate) fn data_crc_detail(len: impl std::fmt::Display) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::tfrecord::RecordWriter;
 
-    fn stream(records: &[&[u8]]) -> Vec<u8> {
+    /// `records`, framed.
+    pub(crate) fn stream(records: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
         let mut writer = RecordWriter::new(&mut out);
         for r in records {

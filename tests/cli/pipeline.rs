@@ -392,9 +392,11 @@ fn memory_stays_bounded_with_large_records() {
         let report: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(report["records"], 160);
         let peak = report["epochs"][0][key].as_u64().unwrap();
-        // Buffers: shuffle 4 + raw batches 2×2×4 + prefetch 4×4 + pool, ~50 MB; far
-        // below the 160 MB of data (a reader holding whole files would pass it).
-        assert!(peak < 120 << 20, "mmap {mmap}: {key} {} MiB", peak >> 20);
+        // Buffers (1 MB each): shuffle 4, pool 20, up to 4 batches in flight, raw and
+        // parsed (the 16 MiB growth budget keeps the depth there), plus the binary:
+        // measured 86-105 MiB in a debug build; below the 160 MB of data, which a reader
+        // holding whole files would pass.
+        assert!(peak < 135 << 20, "mmap {mmap}: {key} {} MiB", peak >> 20);
         assert!(peak > 0, "mmap {mmap}: {key} was measured");
     }
 }
