@@ -35,6 +35,18 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// The feature names of a record, in order.
+fn feature_names(record: &Example) -> Vec<String> {
+    record
+        .features
+        .as_ref()
+        .unwrap()
+        .feature
+        .keys()
+        .cloned()
+        .collect()
+}
+
 fn records(out: &Path) -> Vec<Example> {
     let m = read_manifest(out, "data");
     let mut all = Vec::new();
@@ -127,14 +139,7 @@ fn labels_none_and_csv() {
         "none",
     ]);
     assert_eq!(code, 0, "{err}");
-    let keys: Vec<String> = records(&out)[0]
-        .features
-        .as_ref()
-        .unwrap()
-        .feature
-        .keys()
-        .cloned()
-        .collect();
+    let keys = feature_names(&records(&out)[0]);
     assert_eq!(
         keys,
         [
@@ -343,14 +348,7 @@ fn huggingface_style_parquet_recipe() {
     );
     assert_eq!(code, 0, "{err}");
     let r = records(&out);
-    let keys: Vec<String> = r[0]
-        .features
-        .as_ref()
-        .unwrap()
-        .feature
-        .keys()
-        .cloned()
-        .collect();
+    let keys = feature_names(&r[0]);
     assert_eq!(
         keys,
         ["image/class/label", "image/encoded", "image/filename"]

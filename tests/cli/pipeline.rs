@@ -45,6 +45,20 @@ fn ids(batches: &[Batch]) -> Vec<(u64, u64)> {
     out
 }
 
+/// A serialized `tf.train.Example` with these features.
+fn example<const N: usize>(features: [(&str, tfshard::example::proto::Feature); N]) -> Vec<u8> {
+    use prost::Message;
+    use tfshard::example::proto::{Example, Features};
+    let mut all = Features::default();
+    for (name, feature) in features {
+        all.feature.insert(name.into(), feature);
+    }
+    Example {
+        features: Some(all),
+    }
+    .encode_to_vec()
+}
+
 fn collect(builder: PipelineBuilder) -> Vec<Batch> {
     builder
         .build()
@@ -141,9 +155,8 @@ fn same_seed_same_order_when_deterministic() {
 /// batches mapped, read into buffers, or gzip-compressed, in parallel or sequentially.
 #[test]
 fn long_values_read_the_same_every_way() {
-    use prost::Message;
     use std::io::Write;
-    use tfshard::example::proto::{Example, Feature, Features};
+    use tfshard::example::proto::Feature;
     let dir = scratch("pipeline_long_values");
     let (plain, gzip) = (dir.join("plain"), dir.join("gzip"));
     fs::create_dir_all(&plain).unwrap();
@@ -153,25 +166,16 @@ fn long_values_read_the_same_every_way() {
         let mut w = tfshard::tfrecord::RecordWriter::new(&mut bytes);
         for i in 0..20usize {
             let n = f * 20 + i;
-            let mut features = Features::default();
             let long = vec![(n % 251) as u8; (16 << 10) + n * 37];
             let values = if n % 3 == 0 {
                 vec![long, b"short".to_vec(), vec![n as u8; 40 << 10]]
             } else {
                 vec![format!("v{n}").into_bytes()]
             };
-            features
-                .feature
-                .insert("blob".into(), Feature::bytes(values));
-            features
-                .feature
-                .insert("n".into(), Feature::int64(vec![n as i64]));
-            w.write_record(
-                &Example {
-                    features: Some(features),
-                }
-                .encode_to_vec(),
-            )
+            w.write_record(&example([
+                ("blob", Feature::bytes(values)),
+                ("n", Feature::int64(vec![n as i64])),
+            ]))
             .unwrap();
         }
         fs::write(plain.join(format!("d-{f}.tfrecord")), &bytes).unwrap();
@@ -348,24 +352,14 @@ fn memory_stays_bounded_with_large_records() {
     let dir = scratch("pipeline_memory");
     let shards = dir.join("big");
     fs::create_dir_all(&shards).unwrap();
-    use prost::Message;
-    use tfshard::example::proto::{Example, Feature, Features};
+    use tfshard::example::proto::Feature;
     for f in 0..4 {
         let mut w = tfshard::tfrecord::RecordWriter::new(
             fs::File::create(shards.join(format!("big-{f}.tfrecord"))).unwrap(),
         );
         for i in 0..40u8 {
-            let mut features = Features::default();
-            features
-                .feature
-                .insert("blob".into(), Feature::bytes(vec![vec![i; 1 << 20]]));
-            w.write_record(
-                &Example {
-                    features: Some(features),
-                }
-                .encode_to_vec(),
-            )
-            .unwrap();
+            w.write_record(&example([("blob", Feature::bytes(vec![vec![i; 1 << 20]]))]))
+                .unwrap();
         }
     }
     // Mapped (the default), the records stay in the page cache: the process's own
