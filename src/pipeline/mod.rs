@@ -280,7 +280,7 @@ impl PipelineBuilder {
                 o.deterministic,
                 files.clone(),
                 o.batch_size,
-            )
+            )?
         };
         Ok(Pipeline {
             inner,
@@ -551,7 +551,7 @@ fn start_threads(
     deterministic: bool,
     files: Vec<PathBuf>,
     batch_size: usize,
-) -> Inner {
+) -> Result<Inner> {
     let shared = Arc::new(Shared {
         producer: Mutex::new((producer, false)),
         stop: AtomicBool::new(false),
@@ -570,10 +570,21 @@ fn start_threads(
             .div_ceil(batch_size.max(1))
             .clamp(1, tuned.prefetch.max(1)),
     };
+    let mut helper = worker();
+    let mut prefetch = Some(
+        Prefetch::new(
+            out_rx,
+            credit_tx.clone(),
+            deterministic,
+            tuned.prefetch,
+            tuned.max_prefetch,
+        )
+        .with_helper(credit_rx.clone(), Box::new(move || helper.turn(1))),
+    );
     let mut handles = Vec::new();
     for n in 0..tuned.parallelism {
         let (out_tx, mut worker) = (out_tx.clone(), worker());
-        handles.push(spawn(&format!("tfshard-worker{n}"), move || {
+        let started = spawn(&format!("tfshard-worker{n}"), move || {
             while worker.credits.recv().is_ok() {
                 let ready = worker.turn(1);
                 if ready.is_empty() {
@@ -587,23 +598,26 @@ fn start_threads(
                     }
                 }
             }
-        }));
+        });
+        match started {
+            Ok(handle) => handles.push(handle),
+            Err(e) => {
+                // Out of threads: stop the ones started and say so.
+                stop_workers(&shared, &mut prefetch, handles.len());
+                for h in handles {
+                    let _ = h.join();
+                }
+                return Err(Error::from(e));
+            }
+        }
     }
-    let mut helper = worker();
-    let prefetch = Prefetch::new(
-        out_rx,
-        credit_tx,
-        deterministic,
-        tuned.prefetch,
-        tuned.max_prefetch,
-    )
-    .with_helper(credit_rx, Box::new(move || helper.turn(1)));
-    Inner::Threaded {
-        limit: prefetch.limit(),
-        prefetch: Some(prefetch),
+    let limit = prefetch.as_ref().map(Prefetch::limit).unwrap_or_default();
+    Ok(Inner::Threaded {
+        limit,
+        prefetch,
         handles,
         shared,
-    }
+    })
 }
 
 /// Tells the workers to stop and closes the consumer end: a credit for every worker
@@ -617,11 +631,8 @@ fn stop_workers(shared: &Shared, prefetch: &mut Option<Prefetch>, workers: usize
 }
 
 /// Starts a named thread (names show in `top -H`, `perf` and debuggers).
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(name.to_owned())
-        .spawn(f)
-        .expect("the system could not start a thread")
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new().name(name.to_owned()).spawn(f)
 }
 
 /// A running pipeline: an iterator of parsed batches.
