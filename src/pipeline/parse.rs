@@ -104,6 +104,9 @@ impl Batch {
     }
 }
 
+/// Cache lines of the next record fetched ahead while one is parsed.
+const PREFETCH_LINES: usize = 4;
+
 /// Parses records into batches for one feature spec.
 #[derive(Debug, Clone)]
 pub struct Parser {
@@ -234,7 +237,7 @@ impl Parser {
         raw: RawBatch,
         files: &[std::path::PathBuf],
     ) -> (Result<Batch>, Vec<Payload>) {
-        let mut spare = Vec::new();
+        let mut spare = Vec::with_capacity(raw.records.len());
         let rows = raw.records.len();
         let epoch = raw.epoch;
         let mut columns: Vec<Column> = self
@@ -250,7 +253,15 @@ impl Parser {
         let mut seen = vec![false; columns.len()];
         let mut order = Vec::with_capacity(columns.len());
         let mut record_bytes = 0;
-        for record in raw.records {
+        // Shuffled records lie far apart, each a cache miss: fetch the next record's
+        // first lines while this one is checked and parsed.
+        let mut failed = None;
+        for (k, record) in raw.records.iter().enumerate() {
+            if let Some(next) = raw.records.get(k + 1) {
+                for line in next.bytes().iter().step_by(64).take(PREFETCH_LINES) {
+                    frame::prefetch(line);
+                }
+            }
             let bytes = record.bytes();
             record_bytes += bytes.len() as u64 + frame::FRAME_OVERHEAD;
             let locate = |e: Error| {
@@ -270,10 +281,13 @@ impl Parser {
                 .check_and_parse(bytes, record.crc, home, &mut columns, &mut seen, &mut order)
                 .map_err(locate);
             if let Err(e) = parsed {
-                spare.push(record.payload);
-                return (Err(e), spare);
+                failed = Some(e);
+                break;
             }
-            spare.push(record.payload);
+        }
+        spare.extend(raw.records.into_iter().map(|r| r.payload));
+        if let Some(e) = failed {
+            return (Err(e), spare);
         }
         let batch = Batch {
             epoch,

@@ -60,7 +60,13 @@ impl<T> ShuffleBuffer<T> {
             return None;
         }
         let i = self.rng.below(self.items.len());
-        Some(self.items.swap_remove(i))
+        let out = self.items.swap_remove(i);
+        // The next push draws from a copy of this state: fetch its slot now, so the
+        // random access into a buffer larger than the cache overlaps other work.
+        if let Some(next) = self.items.get(self.rng.clone().below(self.capacity)) {
+            crate::tfrecord::frame::prefetch(next);
+        }
+        Some(out)
     }
 
     /// Removes one random element (at the end of an epoch).

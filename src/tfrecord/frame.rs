@@ -91,6 +91,20 @@ pub fn append_record(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(&encode_footer(data));
 }
 
+/// Asks the CPU to bring `value`'s first cache line in (a hint; does nothing where there
+/// is no such instruction).
+#[inline(always)]
+pub fn prefetch<T>(value: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing the program sees and cannot fault.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>((value as *const T).cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = value;
+}
+
 /// Reads a header. `Err(())` means the length CRC does not match; the payload length
 /// cannot then be trusted.
 #[inline]

@@ -27,6 +27,9 @@ use crate::tfrecord::reader::{
     frame_error, truncated_data_detail, truncated_header_detail, LENGTH_CRC_DETAIL,
 };
 
+/// How far ahead of the walk to prefetch.
+const PREFETCH_AHEAD: usize = 2048;
+
 /// A mapped file, shared by the records that point into it.
 pub type SharedMap = Arc<Mmap>;
 
@@ -151,6 +154,11 @@ impl MappedRecords {
         };
         self.pos = end + FOOTER_LEN;
         self.index += 1;
+        // Headers are read one per record, at strides the hardware prefetcher does not
+        // carry across pages: ask for the bytes a little ahead.
+        if let Some(ahead) = data.get(self.pos + PREFETCH_AHEAD) {
+            frame::prefetch(ahead);
+        }
         Ok(Some(record))
     }
 }
