@@ -26,8 +26,8 @@ pub struct BenchArgs {
     /// Files read at once [default: automatic].
     #[arg(long)]
     pub cycle_length: Option<usize>,
-    /// Worker threads (each takes raw batches in turn and parses them), at most --threads
-    /// [default: --threads].
+    /// Worker threads (one produces, all parse), at most --threads [default: --threads
+    /// minus one: the consumer's thread parses too when it would wait].
     #[arg(long)]
     pub parallelism: Option<usize>,
     /// Batches in flight ahead of the consumer [default: automatic: two per worker,

@@ -2,8 +2,10 @@
 //!
 //! ```text
 //! files ─ interleave ─ shuffle ─ batch ─┬─ parse ─┐
-//!   (one producer thread: header walk,  ├─ parse ─┼─ prefetch (bounded, reordered
-//!    length CRC)                        └─ parse ─┘   when deterministic) ─ consumer
+//!   (one producer thread: header walk,  ├─ parse ─┼─ prefetch (bounded by credits,
+//!    length CRC; it parses too when     └─ parse ─┘   reordered when deterministic)
+//!    it has no credit)                                ─ consumer (parses when it
+//!                                                       would wait)
 //! ```
 //!
 //! Uncompressed shards are memory-mapped: the producer walks the headers (the kernel
@@ -48,7 +50,7 @@ pub mod shuffle;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -273,14 +275,7 @@ impl PipelineBuilder {
                 parser,
             }
         } else {
-            start_threads(
-                producer,
-                parser,
-                &tuned,
-                o.deterministic,
-                files.clone(),
-                o.batch_size,
-            )?
+            start_threads(producer, parser, &tuned, o.deterministic, files.clone())?
         };
         Ok(Pipeline {
             inner,
@@ -297,7 +292,7 @@ impl PipelineBuilder {
 pub struct Tuned {
     /// Files read at once.
     pub cycle_length: usize,
-    /// Worker threads (each produces raw batches in turn and parses them).
+    /// Worker threads: the producer's (which also parses) and parse workers.
     pub parallelism: usize,
     /// Batches in flight (being parsed or queued for the consumer): the prefetch depth.
     /// Automatic, it starts at two per worker and doubles whenever the consumer finds
@@ -307,10 +302,13 @@ pub struct Tuned {
     pub max_prefetch: usize,
 }
 
-/// Parsing is the costly stage (measured: ~70% of the pipeline's CPU on the standard
-/// table) and producing a batch of references is cheap, so every thread is a worker
-/// doing both; `threads` bounds them all. Two batches per worker keep every worker busy
-/// while the consumer takes one; the depth then follows the consumer (see [`Tuned`]).
+/// One thread produces (and parses when it has no credit); the others parse. The
+/// consumer's own thread parses too whenever it would wait, so it counts as one of the
+/// `threads`: by default there are `threads - 1` worker threads (at least one), and the
+/// pipeline never keeps more threads busy than `threads`. (Measured on 2 cores: one
+/// worker plus the helping consumer beats two workers plus the consumer, which
+/// oversubscribe the cores.) Two batches per worker keep every worker busy while the
+/// consumer takes one; the depth then follows the consumer (see [`Tuned`]).
 fn autotune(o: &PipelineOptions, files: usize) -> Tuned {
     if o.sequential {
         return Tuned {
@@ -322,7 +320,7 @@ fn autotune(o: &PipelineOptions, files: usize) -> Tuned {
     }
     let parallelism = o
         .parallelism
-        .unwrap_or(o.threads)
+        .unwrap_or(o.threads.saturating_sub(1))
         .clamp(1, o.threads.max(1));
     let (prefetch, max_prefetch) = match o.prefetch {
         Some(p) => (p.max(1), p.max(1)),
@@ -470,146 +468,187 @@ enum Inner {
     },
 }
 
-/// What the workers share: the producer (interleave → shuffle → batch), taken in turn.
+/// What the threads share.
 struct Shared {
-    producer: Mutex<(Producer, bool)>,
     stop: AtomicBool,
 }
 
-/// One worker's state: what it needs to take raw batches and parse them.
-struct Worker {
-    shared: Arc<Shared>,
+/// A raw batch to parse (or the producer's error) and its place in the order.
+type RawItem = (u64, Result<RawBatch>);
+
+/// Parses raw batches; the payloads go back to the producer (to be reused, or dropped
+/// on its thread).
+#[derive(Clone)]
+struct Parse {
     parser: Parser,
     files: Arc<Vec<PathBuf>>,
-    spare: Vec<Payload>,
-    credits: Receiver<()>,
-    give_back: Sender<()>,
-    /// Most batches taken per turn at the producer's lock.
-    per_turn: usize,
+    spare: Sender<Vec<Payload>>,
+    shared: Arc<Shared>,
 }
 
-/// A worker takes raw batches in turns of up to this many records (while it holds
-/// credits for them), so small batches do not each cost a turn at the lock.
-const RECORDS_PER_TURN: usize = 512;
-
-impl Worker {
-    /// One turn: holding `held` credits, takes one more for each further batch the turn
-    /// may hold (without waiting), takes that many raw batches under the producer's
-    /// lock (cheap: mapped records are references), and parses them outside it. Empty
-    /// once the producer is done; unused credits go back.
-    fn turn(&mut self, held: usize) -> Vec<prefetch::Ready> {
-        let mut credits = held;
-        while credits < self.per_turn && self.credits.try_recv().is_ok() {
-            credits += 1;
+impl Parse {
+    fn run(&self, (seq, raw): RawItem) -> prefetch::Ready {
+        let result = raw.and_then(|raw| {
+            let (parsed, spare) = self.parser.parse(raw, &self.files);
+            let _ = self.spare.send(spare);
+            parsed
+        });
+        if result.is_err() {
+            self.shared.stop.store(true, Ordering::Relaxed);
         }
-        let mut raws = Vec::with_capacity(credits);
-        if !self.shared.stop.load(Ordering::Relaxed) {
-            if let Ok(mut guard) = self.shared.producer.lock() {
-                let (producer, finished) = &mut *guard;
-                producer.recycle(&mut self.spare);
-                while raws.len() < credits && !*finished {
-                    let seq = producer.seq;
-                    match producer.next_batch() {
-                        Ok(Some(raw)) => raws.push((raw.seq, Ok(raw))),
-                        Ok(None) => *finished = true,
-                        Err(e) => {
-                            *finished = true;
-                            raws.push((seq, Err(e)));
-                        }
-                    }
-                }
-            }
-        }
-        for _ in raws.len()..credits {
-            let _ = self.give_back.send(());
-        }
-        let mut ready = Vec::with_capacity(raws.len());
-        for (seq, raw) in raws {
-            let result = raw.and_then(|raw| {
-                let (parsed, mut buffers) = self.parser.parse(raw, &self.files);
-                self.spare.append(&mut buffers);
-                parsed
-            });
-            if result.is_err() {
-                self.shared.stop.store(true, Ordering::Relaxed);
-            }
-            ready.push((seq, result));
-        }
-        ready
+        (seq, result)
     }
 }
 
-/// Starts `parallelism` workers. A worker holding a credit (a place in the prefetch
-/// queue) takes raw batches, parses them and queues them: every worker thread does both
-/// stages, so `threads` bounds them all and no stage waits on a thread of its own. The
-/// consumer's thread, when it finds no batch ready, takes a turn itself rather than
-/// sleep (so small batches do not cost a sleep and a wake-up each).
+/// The producer's thread: it alone walks the files and shuffles (so that state stays in
+/// one core's cache), one raw batch per credit; when it has no credit it parses a raw
+/// batch itself rather than wait.
+fn produce(
+    mut producer: Producer,
+    credits: Receiver<()>,
+    raw_tx: Sender<RawItem>,
+    raw_rx: Receiver<RawItem>,
+    spare: Receiver<Vec<Payload>>,
+    parse: Parse,
+    out: Sender<prefetch::Ready>,
+) {
+    let send_out = |item: prefetch::Ready| {
+        let failed = item.1.is_err();
+        out.send(item).is_ok() && !failed
+    };
+    loop {
+        if parse.shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        while let Ok(mut payloads) = spare.try_recv() {
+            producer.recycle(&mut payloads);
+        }
+        let have_credit = match credits.try_recv() {
+            Ok(()) => true,
+            Err(_) => match raw_rx.try_recv() {
+                Ok(raw) => {
+                    if !send_out(parse.run(raw)) {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    // Nothing to do but wait for a credit or a batch to parse.
+                    crossbeam_channel::select! {
+                        recv(credits) -> c => c.is_ok(),
+                        recv(raw_rx) -> raw => {
+                            if let Ok(raw) = raw {
+                                if !send_out(parse.run(raw)) {
+                                    return;
+                                }
+                            }
+                            continue;
+                        }
+                    }
+                }
+            },
+        };
+        if !have_credit || parse.shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let seq = producer.seq;
+        match producer.next_batch() {
+            Ok(Some(raw)) => {
+                let _ = raw_tx.send((raw.seq, Ok(raw)));
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let _ = raw_tx.send((seq, Err(e)));
+                break;
+            }
+        }
+    }
+    // Done producing: help parse what is left.
+    drop(raw_tx);
+    for raw in raw_rx.iter() {
+        if !send_out(parse.run(raw)) {
+            return;
+        }
+    }
+}
+
+/// Starts `parallelism` threads: the producer's (see [`produce`]) and parse workers.
+/// `threads` bounds them all. The consumer's thread, when it finds no batch ready,
+/// parses a raw batch itself rather than sleep.
 fn start_threads(
     producer: Producer,
     parser: Parser,
     tuned: &Tuned,
     deterministic: bool,
     files: Vec<PathBuf>,
-    batch_size: usize,
 ) -> Result<Inner> {
     let shared = Arc::new(Shared {
-        producer: Mutex::new((producer, false)),
         stop: AtomicBool::new(false),
     });
     let (out_tx, out_rx) = unbounded();
     let (credit_tx, credit_rx) = unbounded::<()>();
-    let files = Arc::new(files);
-    let worker = || Worker {
+    let (raw_tx, raw_rx) = unbounded::<RawItem>();
+    let (spare_tx, spare_rx) = unbounded();
+    let parse = Parse {
+        parser,
+        files: Arc::new(files),
+        spare: spare_tx,
         shared: shared.clone(),
-        parser: parser.clone(),
-        files: files.clone(),
-        spare: Vec::new(),
-        credits: credit_rx.clone(),
-        give_back: credit_tx.clone(),
-        per_turn: RECORDS_PER_TURN
-            .div_ceil(batch_size.max(1))
-            .clamp(1, tuned.prefetch.max(1)),
     };
-    let mut helper = worker();
+    let helper = (raw_rx.clone(), parse.clone());
     let mut prefetch = Some(
         Prefetch::new(
             out_rx,
-            credit_tx.clone(),
+            credit_tx,
             deterministic,
             tuned.prefetch,
             tuned.max_prefetch,
         )
-        .with_helper(credit_rx.clone(), Box::new(move || helper.turn(1))),
+        .with_helper(Box::new(move || {
+            let (raw_rx, parse) = &helper;
+            raw_rx.try_recv().ok().map(|raw| parse.run(raw))
+        })),
     );
     let mut handles = Vec::new();
-    for n in 0..tuned.parallelism {
-        let (out_tx, mut worker) = (out_tx.clone(), worker());
-        let started = spawn(&format!("tfshard-worker{n}"), move || {
-            while worker.credits.recv().is_ok() {
-                let ready = worker.turn(1);
-                if ready.is_empty() {
-                    break;
-                }
-                for item in ready {
+    let mut start = |name: String, f: Box<dyn FnOnce() + Send>| match spawn(&name, f) {
+        Ok(handle) => {
+            handles.push(handle);
+            Ok(())
+        }
+        Err(e) => Err(e),
+    };
+    let mut started = {
+        let (out, raw_rx, parse) = (out_tx.clone(), raw_rx.clone(), parse.clone());
+        start(
+            "tfshard-worker0".into(),
+            Box::new(move || produce(producer, credit_rx, raw_tx, raw_rx, spare_rx, parse, out)),
+        )
+    };
+    for n in 1..tuned.parallelism {
+        if started.is_err() {
+            break;
+        }
+        let (out, raw_rx, parse) = (out_tx.clone(), raw_rx.clone(), parse.clone());
+        started = start(
+            format!("tfshard-worker{n}"),
+            Box::new(move || {
+                for raw in raw_rx.iter() {
+                    let item = parse.run(raw);
                     let failed = item.1.is_err();
-                    if out_tx.send(item).is_err() || failed {
-                        worker.shared.stop.store(true, Ordering::Relaxed);
+                    if out.send(item).is_err() || failed {
                         return;
                     }
                 }
-            }
-        });
-        match started {
-            Ok(handle) => handles.push(handle),
-            Err(e) => {
-                // Out of threads: stop the ones started and say so.
-                stop_workers(&shared, &mut prefetch, handles.len());
-                for h in handles {
-                    let _ = h.join();
-                }
-                return Err(Error::from(e));
-            }
+            }),
+        );
+    }
+    if let Err(e) = started {
+        // Out of threads: stop the ones started and say so.
+        stop_workers(&shared, &mut prefetch, handles.len());
+        for h in handles {
+            let _ = h.join();
         }
+        return Err(Error::from(e));
     }
     let limit = prefetch.as_ref().map(Prefetch::limit).unwrap_or_default();
     Ok(Inner::Threaded {
@@ -747,8 +786,7 @@ mod tests {
             .unwrap_or(0)
     }
 
-    /// `threads` bounds every worker thread: each worker produces and parses, so a
-    /// pipeline with 2 threads runs exactly 2 threads besides the consumer's.
+    /// `threads` bounds every thread the pipeline keeps busy, the consumer's included.
     #[test]
     #[cfg(target_os = "linux")]
     fn threads_bound_every_worker() {
@@ -775,12 +813,16 @@ mod tests {
                 .build()
                 .unwrap();
             pipeline.next().unwrap().unwrap();
+            // With the consumer's thread, which parses when it would wait, the pipeline
+            // keeps at most `threads` busy (and has at least one worker).
+            let workers = pipeline.tuned().parallelism;
+            assert_eq!(workers, (threads - 1).max(1));
             // A thread names itself once it runs: give them a moment.
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while pipeline_threads() < threads && std::time::Instant::now() < deadline {
+            while pipeline_threads() < workers && std::time::Instant::now() < deadline {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
-            assert_eq!(pipeline_threads(), threads);
+            assert_eq!(pipeline_threads(), workers);
             drop(pipeline);
             assert_eq!(
                 pipeline_threads(),

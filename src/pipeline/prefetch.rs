@@ -21,17 +21,15 @@ use crate::pipeline::parse::Batch;
 /// A parsed batch (or the error that stopped the pipeline) and its place in the order.
 pub type Ready = (u64, Result<Batch>);
 
-/// Work the consumer's thread can do itself instead of waiting, holding one credit:
-/// take raw batches and parse them (none once there is nothing left).
-pub type Helper = Box<dyn FnMut() -> Vec<Ready> + Send>;
+/// Work the consumer's thread can do itself instead of waiting: parse a raw batch that
+/// is ready for it (`None` if there is none).
+pub type Helper = Box<dyn FnMut() -> Option<Ready> + Send>;
 
 /// The consumer end.
 pub struct Prefetch {
     rx: Receiver<Ready>,
     credits: Sender<()>,
-    helper: Option<(Receiver<()>, Helper)>,
-    /// Batches the consumer's thread parsed itself, not yet looked at.
-    helped: std::collections::VecDeque<Ready>,
+    helper: Option<Helper>,
     deterministic: bool,
     next_seq: u64,
     waiting: BTreeMap<u64, Result<Batch>>,
@@ -64,7 +62,6 @@ impl Prefetch {
             rx,
             credits,
             helper: None,
-            helped: std::collections::VecDeque::new(),
             deterministic,
             next_seq: 0,
             waiting: BTreeMap::new(),
@@ -75,30 +72,11 @@ impl Prefetch {
         }
     }
 
-    /// When no batch is ready, the consumer's thread takes a credit from `credits` and
-    /// runs `helper` rather than sleep until a worker is done.
-    pub fn with_helper(mut self, credits: Receiver<()>, helper: Helper) -> Prefetch {
-        self.helper = Some((credits, helper));
+    /// When no batch is ready, the consumer's thread runs `helper` rather than sleep
+    /// until a worker is done.
+    pub fn with_helper(mut self, helper: Helper) -> Prefetch {
+        self.helper = Some(helper);
         self
-    }
-
-    /// Does a turn of a worker's work on the consumer's thread, if there is a credit and
-    /// a batch; the batches go where the workers' go. Whether it found any.
-    fn help(&mut self) -> bool {
-        let Some((credits, helper)) = self.helper.as_mut() else {
-            return false;
-        };
-        if credits.try_recv().is_err() {
-            return false;
-        }
-        let ready = helper();
-        if ready.is_empty() {
-            // Nothing left to take (the credit went back): stop trying.
-            self.helper = None;
-            return false;
-        }
-        self.helped.extend(ready);
-        true
     }
 
     /// Grants `n` more credits, then closes the consumer end (to stop the workers).
@@ -147,19 +125,16 @@ impl Prefetch {
                 self.next_seq += 1;
                 return self.deliver(ready);
             }
-            let received = match self.helped.pop_front() {
-                Some(item) => Ok(item),
-                None => match self.rx.try_recv() {
-                    Ok(item) => Ok(item),
-                    Err(TryRecvError::Empty) => {
-                        self.starved();
-                        if self.help() {
-                            continue;
-                        }
-                        self.rx.recv().map_err(|_| ())
+            let received = match self.rx.try_recv() {
+                Ok(item) => Ok(item),
+                Err(TryRecvError::Empty) => {
+                    self.starved();
+                    match self.helper.as_mut().and_then(|help| help()) {
+                        Some(item) => Ok(item),
+                        None => self.rx.recv().map_err(|_| ()),
                     }
-                    Err(TryRecvError::Disconnected) => Err(()),
-                },
+                }
+                Err(TryRecvError::Disconnected) => Err(()),
             };
             match received {
                 Ok((seq, batch)) => {

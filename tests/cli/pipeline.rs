@@ -481,14 +481,14 @@ fn prefetch_depth_follows_the_consumer() {
     };
     let mut fast = builder().build().unwrap();
     let start = fast.tuned();
-    assert_eq!((start.parallelism, start.prefetch), (2, 4));
-    assert_eq!(start.max_prefetch, 16);
+    assert_eq!((start.parallelism, start.prefetch), (1, 2));
+    assert_eq!(start.max_prefetch, 8);
     for batch in fast.by_ref() {
         batch.unwrap();
     }
     assert_eq!(
         fast.tuned().prefetch,
-        16,
+        8,
         "a starved consumer grows the depth"
     );
 
@@ -499,7 +499,7 @@ fn prefetch_depth_follows_the_consumer() {
     }
     assert_eq!(
         slow.tuned().prefetch,
-        4,
+        2,
         "workers ahead of the consumer: no growth"
     );
 
