@@ -68,6 +68,10 @@ impl RawRecord {
     }
 }
 
+/// Bytes of one record's slot (its payload reference, CRC and origin) in the shuffle
+/// buffer or a raw batch; the payload's own buffer is counted apart.
+pub const SLOT_BYTES: u64 = std::mem::size_of::<RawRecord>() as u64;
+
 /// A batch of raw records.
 #[derive(Debug, Default)]
 pub struct RawBatch {
@@ -77,4 +81,11 @@ pub struct RawBatch {
     pub epoch: u64,
     /// The records.
     pub records: Vec<RawRecord>,
+}
+
+impl RawBatch {
+    /// Bytes of the records' slots (not their payloads).
+    pub fn slot_bytes(&self) -> u64 {
+        self.records.capacity() as u64 * SLOT_BYTES
+    }
 }

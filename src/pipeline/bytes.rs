@@ -89,6 +89,13 @@ impl BytesValues {
         self.copied.len()
     }
 
+    /// Bytes allocated for the views, the copies and the references to mapped shards.
+    pub(crate) fn held_bytes(&self) -> u64 {
+        (self.views.capacity() * std::mem::size_of::<View>()
+            + self.copied.capacity()
+            + self.buffers.capacity() * std::mem::size_of::<Buffer>()) as u64
+    }
+
     /// How many values are referenced in place rather than copied.
     pub fn referenced(&self) -> usize {
         self.views.iter().filter(|v| v.buffer != COPIED).count()

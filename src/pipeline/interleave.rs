@@ -9,9 +9,11 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::error::Result;
 use crate::pipeline::batch::{Origin, Payload, RawRecord};
+use crate::pipeline::memory::{Held, Pool};
 use crate::tfrecord::{self, Compression, MappedRecords, RecordReader, Source};
 
 /// An open file of the cycle.
@@ -31,6 +33,18 @@ pub struct Interleave {
     block_length: usize,
     current: usize,
     taken: usize,
+    /// Counts the readers' block buffers and the copied records.
+    held: Arc<Held>,
+}
+
+impl Open {
+    /// Bytes of the reader's own buffer (a map is the page cache's, not ours).
+    fn buffer_bytes(&self) -> usize {
+        match self {
+            Open::Mapped(_) => 0,
+            Open::Stream(reader) => reader.buffer_capacity(),
+        }
+    }
 }
 
 impl Interleave {
@@ -43,6 +57,7 @@ impl Interleave {
         mmap: bool,
         cycle_length: usize,
         block_length: usize,
+        held: Arc<Held>,
     ) -> Interleave {
         Interleave {
             files,
@@ -54,6 +69,7 @@ impl Interleave {
             block_length: block_length.max(1),
             current: 0,
             taken: 0,
+            held,
         }
     }
 
@@ -66,6 +82,7 @@ impl Interleave {
         Ok(if self.mmap && compression == Compression::None {
             Open::Mapped(MappedRecords::open(path)?)
         } else {
+            self.held.note_stream();
             Open::Stream(tfrecord::open(path, Some(compression))?.with_check_data_crc(false))
         })
     }
@@ -87,7 +104,7 @@ impl Interleave {
     /// # Errors
     ///
     /// A framing error (length CRC, truncation) naming file, record and offset.
-    pub fn next(&mut self, pool: &mut Vec<Vec<u8>>) -> Result<Option<RawRecord>> {
+    pub fn next(&mut self, pool: &mut Pool) -> Result<Option<RawRecord>> {
         loop {
             self.fill_cycle()?;
             if self.open.is_empty() {
@@ -112,23 +129,20 @@ impl Interleave {
                 }),
                 Open::Stream(reader) => {
                     let (record, offset) = (reader.record_index(), reader.offset());
-                    match reader.read_record()? {
-                        Some(bytes) => {
-                            let mut buffer = pool.pop().unwrap_or_default();
-                            buffer.clear();
-                            buffer.extend_from_slice(bytes);
-                            Some(RawRecord {
-                                payload: Payload::Owned(buffer),
-                                crc: reader.stored_data_crc(),
-                                origin: Origin {
-                                    file: *file,
-                                    record,
-                                    offset,
-                                },
-                            })
-                        }
-                        None => None,
-                    }
+                    let before = reader.buffer_capacity();
+                    let read = reader
+                        .read_record()
+                        .map(|r| r.map(|bytes| pool.copy(bytes, &self.held)));
+                    self.held.resize(before, reader.buffer_capacity());
+                    read?.map(|buffer| RawRecord {
+                        payload: Payload::Owned(buffer),
+                        crc: reader.stored_data_crc(),
+                        origin: Origin {
+                            file: *file,
+                            record,
+                            offset,
+                        },
+                    })
                 }
             };
             match record {
@@ -142,7 +156,8 @@ impl Interleave {
                 }
                 None => {
                     // This file is done: the next pending one takes its place.
-                    self.open.remove(self.current);
+                    let (_, done) = self.open.remove(self.current);
+                    self.held.sub(done.buffer_bytes() as u64);
                     self.taken = 0;
                     if let Some(i) = self.pending.pop_front() {
                         let file = self.open_file(i)?;
@@ -150,6 +165,14 @@ impl Interleave {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Drop for Interleave {
+    fn drop(&mut self) {
+        for (_, open) in &self.open {
+            self.held.sub(open.buffer_bytes() as u64);
         }
     }
 }

@@ -44,6 +44,7 @@
 pub mod batch;
 pub mod bytes;
 pub mod interleave;
+pub mod memory;
 pub mod parse;
 pub mod prefetch;
 pub mod shuffle;
@@ -65,6 +66,7 @@ pub use parse::{Batch, Column, Values};
 
 use batch::{Payload, RawBatch, RawRecord};
 use interleave::Interleave;
+use memory::{Held, Pool};
 use parse::Parser;
 use prefetch::Prefetch;
 use shuffle::{Rng, ShuffleBuffer};
@@ -268,20 +270,32 @@ impl PipelineBuilder {
             std::fs::metadata(f).map_err(|e| Error::from(e).with_file(f))?;
         }
         let tuned = autotune(&o, files.len());
-        let producer = Producer::new(&o, files.clone(), tuned.cycle_length);
+        let held = Arc::new(Held::default());
+        let producer = Producer::new(&o, files.clone(), tuned.cycle_length, held.clone());
         let inner = if o.sequential {
             Inner::Inline {
                 producer: Box::new(producer),
                 parser,
+                held: held.clone(),
             }
         } else {
-            start_threads(producer, parser, &tuned, o.deterministic, files.clone())?
+            start_threads(
+                producer,
+                parser,
+                &tuned,
+                o.deterministic,
+                files.clone(),
+                held.clone(),
+            )?
         };
         Ok(Pipeline {
             inner,
             spec,
             files,
             tuned,
+            shuffle_buffer: o.shuffle_buffer,
+            batch_size: o.batch_size.max(1),
+            held,
         })
     }
 }
@@ -349,16 +363,29 @@ struct Producer {
     block_length: usize,
     interleave: Option<Interleave>,
     shuffle: ShuffleBuffer<RawRecord>,
-    shuffle_buffer: usize,
     batch_size: usize,
     drop_remainder: bool,
     seq: u64,
     draining: bool,
-    pool: Vec<Vec<u8>>,
+    pool: Pool,
+    held: Arc<Held>,
+    /// Bytes of the shuffle buffer's slots last counted in `held`.
+    shuffle_slot_bytes: usize,
+}
+
+/// Record buffers the pool keeps for reuse: enough for the shuffle buffer and a few
+/// batches, so a steady stream of copied records allocates nothing.
+fn pool_room(shuffle_buffer: usize, batch_size: usize) -> usize {
+    shuffle_buffer + 4 * batch_size
 }
 
 impl Producer {
-    fn new(o: &PipelineOptions, files: Vec<PathBuf>, cycle_length: usize) -> Producer {
+    fn new(
+        o: &PipelineOptions,
+        files: Vec<PathBuf>,
+        cycle_length: usize,
+        held: Arc<Held>,
+    ) -> Producer {
         Producer {
             files,
             compression: o.compression,
@@ -371,12 +398,13 @@ impl Producer {
             block_length: o.block_length,
             interleave: None,
             shuffle: ShuffleBuffer::new(o.shuffle_buffer, o.seed),
-            shuffle_buffer: o.shuffle_buffer,
             batch_size: o.batch_size.max(1),
             drop_remainder: o.drop_remainder,
             seq: 0,
             draining: false,
-            pool: Vec::new(),
+            pool: Pool::new(pool_room(o.shuffle_buffer, o.batch_size.max(1))),
+            held,
+            shuffle_slot_bytes: 0,
         }
     }
 
@@ -393,6 +421,7 @@ impl Producer {
             self.mmap,
             self.cycle_length,
             self.block_length,
+            self.held.clone(),
         ));
         self.draining = false;
     }
@@ -400,13 +429,18 @@ impl Producer {
     /// Takes back the payloads a parse worker is done with: buffers into the pool (no
     /// larger than what can be in flight), map references dropped.
     fn recycle(&mut self, spare: &mut Vec<Payload>) {
-        let room = (self.shuffle_buffer + 4 * self.batch_size).saturating_sub(self.pool.len());
-        let buffers = spare.drain(..).filter_map(|p| match p {
-            Payload::Owned(buffer) => Some(buffer),
-            Payload::Mapped { .. } => None,
-        });
-        self.pool.extend(buffers.take(room));
-        spare.clear();
+        for payload in spare.drain(..) {
+            if let Payload::Owned(buffer) = payload {
+                self.pool.put_back(buffer, &self.held);
+            }
+        }
+    }
+
+    /// Counts the shuffle buffer's slots again (they grow, rarely, as it fills).
+    fn count_shuffle_slots(&mut self) {
+        let now = self.shuffle.slot_bytes();
+        self.held.resize(self.shuffle_slot_bytes, now);
+        self.shuffle_slot_bytes = now;
     }
 
     /// The next raw batch, or `None` after the last epoch.
@@ -439,18 +473,22 @@ impl Producer {
                 self.interleave = None;
                 self.epoch += 1;
                 if records.is_empty() || self.drop_remainder {
-                    self.pool
-                        .extend(records.into_iter().filter_map(RawRecord::into_buffer));
+                    for buffer in records.into_iter().filter_map(RawRecord::into_buffer) {
+                        self.pool.put_back(buffer, &self.held);
+                    }
                     continue;
                 }
             }
+            self.count_shuffle_slots();
             let seq = self.seq;
             self.seq += 1;
-            return Ok(Some(RawBatch {
+            let raw = RawBatch {
                 seq,
                 epoch,
                 records,
-            }));
+            };
+            self.held.add(raw.slot_bytes());
+            return Ok(Some(raw));
         }
     }
 }
@@ -465,6 +503,7 @@ enum Inner {
     Inline {
         producer: Box<Producer>,
         parser: Parser,
+        held: Arc<Held>,
     },
 }
 
@@ -484,12 +523,21 @@ struct Parse {
     files: Arc<Vec<PathBuf>>,
     spare: Sender<Vec<Payload>>,
     shared: Arc<Shared>,
+    held: Arc<Held>,
 }
 
 impl Parse {
+    /// Parses a raw batch; the parsed batch counts as held until the consumer takes it.
     fn run(&self, (seq, raw): RawItem) -> prefetch::Ready {
         let result = raw.and_then(|raw| {
+            let slots = raw.slot_bytes();
             let (parsed, spare) = self.parser.parse(raw, &self.files);
+            if let Ok(batch) = &parsed {
+                let bytes = batch.held_bytes();
+                self.held.add(bytes);
+                self.held.note_batch(bytes);
+            }
+            self.held.sub(slots);
             let _ = self.spare.send(spare);
             parsed
         });
@@ -581,6 +629,7 @@ fn start_threads(
     tuned: &Tuned,
     deterministic: bool,
     files: Vec<PathBuf>,
+    held: Arc<Held>,
 ) -> Result<Inner> {
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
@@ -594,6 +643,7 @@ fn start_threads(
         files: Arc::new(files),
         spare: spare_tx,
         shared: shared.clone(),
+        held: held.clone(),
     };
     let helper = (raw_rx.clone(), parse.clone());
     let mut prefetch = Some(
@@ -603,6 +653,7 @@ fn start_threads(
             deterministic,
             tuned.prefetch,
             tuned.max_prefetch,
+            held,
         )
         .with_helper(Box::new(move || {
             let (raw_rx, parse) = &helper;
@@ -680,6 +731,26 @@ pub struct Pipeline {
     spec: Vec<FeatureSpec>,
     files: Vec<PathBuf>,
     tuned: Tuned,
+    shuffle_buffer: usize,
+    batch_size: usize,
+    held: Arc<Held>,
+}
+
+/// What the pipeline's own buffers held ([`Pipeline::memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    /// The most bytes the buffers held at once: record buffers (pool, shuffle buffer,
+    /// raw batches in flight, buffers on their way back to the pool), the shuffle
+    /// buffer's and raw batches' slots, the readers' block buffers, and parsed batches
+    /// not yet taken by the consumer. A batch the consumer holds is the consumer's.
+    pub peak_bytes: u64,
+    /// What the options allow the buffers to hold, given the largest record and batch
+    /// so far; `peak_bytes` never exceeds it, however slow the consumer.
+    pub bound_bytes: u64,
+    /// The largest record copied into a buffer (0 when every shard was mapped).
+    pub largest_record_bytes: u64,
+    /// The most bytes one parsed batch held.
+    pub largest_batch_bytes: u64,
 }
 
 impl Pipeline {
@@ -696,6 +767,44 @@ impl Pipeline {
     /// The shard files read.
     pub fn files(&self) -> &[PathBuf] {
         &self.files
+    }
+
+    /// What the buffers hold at most, and the bound the options put on it:
+    ///
+    /// ```text
+    /// record buffers  (pool room + shuffle buffer + (max prefetch + 2) × batch) × largest record
+    /// slots           (2 × shuffle buffer + (max prefetch + 1) × batch) × a slot's bytes
+    /// readers         cycle length × 2 × max(largest record + 16, 1 MiB), if any file is not mapped
+    /// parsed batches  max prefetch × largest batch
+    /// ```
+    ///
+    /// Records in flight are bounded by the prefetch credits (one per batch, given back
+    /// when the consumer takes the batch), so nothing here grows with time or with a
+    /// slow consumer. (The `bench` RSS figures also count what the allocator keeps
+    /// cached for reuse, which depends on the timing.)
+    pub fn memory(&self) -> Memory {
+        let held = &self.held;
+        let (record, batch) = (held.largest_record(), held.largest_batch());
+        let (shuffle, size) = (self.shuffle_buffer.max(1) as u64, self.batch_size as u64);
+        let t = &self.tuned;
+        let prefetch = t.max_prefetch as u64;
+        let owned = pool_room(self.shuffle_buffer, self.batch_size) as u64
+            + shuffle
+            + (prefetch + 2) * size;
+        let slots = 2 * shuffle + (prefetch + 1) * size;
+        let readers = if held.streamed() {
+            let frame = crate::tfrecord::frame::FRAME_OVERHEAD;
+            let block = crate::tfrecord::reader::BLOCK_BYTES as u64;
+            t.cycle_length as u64 * 2 * (record + frame).max(block)
+        } else {
+            0
+        };
+        Memory {
+            peak_bytes: held.peak(),
+            bound_bytes: owned * record + slots * batch::SLOT_BYTES + readers + prefetch * batch,
+            largest_record_bytes: record,
+            largest_batch_bytes: batch,
+        }
     }
 
     /// The settings in use (after automatic tuning; the prefetch depth as it is now).
@@ -726,8 +835,13 @@ impl Iterator for Pipeline {
                 }
                 item
             }
-            Inner::Inline { producer, parser } => match producer.next_batch() {
+            Inner::Inline {
+                producer,
+                parser,
+                held,
+            } => match producer.next_batch() {
                 Ok(Some(raw)) => {
+                    held.sub(raw.slot_bytes());
                     let (parsed, mut spare) = parser.parse(raw, &self.files);
                     producer.recycle(&mut spare);
                     if parsed.is_err() {
@@ -770,25 +884,8 @@ mod tests {
     use crate::example::proto::{Example, Feature, Features};
     use prost::Message;
 
-    /// Threads of this process named `tfshard-worker…`. (No other unit test
-    /// starts pipeline threads, so the count is this test's own.)
-    fn pipeline_threads() -> usize {
-        std::fs::read_dir("/proc/self/task")
-            .map(|tasks| {
-                tasks
-                    .filter(|t| {
-                        let Ok(t) = t else { return false };
-                        std::fs::read_to_string(t.path().join("comm"))
-                            .is_ok_and(|c| c.starts_with("tfshard-worker"))
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    }
-
     /// `threads` bounds every thread the pipeline keeps busy, the consumer's included.
     #[test]
-    #[cfg(target_os = "linux")]
     fn threads_bound_every_worker() {
         let dir = std::env::temp_dir().join(format!("tfshard-threads-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -817,18 +914,17 @@ mod tests {
             // keeps at most `threads` busy (and has at least one worker).
             let workers = pipeline.tuned().parallelism;
             assert_eq!(workers, (threads - 1).max(1));
-            // A thread names itself once it runs: give them a moment.
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-            while pipeline_threads() < workers && std::time::Instant::now() < deadline {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            assert_eq!(pipeline_threads(), workers);
-            drop(pipeline);
+            let Inner::Threaded { handles, .. } = &pipeline.inner else {
+                panic!("a threaded pipeline");
+            };
+            let names: Vec<_> = handles.iter().map(|h| h.thread().name()).collect();
+            let want: Vec<_> = (0..workers).map(|n| format!("tfshard-worker{n}")).collect();
             assert_eq!(
-                pipeline_threads(),
-                0,
-                "dropping the pipeline ends its threads"
+                names,
+                want.iter().map(|n| Some(n.as_str())).collect::<Vec<_>>()
             );
+            // Dropping the pipeline joins every one of them (it returns, so they ended).
+            drop(pipeline);
         }
         std::fs::remove_dir_all(dir).unwrap();
     }

@@ -57,6 +57,14 @@ impl Values {
             Values::Bytes(v) => v.copied_len() as u64,
         }
     }
+
+    fn held_bytes(&self) -> u64 {
+        match self {
+            Values::Int64(v) => 8 * v.capacity() as u64,
+            Values::Float(v) => 4 * v.capacity() as u64,
+            Values::Bytes(v) => v.held_bytes(),
+        }
+    }
 }
 
 /// One feature of a batch.
@@ -99,6 +107,16 @@ impl Batch {
             .iter()
             .map(|c| {
                 c.values.payload_bytes() + 8 * c.row_splits.as_ref().map_or(0, Vec::len) as u64
+            })
+            .sum()
+    }
+
+    /// Bytes allocated for the columns' values and row splits (capacities).
+    pub(crate) fn held_bytes(&self) -> u64 {
+        self.columns
+            .iter()
+            .map(|c| {
+                c.values.held_bytes() + 8 * c.row_splits.as_ref().map_or(0, Vec::capacity) as u64
             })
             .sum()
     }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::error::Result;
+use crate::pipeline::memory::Held;
 use crate::pipeline::parse::Batch;
 
 /// A parsed batch (or the error that stopped the pipeline) and its place in the order.
@@ -38,6 +39,8 @@ pub struct Prefetch {
     delivered: u64,
     /// The most bytes a delivered batch held.
     largest_batch: u64,
+    /// A parsed batch stops counting as the pipeline's when the consumer takes it.
+    held: Arc<Held>,
 }
 
 /// The automatic depth grows only while that many batches of the largest size seen
@@ -46,13 +49,14 @@ pub const GROWTH_BUDGET_BYTES: u64 = 16 << 20;
 
 impl Prefetch {
     /// Reads from the workers' queue, granting `initial` credits; the limit may grow to
-    /// `max_limit` (equal to `initial`: fixed).
+    /// `max_limit` (equal to `initial`: fixed). Each batch taken leaves `held`.
     pub fn new(
         rx: Receiver<Ready>,
         credits: Sender<()>,
         deterministic: bool,
         initial: usize,
         max_limit: usize,
+        held: Arc<Held>,
     ) -> Prefetch {
         let initial = initial.max(1);
         for _ in 0..initial {
@@ -69,6 +73,7 @@ impl Prefetch {
             max_limit: max_limit.max(initial),
             delivered: 0,
             largest_batch: 0,
+            held,
         }
     }
 
@@ -112,6 +117,7 @@ impl Prefetch {
         self.delivered += 1;
         if let Ok(b) = &batch {
             self.largest_batch = self.largest_batch.max(b.payload_bytes());
+            self.held.sub(b.held_bytes());
         }
         // The credit its worker took comes back.
         let _ = self.credits.send(());
@@ -152,5 +158,100 @@ impl Prefetch {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::parse::{Column, Values};
+    use crossbeam_channel::unbounded;
+
+    /// A batch whose columns hold `bytes` of copied values.
+    fn batch(bytes: usize) -> Result<Batch> {
+        let mut values = crate::pipeline::BytesValues::new();
+        values.push(&vec![0; bytes]);
+        Ok(Batch {
+            epoch: 0,
+            rows: 1,
+            columns: vec![Column {
+                name: "b".into(),
+                shape: Some(vec![]),
+                values: Values::Bytes(values),
+                row_splits: None,
+            }],
+            record_bytes: bytes as u64,
+        })
+    }
+
+    /// The workers' side of the queue, played by the test: every step is a fact, not a
+    /// race. Returns the limit after `takes` batches, each queued before (`ahead`) or
+    /// only when the consumer asks for it (through the helper: it found nothing ready).
+    fn limit_after(takes: u64, ahead: bool, bytes: usize, initial: usize, max: usize) -> usize {
+        let (tx, rx) = unbounded();
+        let (credit_tx, credit_rx) = unbounded();
+        let held = Arc::new(Held::default());
+        let mut seq = 0;
+        let mut prefetch = Prefetch::new(rx, credit_tx, true, initial, max, held).with_helper(
+            Box::new(move || {
+                let item = (seq, batch(bytes));
+                seq += 1;
+                Some(item)
+            }),
+        );
+        for n in 0..takes {
+            if ahead {
+                tx.send((n, batch(bytes))).unwrap();
+            }
+            assert!(prefetch.next_batch().unwrap().is_ok());
+        }
+        let limit = prefetch.limit().load(Ordering::Relaxed);
+        let granted = credit_rx.try_iter().count();
+        assert_eq!(
+            granted as u64,
+            limit as u64 + takes,
+            "one credit back per batch"
+        );
+        limit
+    }
+
+    #[test]
+    fn a_starved_consumer_doubles_the_depth_up_to_the_maximum() {
+        // First batch: no growth (every pipeline waits for it); then 2 → 4 → 8, capped.
+        assert_eq!(limit_after(1, false, 10, 2, 8), 2);
+        assert_eq!(limit_after(2, false, 10, 2, 8), 4);
+        assert_eq!(limit_after(3, false, 10, 2, 8), 8);
+        assert_eq!(limit_after(10, false, 10, 2, 8), 8);
+    }
+
+    #[test]
+    fn workers_ahead_of_the_consumer_leave_the_depth_alone() {
+        assert_eq!(limit_after(10, true, 10, 2, 8), 2);
+    }
+
+    #[test]
+    fn a_depth_set_by_hand_never_moves() {
+        assert_eq!(limit_after(10, false, 10, 3, 3), 3);
+    }
+
+    #[test]
+    fn the_depth_grows_only_while_its_batches_fit_the_budget() {
+        // 6 MiB batches: 16 MiB holds two, so 2 stays 2; 3 MiB batches: up to 5.
+        assert_eq!(limit_after(10, false, 6 << 20, 2, 8), 2);
+        assert_eq!(limit_after(10, false, 3 << 20, 2, 8), 5);
+    }
+
+    #[test]
+    fn a_batch_taken_by_the_consumer_leaves_the_count() {
+        let (tx, rx) = unbounded();
+        let (credit_tx, _credits) = unbounded();
+        let held = Arc::new(Held::default());
+        let mut prefetch = Prefetch::new(rx, credit_tx, true, 2, 2, held.clone());
+        let b = batch(1000).unwrap();
+        held.add(b.held_bytes());
+        tx.send((0, Ok(b))).unwrap();
+        assert!(held.now() >= 1000);
+        prefetch.next_batch().unwrap().unwrap();
+        assert_eq!(held.now(), 0);
     }
 }

@@ -53,6 +53,11 @@ impl<T> ShuffleBuffer<T> {
         }
     }
 
+    /// Bytes of the slots allocated (the elements' own buffers not counted).
+    pub fn slot_bytes(&self) -> usize {
+        self.items.capacity() * std::mem::size_of::<T>()
+    }
+
     /// Adds an element; once the buffer is full, returns a random one.
     pub fn push(&mut self, item: T) -> Option<T> {
         self.items.push(item);

@@ -110,6 +110,11 @@ impl<R: Read> RecordReader<R> {
         }
     }
 
+    /// Bytes of the block buffer (what the reader holds of its own, apart from `R`).
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// The wrapped reader.
     pub fn get_ref(&self) -> &R {
         &self.inner
