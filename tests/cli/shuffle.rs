@@ -196,69 +196,6 @@ fn a_label_sorted_input_gives_shards_with_the_global_label_mix() {
     }
 }
 
-fn peak_rss_kib(args: &[&str]) -> Option<u64> {
-    if !Path::new("/usr/bin/time").exists() {
-        return None;
-    }
-    let out = Command::new("/usr/bin/time")
-        .args([
-            "-f",
-            "%M",
-            assert_cmd::cargo::cargo_bin("tfshard").to_str().unwrap(),
-        ])
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stderr)
-        .lines()
-        .last()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-#[test]
-fn memory_stays_within_the_plain_peak_plus_the_shuffle_budget() {
-    let dir = scratch("shuffle_memory");
-    let input = dir.join("big.parquet");
-    write_ids(&input, &(0..400_000).collect::<Vec<_>>(), 65_536);
-    let out = dir.join("out");
-    let plain = [
-        "convert",
-        "parquet",
-        s(&input),
-        "-o",
-        s(&out),
-        "--overwrite",
-        "--quiet",
-    ];
-    let Some(plain_kib) = peak_rss_kib(&plain) else {
-        eprintln!("skipped: no /usr/bin/time");
-        return;
-    };
-    let mut shuffled = plain.to_vec();
-    shuffled.extend(["--shuffle", "--shuffle-memory", "4MiB"]);
-    let shuffled_kib = peak_rss_kib(&shuffled).unwrap();
-    let data = fs::read_dir(&out)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.metadata().unwrap().len())
-        .sum::<u64>();
-    assert!(
-        data > 8 << 20,
-        "the data ({data} bytes) is several times the 4 MiB budget"
-    );
-    assert!(
-        shuffled_kib <= plain_kib + 4 * 1024,
-        "peak RSS {shuffled_kib} KiB > plain {plain_kib} KiB + 4 MiB"
-    );
-}
-
 #[test]
 fn split_membership_is_stable_under_appends_and_reorders() {
     let dir = scratch("shuffle_splits");
