@@ -47,13 +47,28 @@ pub fn shard_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// The shard files of a folder that has no manifest: [`shard_files_in`], but a folder with
+/// none is an error (reading it would check nothing; files with other names can be named
+/// one by one).
+///
+/// # Errors
+///
+/// The folder cannot be listed, or holds no shard file ([`ErrorKind::NoShards`]).
+pub fn unlisted_shards(dir: &Path) -> Result<Vec<PathBuf>> {
+    let shards = shard_files_in(dir)?;
+    if shards.is_empty() {
+        return Err(Error::new(ErrorKind::NoShards).with_file(dir));
+    }
+    Ok(shards)
+}
+
 impl Dataset {
     /// Resolves command-line paths.
     ///
     /// # Errors
     ///
-    /// A path that does not exist, a manifest that cannot be read, or a manifest entry
-    /// that climbs out of its folder.
+    /// A path that does not exist, a folder with no manifest and no shard, a manifest
+    /// that cannot be read, or a manifest entry that climbs out of its folder.
     pub fn discover(paths: &[PathBuf]) -> Result<Dataset> {
         let mut set = Dataset::default();
         for path in paths {
@@ -61,7 +76,7 @@ impl Dataset {
             if meta.is_dir() {
                 let manifests = manifest::manifests_in(path)?;
                 if manifests.is_empty() {
-                    set.shards.extend(shard_files_in(path)?);
+                    set.shards.extend(unlisted_shards(path)?);
                 }
                 for m in manifests {
                     set.add_manifest(&m)?;

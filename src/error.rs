@@ -190,6 +190,13 @@ pub enum ErrorKind {
     /// A folder input with no Parquet file in it.
     #[error("no *.parquet file in this folder")]
     NoParquetFiles,
+    /// A folder to read shards from that holds no manifest and no shard: reading it
+    /// would check (or read) nothing, which a CI job must not mistake for success.
+    #[error(
+        "no shards in this folder: no *.manifest.json and no *.tfrecord, *.tfrecord.gz or \
+         *.tfrecord.zlib file (name other files directly)"
+    )]
+    NoShards,
     /// The output folder is not empty and `--overwrite` was not given.
     #[error("output folder is not empty")]
     OutputExists,

@@ -123,8 +123,8 @@ fn problem(file: &Path, record: Option<u64>, offset: Option<u64>, text: String) 
 ///
 /// # Errors
 ///
-/// Only what stops verification itself: a path that does not exist or a manifest that
-/// is not JSON. Everything wrong with the shards is a [`Problem`] in the report.
+/// Only what stops verification itself: a path that does not exist, a folder with no
+/// manifest and no shard, or a manifest that is not JSON. Everything wrong with the shards is a [`Problem`] in the report.
 pub fn verify(options: &VerifyOptions, progress: &dyn Progress) -> Result<VerifyReport> {
     let started = Instant::now();
     let mut problems = Vec::new();
@@ -135,7 +135,7 @@ pub fn verify(options: &VerifyOptions, progress: &dyn Progress) -> Result<Verify
         if meta.is_dir() {
             let found = manifest::manifests_in(path)?;
             if found.is_empty() {
-                for shard in crate::dataset::shard_files_in(path)? {
+                for shard in crate::dataset::unlisted_shards(path)? {
                     jobs.push(plain_job(shard, options));
                 }
             }

@@ -1,4 +1,4 @@
-//! `tfshard inspect FILE`: records as JSON lines.
+//! `tfshard inspect PATH`: records as JSON lines.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,7 +13,8 @@ use tfshard::records::for_each_record;
 /// Arguments of `inspect`.
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// The shard to print.
+    /// The shard to print (any name), or a folder or manifest: its shards in order.
+    #[arg(value_name = "PATH")]
     pub file: PathBuf,
     /// Print at most N records.
     #[arg(long, short = 'n', value_name = "N")]
@@ -27,10 +28,7 @@ pub struct InspectArgs {
 impl InspectArgs {
     /// Prints each record as one JSON object per line.
     pub fn run(&self) -> CliResult {
-        let dataset = Dataset {
-            shards: vec![self.file.clone()],
-            manifests: vec![],
-        };
+        let dataset = Dataset::discover(std::slice::from_ref(&self.file))?;
         let record_type = self
             .read
             .record_type
@@ -43,19 +41,24 @@ impl InspectArgs {
         if limit == 0 {
             return Ok(());
         }
-        for_each_record(
-            &self.file,
-            self.read.compression.resolve(),
-            record_type,
-            |record| {
-                line.clear();
-                push_json(&mut line, &record);
-                line.push('\n');
-                out.write_all(line.as_bytes())?;
-                printed += 1;
-                Ok(printed < limit)
-            },
-        )?;
+        for shard in &dataset.shards {
+            for_each_record(
+                shard,
+                self.read.compression.resolve(),
+                record_type,
+                |record| {
+                    line.clear();
+                    push_json(&mut line, &record);
+                    line.push('\n');
+                    out.write_all(line.as_bytes())?;
+                    printed += 1;
+                    Ok(printed < limit)
+                },
+            )?;
+            if printed >= limit {
+                break;
+            }
+        }
         out.flush()?;
         Ok(())
     }

@@ -355,3 +355,50 @@ fn human_output_and_usage() {
     let (code, _, err) = run(["verify", "no/such/dir"]);
     assert_eq!(code, 1, "{err}");
 }
+
+/// Issue #11: a folder with no shard and no manifest (Ray Data names its TFRecord files
+/// `*.tar`) is an error for every command that reads shards, never a green check of
+/// nothing; the same files named one by one are read whatever their extension.
+#[test]
+fn a_folder_without_shards_is_an_error_not_an_empty_success() {
+    let source = clean("no_shards_source", &[]);
+    let dir = scratch("no_shards");
+    let mut named = Vec::new();
+    for entry in fs::read_dir(&source).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".tfrecord") {
+            let tar = dir.join(name.replace(".tfrecord", ".tar"));
+            fs::copy(&path, &tar).unwrap();
+            named.push(tar);
+        }
+    }
+    named.sort();
+    for command in [
+        vec!["verify"],
+        vec!["schema"],
+        vec!["bench", "--epochs", "1"],
+        vec!["inspect"],
+    ] {
+        let mut args = command.clone();
+        args.push(s(&dir));
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 1, "{command:?}: {out} {err}");
+        let line = err.lines().next().unwrap_or("");
+        assert!(line.starts_with("error: "), "{command:?}: {err}");
+        assert!(line.contains(s(&dir)), "{command:?}: {err}");
+        assert!(
+            line.contains("no shards in this folder"),
+            "{command:?}: {err}"
+        );
+        assert!(line.contains("*.tfrecord.gz"), "{command:?}: {err}");
+        assert!(out.is_empty(), "{command:?}: {out}");
+    }
+    let mut args = vec!["verify"];
+    args.extend(named.iter().map(|p| s(p)));
+    let (code, out, err) = run(&args);
+    assert_eq!(code, 0, "{out} {err}");
+    let (code, out, err) = run(["inspect", s(&named[0]), "--limit", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1);
+}
