@@ -90,6 +90,38 @@ impl FrameProblem {
     }
 }
 
+/// What a Parquet footer claims about a column chunk that cannot be true.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChunkProblem {
+    /// A negative start offset or size.
+    #[error("the column chunk starts at {start} with {length} bytes")]
+    Negative {
+        /// Where the chunk starts (its dictionary page, else its first data page).
+        start: i64,
+        /// Its compressed size.
+        length: i64,
+    },
+    /// The chunk reaches outside the file's data (past the footer, or into the magic).
+    #[error(
+        "the column chunk's bytes {start}..{end} lie outside the file's data (bytes 4..{limit})"
+    )]
+    OutsideFile {
+        /// First byte.
+        start: i64,
+        /// One past the last byte (saturated).
+        end: i64,
+        /// Where the footer starts.
+        limit: u64,
+    },
+    /// A negative row count.
+    #[error("{rows} rows")]
+    NegativeRows {
+        /// The count claimed.
+        rows: i64,
+    },
+}
+
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -186,6 +218,28 @@ pub enum ErrorKind {
         found: u64,
         /// Which counts disagree.
         detail: &'static str,
+    },
+    /// A Parquet footer whose column chunk layout cannot be true of this file (checked
+    /// before any page is read, as parquet's C++ reader does). The column is in the
+    /// location.
+    #[error("corrupt Parquet footer: row group {row_group}: {problem}")]
+    ChunkLayout {
+        /// The row group (from 0).
+        row_group: usize,
+        /// What the footer claims that cannot be.
+        problem: ChunkProblem,
+    },
+    /// The Parquet decoder panicked on this file (a corrupt page it does not check);
+    /// the panic was contained and the run stopped cleanly.
+    #[error(
+        "the Parquet reader failed on corrupt data{}: {panic}",
+        row_group.map(|g| format!(" in row group {g}")).unwrap_or_default()
+    )]
+    DecoderPanic {
+        /// The row group being read, when it was one.
+        row_group: Option<usize>,
+        /// The decoder's panic message and the source line it came from.
+        panic: String,
     },
     /// A folder input with no Parquet file in it.
     #[error("no *.parquet file in this folder")]

@@ -42,6 +42,7 @@ impl From<io::Error> for CliError {
 impl CliError {
     /// Prints the error line (and hint) to stderr; returns the exit code.
     pub fn report(self) -> u8 {
+        // (Usage messages are ours; data errors quote names and bytes from the input.)
         match self {
             CliError::Usage(msg) => {
                 eprintln!("error: {msg}");
@@ -56,7 +57,7 @@ impl CliError {
                 if output::is_broken_pipe(&err) {
                     return 0;
                 }
-                eprintln!("error: {err}");
+                eprintln!("error: {}", one_line(&err.to_string()));
                 if let Some(hint) = err.hint() {
                     eprintln!("{hint}");
                 }
@@ -239,5 +240,27 @@ pub fn run() -> CliResult {
             args.common.setup_threads()?;
             args.run()
         }
+    }
+}
+
+/// The error line as one line: control characters from the input (a column name with a
+/// newline or a vertical tab, say) are escaped, never printed raw.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod one_line_tests {
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(super::one_line("a\nb\x0bc é"), "a\\nb\\u{b}c é");
     }
 }

@@ -1,4 +1,5 @@
 //! Inputs: Parquet tables (and, later, image folders) as Arrow batches in input order.
 
+mod contain;
 pub mod images;
 pub mod parquet;

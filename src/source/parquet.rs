@@ -4,7 +4,10 @@
 //! `*.parquet`, by byte order of the relative path, skipping `_`/`.` names).
 //! [`ParquetInput::open`] reads a footer and trusts none of it blindly: the footer's row
 //! count must equal the sum of its row groups', and [`read_row_group`] checks the rows
-//! it delivers against the row group's count. Spark's INT96 timestamps are read as
+//! it delivers against the row group's count. Every column chunk's byte range and page
+//! offsets must lie inside the file ([`check_layout`]) before a page is read, and any
+//! call into the decoder is contained: a panic on corrupt data becomes
+//! [`ErrorKind::DecoderPanic`] (issue #17). Spark's INT96 timestamps are read as
 //! microseconds (Spark's own unit), so every real date fits.
 
 use std::fs::File;
@@ -19,7 +22,8 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::ProjectionMask;
 use parquet::basic::Type as PhysicalType;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{ChunkProblem, Error, ErrorKind, Result};
+use crate::source::contain::contain;
 
 /// Rows per Arrow batch: large enough to amortize per-batch work, small enough that a
 /// batch of wide rows stays a few MB (8192 rows of the standard table ≈ 1.4 MB).
@@ -114,9 +118,11 @@ impl ParquetInput {
         let locate = |e: Error| e.with_file(&file.display);
         let handle = File::open(&path).map_err(|e| locate(e.into()))?;
         let bytes = handle.metadata().map_err(|e| locate(e.into()))?.len();
-        let metadata = ArrowReaderMetadata::load(&handle, ArrowReaderOptions::new())
+        let metadata = contain(|| ArrowReaderMetadata::load(&handle, ArrowReaderOptions::new()))
+            .map_err(|panic| locate(decoder_panic(None, panic)))?
             .map_err(|e| locate(e.into()))?;
         let parquet = metadata.metadata().clone();
+        check_layout(&parquet, bytes).map_err(locate)?;
         let footer_rows = parquet.file_metadata().num_rows();
         let group_rows: i64 = parquet.row_groups().iter().map(|g| g.num_rows()).sum();
         if footer_rows != group_rows || footer_rows < 0 {
@@ -126,7 +132,9 @@ impl ParquetInput {
                 detail: "the footer's total row count disagrees with the sum of its row groups'",
             })));
         }
-        let metadata = with_int96_as_micros(metadata).map_err(locate)?;
+        let metadata = contain(|| with_int96_as_micros(metadata))
+            .map_err(|panic| locate(decoder_panic(None, panic)))?
+            .map_err(locate)?;
         Ok(ParquetInput {
             file,
             bytes,
@@ -149,6 +157,60 @@ impl ParquetInput {
             .map(|g| g.num_rows().max(0) as u64)
             .collect()
     }
+}
+
+fn decoder_panic(row_group: Option<usize>, panic: String) -> Error {
+    Error::new(ErrorKind::DecoderPanic { row_group, panic })
+}
+
+/// Checks what the footer claims about each column chunk before anything trusts it (as
+/// parquet's C++ reader does): its start and size non-negative and its bytes inside the
+/// file's data (after the magic, before the footer). arrow-rs asserts on a negative
+/// range instead (apache/arrow-rs#6255).
+///
+/// # Errors
+///
+/// [`ErrorKind::ChunkLayout`] naming the row group and (in the location) the column.
+pub fn check_layout(
+    metadata: &parquet::file::metadata::ParquetMetaData,
+    file_bytes: u64,
+) -> Result<()> {
+    // "PAR1" at the start; the footer's length and "PAR1" at the end, after the footer.
+    const MAGIC: i64 = 4;
+    let limit = file_bytes.saturating_sub(8);
+    for (g, group) in metadata.row_groups().iter().enumerate() {
+        let error = |problem| {
+            Error::new(ErrorKind::ChunkLayout {
+                row_group: g,
+                problem,
+            })
+        };
+        if group.num_rows() < 0 {
+            return Err(error(ChunkProblem::NegativeRows {
+                rows: group.num_rows(),
+            }));
+        }
+        for column in group.columns() {
+            let fail =
+                |problem| Err(error(problem).with_column(column.column_path().parts().join("/")));
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let length = column.compressed_size();
+            if start < 0 || length < 0 {
+                return fail(ChunkProblem::Negative { start, length });
+            }
+            let end = start.saturating_add(length);
+            if start < MAGIC || end as u64 > limit {
+                return fail(ChunkProblem::OutsideFile { start, end, limit });
+            }
+            // Page offsets are not checked: arrow-rs reads a chunk's pages one after
+            // another from its start and never seeks to them, and valid writers leave
+            // them odd (parquet-testing's column_chunk_key_value_metadata.parquet has
+            // data_page_offset 0).
+        }
+    }
+    Ok(())
 }
 
 /// Re-reads the schema with INT96 columns as Timestamp(Microsecond): arrow-rs's default
@@ -208,17 +270,22 @@ pub fn read_row_group(
     mut f: impl FnMut(RecordBatch, u64) -> Result<()>,
 ) -> Result<()> {
     let locate = |e: Error| e.with_file(&input.file.display);
+    let panicked = |panic| locate(decoder_panic(Some(row_group), panic));
     let file = File::open(&input.file.path).map_err(|e| locate(e.into()))?;
     let mask = ProjectionMask::roots(input.metadata.parquet_schema(), roots.iter().copied());
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(file, input.metadata.clone())
-        .with_row_groups(vec![row_group])
-        .with_projection(mask)
-        .with_batch_size(BATCH_ROWS)
-        .build()
-        .map_err(|e| locate(e.into()))?;
+    let mut reader = contain(|| {
+        ParquetRecordBatchReaderBuilder::new_with_metadata(file, input.metadata.clone())
+            .with_row_groups(vec![row_group])
+            .with_projection(mask)
+            .with_batch_size(BATCH_ROWS)
+            .build()
+    })
+    .map_err(panicked)?
+    .map_err(|e| locate(e.into()))?;
     let expected = input.row_group_rows()[row_group];
     let mut delivered = 0u64;
-    for batch in reader {
+    // Only the decoder runs contained: `f` is our own code, whose panics must show.
+    while let Some(batch) = contain(|| reader.next()).map_err(panicked)? {
         // The decoder cannot say which row of the batch failed: name the file only.
         let batch = batch.map_err(|e| locate(Error::from(e)))?;
         let rows = batch.num_rows() as u64;

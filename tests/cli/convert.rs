@@ -87,6 +87,79 @@ fn every_parquet_testing_file_converts_or_fails_cleanly() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Issue #17: mutated files that made arrow-rs 60.1 panic (or print a raw control
+/// character) end in one error line, exit 1, and leave nothing; see
+/// `testdata/parquet-corrupt/README.md`. When an upstream fix changes a message, the
+/// table shows which defence can go.
+#[test]
+fn corrupt_parquet_files_never_panic_the_converter() {
+    const EXPECTED: &[(&str, &str)] = &[
+        ("bit-chunks-out-of-bounds.parquet", "the Parquet reader failed on corrupt data in row group 0: offset + len out of bounds (arrow-buffer-60.1.0/src/util/bit_chunk_iterator.rs:235)"),
+        ("bit-util-shift-overflow.parquet", "the Parquet reader failed on corrupt data in row group 1: "),
+        ("chunk-negative-start.parquet", "column \"datatype_boolean\": corrupt Parquet footer: row group 0: the column chunk starts at -5 with 69 bytes"),
+        ("control-char-in-column-name.parquet", "got int32_byte_stream_\\u{b}plit"),
+        ("delta-byte-array-overflow.parquet", "the Parquet reader failed on corrupt data in row group 0: "),
+        ("dict-page-missing.parquet", "the Parquet reader failed on corrupt data in row group 0: Decoder for dict should have been set (parquet-60.1.0/src/column/reader/decoder.rs:374)"),
+        ("flba-index-out-of-range.parquet", "the Parquet reader failed on corrupt data in row group 1: range start index 5115 out of range"),
+        ("flba-unwrap-none.parquet", "the Parquet reader failed on corrupt data in row group 0: called `Option::unwrap()` on a `None` value"),
+        ("offset-buffer-bad-utf8.parquet", "the Parquet reader failed on corrupt data in row group 0: called `Result::unwrap()` on an `Err` value: InvalidArgumentError(\"Invalid UTF8"),
+    ];
+    let base = crate::root().join("testdata/parquet-corrupt");
+    let mut files: Vec<String> = fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".parquet"))
+        .collect();
+    files.sort();
+    let listed: Vec<&str> = EXPECTED.iter().map(|(f, _)| *f).collect();
+    assert_eq!(files, listed, "every file has an expectation");
+    let out = scratch("corrupt_parquet");
+    for (file, want) in EXPECTED {
+        let dir = out.join(file);
+        for threads in ["1", "2"] {
+            let (code, stdout, err) =
+                convert_parquet(&base.join(file), &dir, &["--quiet", "--threads", threads]);
+            assert_eq!(code, 1, "{file}: {err}");
+            assert_eq!(err.lines().count(), 1, "{file}: {err}");
+            assert!(err.starts_with("error: "), "{file}: {err}");
+            assert!(err.contains(file) && err.contains(want), "{file}: {err}");
+            assert!(
+                !err.contains("panicked") && !err.contains("backtrace"),
+                "{file}: {err}"
+            );
+            assert!(stdout.is_empty());
+            assert!(
+                !dir.exists() || listing(&dir).is_empty(),
+                "{file}: left output"
+            );
+        }
+    }
+    // With good files beside it, the one bad file stops every worker and publishes
+    // nothing.
+    let folder = out.join("mixed");
+    fs::create_dir_all(&folder).unwrap();
+    // (flba-index-out-of-range.parquet is small.parquet damaged in its second row group.)
+    let small = crate::root().join("testdata/small.parquet");
+    fs::copy(&small, folder.join("a.parquet")).unwrap();
+    fs::copy(
+        base.join("flba-index-out-of-range.parquet"),
+        folder.join("b.parquet"),
+    )
+    .unwrap();
+    for c in ["c", "d", "e"] {
+        fs::copy(&small, folder.join(format!("{c}.parquet"))).unwrap();
+    }
+    let target = out.join("mixed-out");
+    let (code, _, err) = convert_parquet(&folder, &target, &["--threads", "2"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("b.parquet: the Parquet reader failed on corrupt data"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!target.exists() || listing(&target).is_empty());
+}
+
 /// Writes a Parquet file of `rows` rows: `x` FixedSizeList<f32>[4], `y` int64, `id` string.
 pub fn write_table(path: &Path, rows: usize, first: usize, row_group: usize) {
     write_ids(path, &(first..first + rows).collect::<Vec<_>>(), row_group);
