@@ -76,6 +76,11 @@ pub struct RunReport {
     pub cycle_length: usize,
     /// Batches in flight at the end (the automatic depth grows when the consumer waits).
     pub prefetch: usize,
+    /// The most bytes the pipeline's own buffers held at once, counted by the pipeline
+    /// ([`crate::pipeline::Memory`]); RSS adds what the allocator keeps for reuse.
+    pub buffers_peak_bytes: u64,
+    /// The bound the options put on `buffers_peak_bytes`.
+    pub buffers_bound_bytes: u64,
 }
 
 impl RunReport {
@@ -223,6 +228,7 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
         epochs.push(finish(done, epoch_start, epoch_waited, end, peak_anon));
     }
     let tuned = pipeline.tuned();
+    let memory = pipeline.memory();
     drop(pipeline);
     let seconds = (end - started).as_secs_f64();
     let records: u64 = epochs.iter().map(|e| e.records).sum();
@@ -245,6 +251,8 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
         parallelism: tuned.parallelism,
         cycle_length: tuned.cycle_length,
         prefetch: tuned.prefetch,
+        buffers_peak_bytes: memory.peak_bytes,
+        buffers_bound_bytes: memory.bound_bytes,
     })
 }
 

@@ -123,7 +123,15 @@ fn print_run(out: &mut impl Write, title: &str, run: &RunReport) -> std::io::Res
     if let Some(w) = run.input_wait_fraction {
         write!(out, "  input wait {:.1}%", 100.0 * w)?;
     }
-    writeln!(out)
+    writeln!(out)?;
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    writeln!(
+        out,
+        "  {:<15} peak {:.1} MiB held by the pipeline's buffers (bound {:.1} MiB)",
+        "buffers",
+        mib(run.buffers_peak_bytes),
+        mib(run.buffers_bound_bytes)
+    )
 }
 
 impl BenchArgs {
