@@ -103,6 +103,7 @@ fn corrupt_parquet_files_never_panic_the_converter() {
         ("flba-index-out-of-range.parquet", "the Parquet reader failed on corrupt data in row group 1: range start index 5115 out of range"),
         ("flba-unwrap-none.parquet", "the Parquet reader failed on corrupt data in row group 0: called `Option::unwrap()` on a `None` value"),
         ("offset-buffer-bad-utf8.parquet", "the Parquet reader failed on corrupt data in row group 0: called `Result::unwrap()` on an `Err` value: InvalidArgumentError(\"Invalid UTF8"),
+        ("page-header-skip-loop.parquet", "Parquet argument error: External: "),
     ];
     let base = crate::root().join("testdata/parquet-corrupt");
     let mut files: Vec<String> = fs::read_dir(&base)
