@@ -37,6 +37,25 @@ use crate::tfrecord::Compression;
 pub const DEFAULT_TARGET_BYTES: u64 = 256 << 20;
 /// Batches buffered per unit between a worker and the writer.
 const CHANNEL_BATCHES: usize = 2;
+/// The smallest `--shuffle-memory`: below it a bucket sort would hold a handful of
+/// records.
+const MIN_SHUFFLE_MEMORY: u64 = 1 << 20;
+/// How far split fractions may sum from 1 (decimal fractions like 0.8/0.1/0.1 do not
+/// sum to exactly 1.0 in binary).
+const SPLIT_SUM_TOLERANCE: f64 = 1e-9;
+
+/// A prefix (or split name) must be a plain file name: shards are named
+/// `{prefix}-00000-of-00012.tfrecord` inside the output folder, and nothing may land
+/// outside it or hidden.
+fn check_prefix(option: &'static str, prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.contains(['/', '\\', '\0']) || prefix.starts_with('.') {
+        return Err(Error::new(ErrorKind::InvalidOption {
+            option,
+            reason: format!("{prefix:?} is not a plain file name prefix"),
+        }));
+    }
+    Ok(())
+}
 
 /// What to convert and how.
 #[derive(Debug, Clone)]
@@ -136,6 +155,71 @@ impl ConvertOptions {
         o
     }
 
+    /// Checks every rule about the options that does not depend on the data, before a
+    /// run touches a file: the prefix and split names are plain file names (a prefix of
+    /// `../x` would write outside the output folder), split fractions are positive and
+    /// sum to 1, `index` goes without compression, counts and sizes are at least 1.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`] naming the option.
+    pub fn validate(&self) -> Result<()> {
+        let invalid =
+            |option, reason: String| Err(Error::new(ErrorKind::InvalidOption { option, reason }));
+        if self.inputs.is_empty() {
+            return invalid("inputs", "no input given".into());
+        }
+        check_prefix("prefix", &self.prefix)?;
+        if self.target_bytes == 0 {
+            return invalid("target-shard-size", "must be at least 1 byte".into());
+        }
+        if self.max_records == Some(0) {
+            return invalid("max-records-per-shard", "must be at least 1".into());
+        }
+        if self.min_shards == Some(0) {
+            return invalid("min-shards", "must be at least 1".into());
+        }
+        if self.threads == 0 {
+            return invalid("threads", "must be at least 1".into());
+        }
+        if self.index && self.compression != Compression::None {
+            return invalid(
+                "index",
+                "it describes byte offsets in uncompressed shards; it cannot be used with compression".into(),
+            );
+        }
+        if let Some(shuffle) = &self.shuffle {
+            if shuffle.memory_bytes < MIN_SHUFFLE_MEMORY {
+                return invalid("shuffle-memory", "must be at least 1MiB".into());
+            }
+        }
+        match &self.splits {
+            None if self.encode.split_key.is_some() => {
+                return invalid("split-key", "it needs a split".into());
+            }
+            None => {}
+            Some(splits) => {
+                if splits.is_empty() {
+                    return invalid("split", "no split named".into());
+                }
+                for (i, (name, fraction)) in splits.iter().enumerate() {
+                    check_prefix("split", name)?;
+                    if !(fraction.is_finite() && *fraction > 0.0) {
+                        return invalid("split", format!("{name}={fraction}: a fraction above 0"));
+                    }
+                    if splits[..i].iter().any(|(n, _)| n == name) {
+                        return invalid("split", format!("{name:?} is named twice"));
+                    }
+                }
+                let sum: f64 = splits.iter().map(|(_, f)| f).sum();
+                if (sum - 1.0).abs() > SPLIT_SUM_TOLERANCE {
+                    return invalid("split", format!("the fractions sum to {sum}, not 1"));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The output prefixes: the split names, or the prefix.
     pub fn prefixes(&self) -> Vec<String> {
         match &self.splits {
@@ -198,8 +282,10 @@ fn plan(options: &ConvertOptions) -> Result<(Vec<ParquetInput>, EncodePlan)> {
         .into_par_iter()
         .map(ParquetInput::open)
         .collect::<Result<_>>()?;
-    let first = &inputs[0];
-    for other in &inputs[1..] {
+    let Some((first, others)) = inputs.split_first() else {
+        return Err(Error::new(ErrorKind::NoParquetFiles));
+    };
+    for other in others {
         if let Some(detail) = schema_difference(first.schema(), other.schema()) {
             return Err(Error::new(ErrorKind::SchemaMismatch {
                 other: first.file.display.clone().into(),
@@ -225,6 +311,7 @@ pub fn convert_parquet(
     progress: &dyn Progress,
 ) -> Result<ConvertSummary> {
     let started = Instant::now();
+    options.validate()?;
     let (inputs, plan) = plan(options)?;
     let outs = OutputDir::prepare_all(&options.output, &options.prefixes(), options.overwrite)?;
     let mut units = Vec::new();
@@ -284,10 +371,28 @@ pub struct ImageOptions {
     pub on_error: OnError,
 }
 
+impl ImageOptions {
+    /// Checks the options that do not depend on the folder.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`]: no extension, or an empty one.
+    pub fn validate(&self) -> Result<()> {
+        if self.extensions.is_empty() || self.extensions.iter().any(String::is_empty) {
+            return Err(Error::new(ErrorKind::InvalidOption {
+                option: "extensions",
+                reason: "takes names like jpg,png".into(),
+            }));
+        }
+        Ok(())
+    }
+}
+
 /// Files read in parallel per step; their bytes are held until written in order.
 const IMAGE_CHUNK: usize = 64;
 
-/// Converts an image folder (`options.inputs[0]`) into shards and a manifest.
+/// Converts an image folder (`options.inputs`, exactly one) into shards and a manifest.
+/// `options.encode` does not apply to images: its settings must be the defaults.
 ///
 /// # Errors
 ///
@@ -298,7 +403,24 @@ pub fn convert_images(
     progress: &dyn Progress,
 ) -> Result<ConvertSummary> {
     let started = Instant::now();
-    let dir = options.inputs.first().cloned().unwrap_or_default();
+    options.validate()?;
+    images.validate()?;
+    let invalid = |option, reason: &str| {
+        Err(Error::new(ErrorKind::InvalidOption {
+            option,
+            reason: reason.into(),
+        }))
+    };
+    let [dir] = options.inputs.as_slice() else {
+        return invalid("inputs", "the image converter reads one folder");
+    };
+    if options.encode != EncodeOptions::default() {
+        return invalid(
+            "columns",
+            "columns, renames, split keys and record types are for Parquet; images split by position",
+        );
+    }
+    let dir = dir.clone();
     let mut plan = images::plan(&dir, &images.labels, &images.extensions, images.on_error)?;
     let outs = OutputDir::prepare_all(&options.output, &options.prefixes(), options.overwrite)?;
     let estimate = plan
@@ -800,4 +922,108 @@ fn write_in_order(
         stats,
         rows_per_input,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> ConvertOptions {
+        ConvertOptions::new(vec!["in.parquet".into()], "out".into())
+    }
+
+    fn invalid(options: &ConvertOptions) -> &'static str {
+        match options.validate().unwrap_err().kind() {
+            ErrorKind::InvalidOption { option, .. } => option,
+            other => panic!("{other}"),
+        }
+    }
+
+    /// Issue #12: the library checks what only the CLI checked, so a library caller
+    /// cannot write outside the output folder or panic on no inputs.
+    #[test]
+    fn every_rule_about_the_options_is_checked_before_a_run() {
+        assert!(options().validate().is_ok());
+        let mut o = options();
+        o.inputs.clear();
+        assert_eq!(invalid(&o), "inputs");
+        assert!(
+            convert_parquet(&o, &crate::progress::NoProgress).is_err(),
+            "no panic"
+        );
+        for prefix in ["../x", "a/b", ".hidden", "", "a\\b"] {
+            let mut o = options();
+            o.prefix = prefix.into();
+            assert_eq!(invalid(&o), "prefix", "{prefix:?}");
+        }
+        let mut o = options();
+        o.index = true;
+        o.compression = Compression::Gzip;
+        assert_eq!(invalid(&o), "index");
+        let mut o = options();
+        o.min_shards = Some(0);
+        assert_eq!(invalid(&o), "min-shards");
+        let mut o = options();
+        o.max_records = Some(0);
+        assert_eq!(invalid(&o), "max-records-per-shard");
+        let mut o = options();
+        o.threads = 0;
+        assert_eq!(invalid(&o), "threads");
+        let mut o = options();
+        o.shuffle = Some(ShuffleOptions {
+            memory_bytes: 1000,
+            tmp_dir: None,
+        });
+        assert_eq!(invalid(&o), "shuffle-memory");
+        let mut o = options();
+        o.encode.split_key = Some("id".into());
+        assert_eq!(invalid(&o), "split-key");
+        for splits in [
+            vec![("train", 0.8), ("test", 0.1)],
+            vec![("train", 0.5), ("train", 0.5)],
+            vec![("../train", 0.5), ("test", 0.5)],
+            vec![("train", 1.5), ("test", -0.5)],
+            vec![],
+        ] {
+            let mut o = options();
+            o.splits = Some(splits.iter().map(|(n, f)| (n.to_string(), *f)).collect());
+            assert_eq!(invalid(&o), "split", "{splits:?}");
+        }
+        let mut o = options();
+        o.splits = Some(vec![
+            ("train".into(), 0.8),
+            ("validation".into(), 0.1),
+            ("test".into(), 0.1),
+        ]);
+        assert!(o.validate().is_ok(), "0.8 + 0.1 + 0.1 is 1 within rounding");
+    }
+
+    #[test]
+    fn the_image_converter_refuses_what_it_would_ignore() {
+        let images = ImageOptions {
+            labels: Labels::DirName,
+            extensions: vec!["jpg".into()],
+            on_error: OnError::Fail,
+        };
+        let convert = |o: &ConvertOptions, i: &ImageOptions| -> &'static str {
+            match convert_images(o, i, &crate::progress::NoProgress)
+                .unwrap_err()
+                .kind()
+            {
+                ErrorKind::InvalidOption { option, .. } => option,
+                other => panic!("{other}"),
+            }
+        };
+        let mut o = options();
+        o.inputs.push("second".into());
+        assert_eq!(convert(&o, &images), "inputs");
+        let mut o = options();
+        o.encode.columns = Some(vec!["x".into()]);
+        assert_eq!(convert(&o, &images), "columns");
+        let no_extensions = ImageOptions {
+            extensions: vec![],
+            ..images.clone()
+        };
+        assert_eq!(convert(&options(), &no_extensions), "extensions");
+    }
 }

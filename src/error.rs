@@ -241,6 +241,14 @@ pub enum ErrorKind {
         /// The decoder's panic message and the source line it came from.
         panic: String,
     },
+    /// Options no run could honour, whatever the data (the binary exits 2 for them).
+    #[error("invalid {option}: {reason}")]
+    InvalidOption {
+        /// The option (as the command line names it, without dashes).
+        option: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A folder input with no Parquet file in it.
     #[error("no *.parquet file in this folder")]
     NoParquetFiles,

@@ -28,8 +28,12 @@ pub enum CliError {
 }
 
 impl From<tfshard::Error> for CliError {
+    /// The library's option errors are usage (exit 2); every other error is data (1).
     fn from(err: tfshard::Error) -> CliError {
-        CliError::Data(err)
+        match err.kind() {
+            tfshard::ErrorKind::InvalidOption { .. } => CliError::Usage(err.to_string()),
+            _ => CliError::Data(err),
+        }
     }
 }
 

@@ -29,7 +29,7 @@ use crate::tfrecord::frame;
 pub const MAX_RECORD_BYTES: u64 = i32::MAX as u64;
 
 /// Column selection and record type: what turns a table into features.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct EncodeOptions {
     /// `--columns`: keep only these (flattened names; a struct's name keeps its
     /// children). `None` keeps every column.

@@ -588,17 +588,30 @@ fn bad_inputs_fail_with_one_line_and_leave_nothing() {
         !dir.join("o9").exists(),
         "nothing is created before the plan is valid"
     );
-    // Usage errors exit 2.
+    // Usage errors exit 2, before anything is written (the library's own option
+    // checks, issue #12, map to exit 2 too).
+    let unwritten = dir.join("never");
     for bad in [
         vec!["--target-shard-size", "12XB"],
         vec!["--threads", "0"],
         vec!["--rename", "a"],
         vec!["--bogus"],
+        vec!["--prefix", "../escape"],
+        vec!["--index", "--compression", "gzip"],
+        vec!["--split", "a=0.5,b=0.4"],
+        vec!["--split", "a=0.5,a=0.5"],
+        vec!["--min-shards", "0"],
+        vec!["--split-key", "id"],
     ] {
-        let mut args = vec!["convert", "parquet", s(&good), "-o", "x"];
+        let mut args = vec!["convert", "parquet", s(&good), "-o", s(&unwritten)];
         args.extend(bad.iter().copied());
         let (code, _, err) = run(args);
         assert_eq!(code, 2, "{bad:?}: {err}");
+        if bad[0] != "--bogus" {
+            // (clap's own usage errors add a usage line and a tip.)
+            assert_eq!(err.lines().count(), 1, "{bad:?}: {err}");
+        }
+        assert!(!unwritten.exists() && !dir.join("escape-00000-of-00001.tfrecord").exists());
     }
 }
 
