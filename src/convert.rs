@@ -781,17 +781,20 @@ fn commit_all(
     started: Instant,
 ) -> Result<ConvertSummary> {
     check_cancel(options)?;
-    let mut splits = Vec::new();
-    for ((out, shards), mut manifest) in outs.iter().zip(shards).zip(manifests) {
-        let manifest_path = out.commit(shards, options.compression, &mut manifest)?;
-        splits.push(SplitSummary {
+    let mut manifests = manifests;
+    let paths = crate::shard::commit_all(outs, shards, options.compression, &mut manifests)?;
+    let splits: Vec<SplitSummary> = outs
+        .iter()
+        .zip(paths)
+        .zip(&manifests)
+        .map(|((out, manifest_path), manifest)| SplitSummary {
             name: out.prefix().to_owned(),
             manifest: manifest_path,
             records: manifest.records,
             shards: manifest.shards.len() as u64,
             bytes: manifest.bytes,
-        });
-    }
+        })
+        .collect();
     let single = options.splits.is_none();
     Ok(ConvertSummary {
         output: options.output.clone(),

@@ -105,24 +105,23 @@ impl Manifest {
             .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(path))
     }
 
-    /// Writes the manifest atomically: a temporary file in `tmp_dir`, fsync, rename to
-    /// `path`.
+    /// Writes the manifest for `path` into `tmp_dir` and syncs it, ready to be renamed
+    /// into place (a commit of several outputs stages every manifest first).
     ///
     /// # Errors
     ///
-    /// Any I/O error; `path` is then untouched.
-    pub fn write_atomic(&self, path: &Path, tmp_dir: &Path) -> Result<()> {
-        let name = path.file_name().unwrap_or_default();
-        let tmp = tmp_dir.join(name);
+    /// An I/O error naming `path`.
+    pub fn stage(&self, path: &Path, tmp_dir: &Path) -> Result<PathBuf> {
+        let tmp = tmp_dir.join(path.file_name().unwrap_or_default());
         let write = || -> std::io::Result<()> {
             let mut file = fs::File::create(&tmp)?;
             let mut json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
             json.push(b'\n');
             file.write_all(&json)?;
-            file.sync_all()?;
-            fs::rename(&tmp, path)
+            file.sync_all()
         };
-        write().map_err(|e| Error::from(e).with_file(path))
+        write().map_err(|e| Error::from(e).with_file(path))?;
+        Ok(tmp)
     }
 
     /// Whether `file` (a name relative to the manifest's folder) is one of its shards.

@@ -2,10 +2,10 @@
 //! target size ([`writer`]), and the commit that publishes them.
 //!
 //! Everything a run writes goes to one hidden folder, `.{prefix}.tfshard-tmp/`, until
-//! every shard is complete. Then, in this order: the old manifest goes, then the old
-//! shards and `.idx` files of the same prefix, then the new shards are renamed into
-//! place and the new manifest is written atomically. A run that fails before the commit
-//! leaves the old output valid; the guard removes the temporaries on every exit.
+//! every shard is complete. Then [`commit_all`] publishes every output of the run (all
+//! its splits) together: old manifests first, new manifests last. A run that fails
+//! before the commit leaves the old output valid; the guard removes the temporaries on
+//! every exit.
 
 pub mod name;
 pub mod scatter;
@@ -106,26 +106,26 @@ impl OutputDir {
         self.dir.join(name::manifest_name(&self.prefix))
     }
 
-    /// Publishes the shards: removes the old manifest, then this prefix's old shards and
-    /// `.idx` files, renames the new shards into place, fills `manifest.shards` and
-    /// writes the manifest atomically.
-    ///
-    /// # Errors
-    ///
-    /// An I/O error naming the file.
-    pub fn commit(
+    /// Removes this prefix's old manifest (from then on its old output is not
+    /// published).
+    fn retire(&self) -> Result<()> {
+        let manifest_path = self.manifest_path();
+        match fs::remove_file(&manifest_path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_at(&manifest_path)(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Removes this prefix's old shards and `.idx` files, renames the new shards into
+    /// place (pushing each path placed onto `placed`) and fills `manifest.shards` and
+    /// its totals.
+    fn place(
         &self,
         shards: &[ClosedShard],
         compression: Compression,
         manifest: &mut Manifest,
-    ) -> Result<PathBuf> {
-        let manifest_path = self.manifest_path();
-        match fs::remove_file(&manifest_path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(io_at(&manifest_path)(e))
-            }
-            _ => {}
-        }
+        placed: &mut Vec<PathBuf>,
+    ) -> Result<()> {
         for entry in fs::read_dir(&self.dir).map_err(io_at(&self.dir))? {
             let entry = entry.map_err(io_at(&self.dir))?;
             let file_name = entry.file_name().to_string_lossy().into_owned();
@@ -140,9 +140,11 @@ impl OutputDir {
             let final_name = name::shard_name(&self.prefix, i, shards.len(), compression);
             let target = self.dir.join(&final_name);
             fs::rename(&shard.path, &target).map_err(io_at(&target))?;
+            placed.push(target);
             if let Some(idx) = &shard.idx_path {
                 let idx_target = self.dir.join(format!("{final_name}.idx"));
                 fs::rename(idx, &idx_target).map_err(io_at(&idx_target))?;
+                placed.push(idx_target);
             }
             manifest.shards.push(ShardInfo {
                 file: final_name,
@@ -153,13 +155,66 @@ impl OutputDir {
         }
         manifest.records = shards.iter().map(|s| s.records).sum();
         manifest.bytes = shards.iter().map(|s| s.bytes).sum();
-        manifest.write_atomic(&manifest_path, &self.tmp)?;
-        // The renames are durable once the folder is.
-        if let Ok(d) = fs::File::open(&self.dir) {
+        Ok(())
+    }
+}
+
+/// Publishes every output of a run as one commit (each split's, or the one prefix's),
+/// the manifest being each output's commit point:
+///
+/// 1. every old manifest goes (no output of these prefixes is published from here on);
+/// 2. each prefix's old shards go and its new ones are renamed into place;
+/// 3. every new manifest is written and synced beside the temporaries;
+/// 4. the manifests are renamed into place, then the folder is synced.
+///
+/// A failure before step 4 publishes none of the outputs, and the shards step 2 placed
+/// are removed (a folder of shards without a manifest would still pass a frame check).
+/// Step 4 is one rename per output. Returns the manifest paths, in `outs` order.
+///
+/// # Errors
+///
+/// An I/O error naming the file.
+pub fn commit_all(
+    outs: &[OutputDir],
+    shards: &[Vec<ClosedShard>],
+    compression: Compression,
+    manifests: &mut [Manifest],
+) -> Result<Vec<PathBuf>> {
+    for out in outs {
+        out.retire()?;
+    }
+    let mut placed = Vec::new();
+    let mut stage = || -> Result<Vec<PathBuf>> {
+        for ((out, shards), manifest) in outs.iter().zip(shards).zip(manifests.iter_mut()) {
+            out.place(shards, compression, manifest, &mut placed)?;
+        }
+        outs.iter()
+            .zip(manifests.iter())
+            .map(|(out, m)| m.stage(&out.manifest_path(), out.tmp_dir()))
+            .collect()
+    };
+    let staged = match stage() {
+        Ok(staged) => staged,
+        Err(e) => {
+            for path in &placed {
+                let _ = fs::remove_file(path);
+            }
+            return Err(e);
+        }
+    };
+    let mut paths = Vec::with_capacity(outs.len());
+    for (out, staged) in outs.iter().zip(staged) {
+        let path = out.manifest_path();
+        fs::rename(&staged, &path).map_err(io_at(&path))?;
+        paths.push(path);
+    }
+    // The renames are durable once the folder is (every output shares it).
+    if let Some(out) = outs.first() {
+        if let Ok(d) = fs::File::open(&out.dir) {
             let _ = d.sync_all();
         }
-        Ok(manifest_path)
     }
+    Ok(paths)
 }
 
 impl Drop for OutputDir {

@@ -357,3 +357,34 @@ fn sigterm_during_a_shuffle_removes_the_buckets() {
     assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0, "bucket files left");
     assert_eq!(fs::read_dir(&out).map(|d| d.count()).unwrap_or(0), 0);
 }
+
+/// Issue #12: the splits of a run are one commit. The second split's shards cannot be
+/// placed (a folder stands where its first shard goes); the run fails and publishes no
+/// split at all (no manifest, none of the first split's shards either), and an earlier
+/// run's manifests are gone with the outputs they described.
+#[test]
+fn a_failed_split_commit_publishes_no_split() {
+    let dir = scratch("split_commit");
+    let input = dir.join("t.parquet");
+    write_ids(&input, &(0..2000).collect::<Vec<_>>(), 500);
+    let out = dir.join("out");
+    let split = ["--split", "train=0.5,test=0.5", "--overwrite"];
+    let (code, _, err) = convert_parquet(&input, &out, &split);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.join("train.manifest.json").exists() && out.join("test.manifest.json").exists());
+    let blocker = out.join("test-00000-of-00001.tfrecord");
+    fs::remove_file(&blocker).unwrap();
+    fs::create_dir_all(blocker.join("in-the-way")).unwrap();
+    let (code, _, err) = convert_parquet(&input, &out, &split);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("test-00000-of-00001.tfrecord"), "{err}");
+    let left: Vec<String> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        left,
+        vec!["test-00000-of-00001.tfrecord".to_owned()],
+        "only the blocker"
+    );
+}
