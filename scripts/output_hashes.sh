@@ -46,6 +46,10 @@ convert small-min-shards parquet "$small" --min-shards 7
 convert small-sequence parquet "$small" --record-type sequence-example
 convert small-shuffle-split parquet "$small" --shuffle --seed 3 --split train=0.8,test=0.2 --target-shard-size 50KB
 convert small-split-key parquet "$small" --split train=0.5,test=0.5 --split-key id
+convert small-shuffle-min-shards parquet "$small" --shuffle --split train=0.9,test=0.1 --min-shards 3 --target-shard-size 200KB
+convert small-threads-1 parquet "$small" --target-shard-size 100KB --threads 1
+convert small-gzip-threads-1 parquet "$small" --target-shard-size 100KB --threads 1 --compression gzip
+convert small-gzip-threads-2 parquet "$small" --target-shard-size 100KB --threads 2 --compression gzip
 convert images images "$root/testdata/images"
 convert images-shuffle images "$root/testdata/images" --shuffle --split a=0.5,b=0.5
 for f in $(cd "$root/testdata/parquet-testing" && find data bad_data -type f | LC_ALL=C sort); do

@@ -302,12 +302,10 @@ pub enum ErrorKind {
         /// Which feature and how.
         detail: String,
     },
-    /// The run was interrupted by a signal.
-    #[error("interrupted by signal {signal}")]
-    Interrupted {
-        /// The signal number (2 = SIGINT, 15 = SIGTERM).
-        signal: i32,
-    },
+    /// The run was stopped through its [`crate::progress::CancelToken`] (the binary's
+    /// SIGINT/SIGTERM handler); its temporaries are removed.
+    #[error("interrupted")]
+    Interrupted,
 }
 
 #[derive(Debug)]

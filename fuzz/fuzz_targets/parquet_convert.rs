@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use libfuzzer_sys::fuzz_target;
-use tfshard::convert::{convert_parquet, ConvertOptions};
+use tfshard::convert::Converter;
 use tfshard::progress::NoProgress;
 
 fuzz_target!(|data: &[u8]| {
@@ -16,9 +16,11 @@ fuzz_target!(|data: &[u8]| {
     let input = dir.join("in.parquet");
     std::fs::write(&input, data).expect("write the input");
     let output: PathBuf = dir.join("out");
-    let mut options = ConvertOptions::new(vec![input], output.clone());
-    options.threads = 2;
-    let result = convert_parquet(&options, &NoProgress);
+    let result = Converter::parquet(vec![input])
+        .output(&output)
+        .with_threads(2)
+        .build()
+        .and_then(|converter| converter.run(&NoProgress));
     let manifest = output.join("data.manifest.json").exists();
     assert_eq!(result.is_ok(), manifest, "a manifest exactly when the conversion succeeded");
 });

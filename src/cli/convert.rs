@@ -1,7 +1,7 @@
 //! `tfshard convert parquet|images`.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand, ValueEnum};
@@ -9,11 +9,11 @@ use serde_json::json;
 
 use super::{output, CliError, CliResult, Common};
 use tfshard::convert::{
-    convert_images, convert_parquet, ConvertOptions, ConvertSummary, ImageOptions, ShuffleOptions,
+    ConvertOptions, ConvertSummary, Converter, ImageOptions, Labels, OnError, ShuffleOptions,
 };
 use tfshard::example::encode::EncodeOptions;
 use tfshard::example::RecordType;
-use tfshard::source::images::{Labels, OnError};
+use tfshard::progress::CancelToken;
 use tfshard::tfrecord::Compression;
 
 /// `convert` subcommands.
@@ -329,14 +329,16 @@ impl ParquetArgs {
     }
 }
 
-/// SIGINT/SIGTERM set `cancel` to the signal number; a second one ends the process.
-fn install_signal_handlers(cancel: &Arc<AtomicUsize>) {
+/// SIGINT/SIGTERM cancel the run (which removes its temporaries) and record which
+/// signal came, for the exit code; a second one ends the process at once.
+fn install_signal_handlers(cancel: &CancelToken) {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let seen = Arc::new(AtomicBool::new(false));
     for sig in [SIGINT, SIGTERM] {
         let _ = signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, seen.clone());
         let _ = signal_hook::flag::register(sig, seen.clone());
-        let _ = signal_hook::flag::register_usize(sig, cancel.clone(), sig as usize);
+        let _ = signal_hook::flag::register_usize(sig, super::signal_received(), sig as usize);
+        let _ = signal_hook::flag::register(sig, cancel.flag());
     }
 }
 
@@ -396,18 +398,24 @@ impl ConvertCommand {
     pub fn run(self) -> CliResult {
         match self {
             ConvertCommand::Parquet(args) => {
-                let options = args.to_options()?;
-                install_signal_handlers(&options.cancel);
+                let converter = Converter::parquet(vec![])
+                    .with_options(args.to_options()?)
+                    .build()?;
+                install_signal_handlers(&converter.options().cancel);
                 let bar = output::Bar::new(&args.common, "rows");
-                let result = convert_parquet(&options, &bar);
+                let result = converter.run(&bar);
                 bar.clear();
                 report(&args.common, &result?)
             }
             ConvertCommand::Images(args) => {
                 let (options, images) = args.to_options()?;
-                install_signal_handlers(&options.cancel);
+                let converter = Converter::images(PathBuf::new())
+                    .with_options(options)
+                    .with_images(images)
+                    .build()?;
+                install_signal_handlers(&converter.options().cancel);
                 let bar = output::Bar::new(&args.common, "files");
-                let result = convert_images(&options, &images, &bar);
+                let result = converter.run(&bar);
                 bar.clear();
                 let summary = result?;
                 if summary.skipped > 0 && !args.common.quiet {

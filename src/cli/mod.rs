@@ -54,9 +54,11 @@ impl CliError {
             }
             CliError::Failed => 1,
             CliError::Data(err) => {
-                if let tfshard::error::ErrorKind::Interrupted { signal } = err.kind() {
+                if let tfshard::error::ErrorKind::Interrupted = err.kind() {
                     eprintln!("tfshard: interrupted; temporary files removed");
-                    return 128 + *signal as u8;
+                    let signal = signal_received().load(std::sync::atomic::Ordering::Relaxed);
+                    // (SIGINT's code when the run was cancelled some other way.)
+                    return 128 + if signal == 0 { 2 } else { signal as u8 };
                 }
                 if output::is_broken_pipe(&err) {
                     return 0;
@@ -69,6 +71,14 @@ impl CliError {
             }
         }
     }
+}
+
+/// The signal (SIGINT, SIGTERM) that cancelled the run, set by the handlers that
+/// `convert` installs; 0 before any.
+fn signal_received() -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    static SIGNAL: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicUsize>> =
+        std::sync::OnceLock::new();
+    SIGNAL.get_or_init(Default::default).clone()
 }
 
 /// Result of a command.

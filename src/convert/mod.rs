@@ -1,0 +1,668 @@
+//! Conversion: a source's records → routed into splits (and shuffled) → size-targeted
+//! shards → one commit with a manifest per output. The only module that wires source,
+//! encoder, shard writer and manifest together.
+//!
+//! [`Converter`] is the front door: `Converter::parquet(inputs)` or
+//! `Converter::images(dir)`, then `.output(dir)` and options, then `build()` (which
+//! checks every rule about the options, so a run fails only on its data), then
+//! `run(&progress)`. Each source lives in one file behind the [`Source`] trait
+//! ([`parquet`], [`images`]); [`route`] holds splits, `--shuffle` and `--min-shards`. A
+//! run owns a thread pool of its `threads` and stops when its [`CancelToken`] is
+//! cancelled.
+//!
+//! ```
+//! use tfshard::convert::Converter;
+//! let out = std::env::temp_dir().join(format!("tfshard-doc-convert-{}", std::process::id()));
+//! let summary = Converter::parquet(vec!["testdata/small.parquet".into()])
+//!     .output(&out)
+//!     .with_target_shard_bytes(100_000)
+//!     .with_overwrite(true)
+//!     .build()?
+//!     .run(&tfshard::progress::NoProgress)?;
+//! assert_eq!(summary.records, 2000);
+//! # std::fs::remove_dir_all(&out).unwrap();
+//! # Ok::<(), tfshard::Error>(())
+//! ```
+
+pub(crate) mod images;
+pub(crate) mod parquet;
+pub(crate) mod route;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::json;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::encode::EncodeOptions;
+use crate::example::RecordType;
+use crate::manifest::{self, InputInfo, Manifest, MANIFEST_VERSION};
+use crate::progress::{CancelToken, Progress};
+use crate::shard::OutputDir;
+use crate::tfrecord::Compression;
+
+pub use crate::source::images::{Labels, OnError};
+pub use images::ImageOptions;
+
+/// Default `--target-shard-size`: 256 MiB, the size TensorFlow's performance guide
+/// suggests (100 MB+ per file, ≥ 10× the number of hosts reading).
+pub const DEFAULT_TARGET_BYTES: u64 = 256 << 20;
+/// The smallest `--shuffle-memory`: below it a bucket sort would hold a handful of
+/// records.
+const MIN_SHUFFLE_MEMORY: u64 = 1 << 20;
+/// How far split fractions may sum from 1 (decimal fractions like 0.8/0.1/0.1 do not
+/// sum to exactly 1.0 in binary).
+const SPLIT_SUM_TOLERANCE: f64 = 1e-9;
+
+/// A prefix (or split name) must be a plain file name: shards are named
+/// `{prefix}-00000-of-00012.tfrecord` inside the output folder, and nothing may land
+/// outside it or hidden.
+fn check_prefix(option: &'static str, prefix: &str) -> Result<()> {
+    if prefix.is_empty() || prefix.contains(['/', '\\', '\0']) || prefix.starts_with('.') {
+        return Err(Error::new(ErrorKind::InvalidOption {
+            option,
+            reason: format!("{prefix:?} is not a plain file name prefix"),
+        }));
+    }
+    Ok(())
+}
+
+/// What to convert and how.
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// Parquet files and folders, in the order given.
+    pub inputs: Vec<PathBuf>,
+    /// The output folder.
+    pub output: PathBuf,
+    /// Shard name prefix.
+    pub prefix: String,
+    /// Target shard size on disk.
+    pub target_bytes: u64,
+    /// At most this many records per shard.
+    pub max_records: Option<u64>,
+    /// At least this many shards.
+    pub min_shards: Option<u64>,
+    /// Compression of the shards.
+    pub compression: Compression,
+    /// Replace this prefix's existing output.
+    pub overwrite: bool,
+    /// Write DALI `.idx` files.
+    pub index: bool,
+    /// Columns and record type.
+    pub encode: EncodeOptions,
+    /// Threads of the run's own pool (decode and encode workers, file reads).
+    pub threads: usize,
+    /// Stops the run (its temporaries are removed) when cancelled.
+    pub cancel: CancelToken,
+    /// Seed of the shuffle and of position-based splits.
+    pub seed: u64,
+    /// `--shuffle`: a global, seeded permutation of the records.
+    pub shuffle: Option<ShuffleOptions>,
+    /// `--split`: (name, fraction) pairs; the names replace the prefix.
+    pub splits: Option<Vec<(String, f64)>>,
+}
+
+/// `--shuffle-memory` and `--tmp-dir`: they bound the shuffle, never change its output.
+#[derive(Debug, Clone)]
+pub struct ShuffleOptions {
+    /// Memory for sorting one bucket.
+    pub memory_bytes: u64,
+    /// Where the bucket files go (default: the output's hidden temporary folder).
+    pub tmp_dir: Option<PathBuf>,
+}
+
+impl ConvertOptions {
+    /// Defaults for everything but the inputs and the output folder.
+    pub fn new(inputs: Vec<PathBuf>, output: PathBuf) -> ConvertOptions {
+        ConvertOptions {
+            inputs,
+            output,
+            prefix: "data".into(),
+            target_bytes: DEFAULT_TARGET_BYTES,
+            max_records: None,
+            min_shards: None,
+            compression: Compression::None,
+            overwrite: false,
+            index: false,
+            encode: EncodeOptions::default(),
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+            cancel: CancelToken::new(),
+            seed: 0,
+            shuffle: None,
+            splits: None,
+        }
+    }
+
+    /// The options that change the output, for the manifest (sizes in bytes).
+    fn manifest_options(&self) -> std::collections::BTreeMap<String, serde_json::Value> {
+        let mut o = std::collections::BTreeMap::new();
+        o.insert("prefix".into(), json!(self.prefix));
+        o.insert("target_shard_size".into(), json!(self.target_bytes));
+        o.insert("max_records_per_shard".into(), json!(self.max_records));
+        o.insert("min_shards".into(), json!(self.min_shards));
+        o.insert("compression".into(), json!(self.compression.name()));
+        o.insert("record_type".into(), json!(self.encode.record_type.name()));
+        o.insert("columns".into(), json!(self.encode.columns));
+        o.insert("exclude".into(), json!(self.encode.exclude));
+        let rename: Vec<String> = self
+            .encode
+            .rename
+            .iter()
+            .map(|(a, b)| format!("{a}={b}"))
+            .collect();
+        o.insert("rename".into(), json!(rename));
+        o.insert("index".into(), json!(self.index));
+        o.insert("shuffle".into(), json!(self.shuffle.is_some()));
+        o.insert("seed".into(), json!(self.seed));
+        let split: Option<serde_json::Map<String, serde_json::Value>> = self
+            .splits
+            .as_ref()
+            .map(|s| s.iter().map(|(n, f)| (n.clone(), json!(f))).collect());
+        o.insert("split".into(), json!(split));
+        o.insert("split_key".into(), json!(self.encode.split_key));
+        o
+    }
+
+    /// Checks every rule about the options that does not depend on the data, before a
+    /// run touches a file: the prefix and split names are plain file names (a prefix of
+    /// `../x` would write outside the output folder), split fractions are positive and
+    /// sum to 1, `index` goes without compression, counts and sizes are at least 1.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`] naming the option.
+    pub fn validate(&self) -> Result<()> {
+        let invalid =
+            |option, reason: String| Err(Error::new(ErrorKind::InvalidOption { option, reason }));
+        if self.inputs.is_empty() {
+            return invalid("inputs", "no input given".into());
+        }
+        check_prefix("prefix", &self.prefix)?;
+        if self.target_bytes == 0 {
+            return invalid("target-shard-size", "must be at least 1 byte".into());
+        }
+        if self.max_records == Some(0) {
+            return invalid("max-records-per-shard", "must be at least 1".into());
+        }
+        if self.min_shards == Some(0) {
+            return invalid("min-shards", "must be at least 1".into());
+        }
+        if self.threads == 0 {
+            return invalid("threads", "must be at least 1".into());
+        }
+        if self.index && self.compression != Compression::None {
+            return invalid(
+                "index",
+                "it describes byte offsets in uncompressed shards; it cannot be used with compression".into(),
+            );
+        }
+        if let Some(shuffle) = &self.shuffle {
+            if shuffle.memory_bytes < MIN_SHUFFLE_MEMORY {
+                return invalid("shuffle-memory", "must be at least 1MiB".into());
+            }
+        }
+        match &self.splits {
+            None if self.encode.split_key.is_some() => {
+                return invalid("split-key", "it needs a split".into());
+            }
+            None => {}
+            Some(splits) => {
+                if splits.is_empty() {
+                    return invalid("split", "no split named".into());
+                }
+                for (i, (name, fraction)) in splits.iter().enumerate() {
+                    check_prefix("split", name)?;
+                    if !(fraction.is_finite() && *fraction > 0.0) {
+                        return invalid("split", format!("{name}={fraction}: a fraction above 0"));
+                    }
+                    if splits[..i].iter().any(|(n, _)| n == name) {
+                        return invalid("split", format!("{name:?} is named twice"));
+                    }
+                }
+                let sum: f64 = splits.iter().map(|(_, f)| f).sum();
+                if (sum - 1.0).abs() > SPLIT_SUM_TOLERANCE {
+                    return invalid("split", format!("the fractions sum to {sum}, not 1"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The output prefixes: the split names, or the prefix.
+    pub fn prefixes(&self) -> Vec<String> {
+        match &self.splits {
+            Some(s) => s.iter().map(|(n, _)| n.clone()).collect(),
+            None => vec![self.prefix.clone()],
+        }
+    }
+}
+
+/// What a conversion produced; the `convert --json` keys.
+#[derive(Debug, Clone)]
+pub struct ConvertSummary {
+    /// The output folder.
+    pub output: PathBuf,
+    /// The manifest written (`None` with splits: see `splits`).
+    pub manifest: Option<PathBuf>,
+    /// Records written.
+    pub records: u64,
+    /// Shards written.
+    pub shards: u64,
+    /// Bytes on disk of all shards.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// Image files left out (`--on-error skip`).
+    pub skipped: u64,
+    /// With `--split`: each split's own summary, in the order given.
+    pub splits: Vec<SplitSummary>,
+}
+
+/// One split's output; the `convert --json` `splits` values.
+#[derive(Debug, Clone)]
+pub struct SplitSummary {
+    /// The split name (its prefix).
+    pub name: String,
+    /// Its manifest.
+    pub manifest: PathBuf,
+    /// Records in it.
+    pub records: u64,
+    /// Its shards.
+    pub shards: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+}
+
+impl ConvertOptions {
+    /// A manifest for this run's outputs, without shards yet.
+    fn new_manifest(
+        &self,
+        record_type: RecordType,
+        inputs: Vec<InputInfo>,
+        features: Vec<crate::example::FeatureSpec>,
+    ) -> Manifest {
+        Manifest {
+            manifest_version: MANIFEST_VERSION,
+            tfshard_version: env!("CARGO_PKG_VERSION").into(),
+            created: manifest::now_rfc3339(),
+            record_type,
+            compression: self.compression.name().into(),
+            options: self.manifest_options(),
+            inputs,
+            features,
+            classes: None,
+            skipped: None,
+            shards: vec![],
+            records: 0,
+            bytes: 0,
+        }
+    }
+}
+
+/// Where records come from. A third source is one new file implementing this.
+pub(crate) trait Source {
+    /// Progress units in all (rows, files).
+    fn total_units(&self) -> u64;
+    /// A guess at the framed records' bytes (the shuffle sizes its buffers by it).
+    fn estimated_bytes(&self) -> u64;
+    /// Feeds every record to `router`, framed, in input order. Called a second time
+    /// when `--min-shards` cuts small outputs evenly; it must feed the same records.
+    fn produce(
+        &mut self,
+        options: &ConvertOptions,
+        router: &mut route::Router,
+        progress: &dyn Progress,
+    ) -> Result<()>;
+    /// The manifest of one output holding `records` records, from what `produce` saw.
+    fn manifest(&self, options: &ConvertOptions, records: u64) -> Manifest;
+    /// Inputs left out (images with `--on-error skip`).
+    fn skipped(&self) -> u64 {
+        0
+    }
+}
+
+/// What a converter reads.
+#[derive(Debug, Clone)]
+enum Input {
+    Parquet,
+    Images(ImageOptions),
+}
+
+/// Builds a [`Converter`]: `Converter::parquet(inputs)` or `Converter::images(dir)`.
+#[derive(Debug, Clone)]
+pub struct ConverterBuilder {
+    options: ConvertOptions,
+    input: Input,
+}
+
+/// A checked conversion, ready to run (see the module docs).
+#[derive(Debug)]
+pub struct Converter {
+    options: ConvertOptions,
+    input: Input,
+    pool: rayon::ThreadPool,
+}
+
+impl Converter {
+    /// Parquet files, or folders walked for `*.parquet`, in the order given.
+    pub fn parquet(inputs: Vec<PathBuf>) -> ConverterBuilder {
+        ConverterBuilder {
+            options: ConvertOptions::new(inputs, PathBuf::new()),
+            input: Input::Parquet,
+        }
+    }
+
+    /// A folder of images, one sub-folder per class (labels from folder names, the
+    /// common extensions, a bad file stops the run; see [`ImageOptions`]).
+    pub fn images(dir: impl Into<PathBuf>) -> ConverterBuilder {
+        ConverterBuilder {
+            options: ConvertOptions::new(vec![dir.into()], PathBuf::new()),
+            input: Input::Images(ImageOptions::default()),
+        }
+    }
+
+    /// The options the run follows.
+    pub fn options(&self) -> &ConvertOptions {
+        &self.options
+    }
+
+    /// Converts: reads every input, writes the shards and commits them with their
+    /// manifests, on the run's own thread pool.
+    ///
+    /// # Errors
+    ///
+    /// Bad input (named by file, column and row), a non-empty output folder without
+    /// overwrite, an I/O error, or [`ErrorKind::Interrupted`] once the cancel token is
+    /// cancelled. On any error the output folder holds none of this run's files, and an
+    /// earlier run's output is left as it was.
+    pub fn run(&self, progress: &dyn Progress) -> Result<ConvertSummary> {
+        let options = &self.options;
+        self.pool.install(|| match &self.input {
+            Input::Parquet => run(options, parquet::ParquetSource::open(options)?, progress),
+            Input::Images(images) => run(
+                options,
+                images::ImageSource::open(options, images)?,
+                progress,
+            ),
+        })
+    }
+}
+
+impl ConverterBuilder {
+    /// The output folder (required).
+    pub fn output(mut self, dir: impl AsRef<Path>) -> Self {
+        self.options.output = dir.as_ref().to_path_buf();
+        self
+    }
+
+    /// Replaces every option (the inputs and output included) at once: what the
+    /// command line resolves its flags into.
+    pub fn with_options(mut self, options: ConvertOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// How images are labelled and read (image converters only).
+    pub fn with_images(mut self, images: ImageOptions) -> Self {
+        if let Input::Images(current) = &mut self.input {
+            *current = images;
+        }
+        self
+    }
+
+    /// Shard file name prefix (default `data`): a plain file name.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.options.prefix = prefix.into();
+        self
+    }
+
+    /// Target shard size on disk, in bytes (default 256 MiB).
+    pub fn with_target_shard_bytes(mut self, bytes: u64) -> Self {
+        self.options.target_bytes = bytes;
+        self
+    }
+
+    /// At most this many records per shard.
+    pub fn with_max_records_per_shard(mut self, records: u64) -> Self {
+        self.options.max_records = Some(records);
+        self
+    }
+
+    /// At least this many shards per output.
+    pub fn with_min_shards(mut self, shards: u64) -> Self {
+        self.options.min_shards = Some(shards);
+        self
+    }
+
+    /// Compression of the shards.
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.options.compression = compression;
+        self
+    }
+
+    /// Replace this prefix's existing output.
+    pub fn with_overwrite(mut self, overwrite: bool) -> Self {
+        self.options.overwrite = overwrite;
+        self
+    }
+
+    /// Columns, renames and record type (Parquet only).
+    pub fn with_encode(mut self, encode: EncodeOptions) -> Self {
+        self.options.encode = encode;
+        self
+    }
+
+    /// Threads of the run's pool (default: every core).
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.options.threads = threads;
+        self
+    }
+
+    /// A token that stops the run when cancelled.
+    pub fn with_cancel(mut self, cancel: CancelToken) -> Self {
+        self.options.cancel = cancel;
+        self
+    }
+
+    /// `(name, fraction)` splits, fractions summing to 1; the names replace the prefix.
+    pub fn with_splits(mut self, splits: Vec<(String, f64)>, seed: u64) -> Self {
+        self.options.splits = Some(splits);
+        self.options.seed = seed;
+        self
+    }
+
+    /// A global, seeded shuffle of the records.
+    pub fn with_shuffle(mut self, shuffle: ShuffleOptions, seed: u64) -> Self {
+        self.options.shuffle = Some(shuffle);
+        self.options.seed = seed;
+        self
+    }
+
+    /// Checks every rule about the options ([`ConvertOptions::validate`], and
+    /// [`ImageOptions::validate`] for images) and starts the run's thread pool.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`] naming the option (no output folder included), or
+    /// an I/O error when the pool's threads cannot start.
+    pub fn build(self) -> Result<Converter> {
+        let ConverterBuilder { options, input } = self;
+        if options.output.as_os_str().is_empty() {
+            return Err(Error::new(ErrorKind::InvalidOption {
+                option: "output",
+                reason: "no output folder given".into(),
+            }));
+        }
+        options.validate()?;
+        if let Input::Images(images) = &input {
+            images.validate(&options)?;
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(options.threads)
+            .thread_name(|i| format!("tfshard-convert{i}"))
+            .build()
+            .map_err(|e| Error::from(std::io::Error::other(e)))?;
+        Ok(Converter {
+            options,
+            input,
+            pool,
+        })
+    }
+}
+
+/// Runs a conversion of `source`: prepare the outputs, route every record into shards,
+/// then commit every output with its manifest.
+fn run(
+    options: &ConvertOptions,
+    mut source: impl Source,
+    progress: &dyn Progress,
+) -> Result<ConvertSummary> {
+    let started = Instant::now();
+    let outs = OutputDir::prepare_all(&options.output, &options.prefixes(), options.overwrite)?;
+    progress.set_total(source.total_units());
+    let mut report: &dyn Progress = progress;
+    let (shards, ()) = route::write_outputs(options, &outs, source.estimated_bytes(), |router| {
+        // A second pass (--min-shards) is not progress.
+        let pass = source.produce(options, router, report);
+        report = &crate::progress::NoProgress;
+        pass
+    })?;
+    let mut manifests: Vec<Manifest> = shards
+        .iter()
+        .map(|split| source.manifest(options, split.iter().map(|s| s.records).sum()))
+        .collect();
+    options.cancel.check()?;
+    let paths = crate::shard::commit_all(&outs, &shards, options.compression, &mut manifests)?;
+    let splits: Vec<SplitSummary> = outs
+        .iter()
+        .zip(paths)
+        .zip(&manifests)
+        .map(|((out, manifest_path), manifest)| SplitSummary {
+            name: out.prefix().to_owned(),
+            manifest: manifest_path,
+            records: manifest.records,
+            shards: manifest.shards.len() as u64,
+            bytes: manifest.bytes,
+        })
+        .collect();
+    let single = options.splits.is_none();
+    Ok(ConvertSummary {
+        output: options.output.clone(),
+        manifest: if single {
+            splits.first().map(|s| s.manifest.clone())
+        } else {
+            None
+        },
+        records: splits.iter().map(|s| s.records).sum(),
+        shards: splits.iter().map(|s| s.shards).sum(),
+        bytes: splits.iter().map(|s| s.bytes).sum(),
+        seconds: started.elapsed().as_secs_f64(),
+        skipped: source.skipped(),
+        splits: if single { Vec::new() } else { splits },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options() -> ConvertOptions {
+        ConvertOptions::new(vec!["in.parquet".into()], "out".into())
+    }
+
+    fn invalid(options: &ConvertOptions) -> &'static str {
+        match options.validate().unwrap_err().kind() {
+            ErrorKind::InvalidOption { option, .. } => option,
+            other => panic!("{other}"),
+        }
+    }
+
+    /// Issue #12: the library checks what only the CLI checked, so a library caller
+    /// cannot write outside the output folder or panic on no inputs.
+    #[test]
+    fn every_rule_about_the_options_is_checked_before_a_run() {
+        assert!(options().validate().is_ok());
+        let mut o = options();
+        o.inputs.clear();
+        assert_eq!(invalid(&o), "inputs");
+        assert!(
+            Converter::parquet(vec![]).output("out").build().is_err(),
+            "no panic"
+        );
+        for prefix in ["../x", "a/b", ".hidden", "", "a\\b"] {
+            let mut o = options();
+            o.prefix = prefix.into();
+            assert_eq!(invalid(&o), "prefix", "{prefix:?}");
+        }
+        let mut o = options();
+        o.index = true;
+        o.compression = Compression::Gzip;
+        assert_eq!(invalid(&o), "index");
+        let mut o = options();
+        o.min_shards = Some(0);
+        assert_eq!(invalid(&o), "min-shards");
+        let mut o = options();
+        o.max_records = Some(0);
+        assert_eq!(invalid(&o), "max-records-per-shard");
+        let mut o = options();
+        o.threads = 0;
+        assert_eq!(invalid(&o), "threads");
+        let mut o = options();
+        o.shuffle = Some(ShuffleOptions {
+            memory_bytes: 1000,
+            tmp_dir: None,
+        });
+        assert_eq!(invalid(&o), "shuffle-memory");
+        let mut o = options();
+        o.encode.split_key = Some("id".into());
+        assert_eq!(invalid(&o), "split-key");
+        for splits in [
+            vec![("train", 0.8), ("test", 0.1)],
+            vec![("train", 0.5), ("train", 0.5)],
+            vec![("../train", 0.5), ("test", 0.5)],
+            vec![("train", 1.5), ("test", -0.5)],
+            vec![],
+        ] {
+            let mut o = options();
+            o.splits = Some(splits.iter().map(|(n, f)| (n.to_string(), *f)).collect());
+            assert_eq!(invalid(&o), "split", "{splits:?}");
+        }
+        let mut o = options();
+        o.splits = Some(vec![
+            ("train".into(), 0.8),
+            ("validation".into(), 0.1),
+            ("test".into(), 0.1),
+        ]);
+        assert!(o.validate().is_ok(), "0.8 + 0.1 + 0.1 is 1 within rounding");
+    }
+
+    #[test]
+    fn the_image_converter_refuses_what_it_would_ignore() {
+        let build = |o: ConvertOptions, i: ImageOptions| -> &'static str {
+            let result = Converter::images("photos")
+                .with_options(o)
+                .with_images(i)
+                .build();
+            match result.unwrap_err().kind() {
+                ErrorKind::InvalidOption { option, .. } => option,
+                other => panic!("{other}"),
+            }
+        };
+        let mut o = options();
+        o.inputs.push("second".into());
+        assert_eq!(build(o, ImageOptions::default()), "inputs");
+        let mut o = options();
+        o.encode.columns = Some(vec!["x".into()]);
+        assert_eq!(build(o, ImageOptions::default()), "columns");
+        let no_extensions = ImageOptions {
+            extensions: vec![],
+            ..ImageOptions::default()
+        };
+        assert_eq!(build(options(), no_extensions), "extensions");
+        let mut o = options();
+        o.output = PathBuf::new();
+        assert_eq!(build(o, ImageOptions::default()), "output");
+    }
+}

@@ -1,0 +1,300 @@
+//! The Parquet source: files and folders of Parquet → framed `tf.train.Example` (or
+//! SequenceExample) records, in input order.
+//!
+//! Work is cut into units of one row group each, numbered in input order (files in the
+//! order given, then row groups). `threads` workers take units in that order, decode
+//! them and encode every batch into framed records, and send the batches down a small
+//! bounded channel per unit. The run's thread drains the channels in unit order and
+//! writes (and, for gzip/zlib, compresses) the records. So the output is the same at any
+//! thread count, memory stays at a few batches per worker whatever the input's size,
+//! and the first error in input order is the one reported. With one thread there are no
+//! workers: the run's thread decodes, encodes and writes in turn.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use rayon::prelude::*;
+
+use crate::convert::route::Router;
+use crate::convert::{ConvertOptions, Source};
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::encode::{schema_difference, EncodePlan, EncodeStats, EncodedBatch};
+use crate::manifest::{InputInfo, Manifest};
+use crate::progress::Progress;
+use crate::source::parquet::{self as source, ParquetInput};
+
+/// Batches buffered per unit between a worker and the writer.
+const CHANNEL_BATCHES: usize = 2;
+
+/// One row group.
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    input: usize,
+    row_group: usize,
+    first_row: u64,
+}
+
+type Message = Result<(EncodedBatch, EncodeStats)>;
+
+/// Opens every input and validates the whole plan before anything is written.
+fn plan(options: &ConvertOptions) -> Result<(Vec<ParquetInput>, EncodePlan)> {
+    let files = source::discover(&options.inputs)?;
+    let inputs: Vec<ParquetInput> = files
+        .into_par_iter()
+        .map(ParquetInput::open)
+        .collect::<Result<_>>()?;
+    let Some((first, others)) = inputs.split_first() else {
+        return Err(Error::new(ErrorKind::NoParquetFiles));
+    };
+    for other in others {
+        if let Some(detail) = schema_difference(first.schema(), other.schema()) {
+            return Err(Error::new(ErrorKind::SchemaMismatch {
+                other: first.file.display.clone().into(),
+                detail,
+            })
+            .with_file(&other.file.display));
+        }
+    }
+    let plan = EncodePlan::new(first.schema(), &options.encode)
+        .map_err(|e| e.with_file(&first.file.display))?;
+    Ok((inputs, plan))
+}
+
+/// Parquet inputs, opened and checked, ready to be converted.
+pub(crate) struct ParquetSource {
+    inputs: Vec<ParquetInput>,
+    plan: EncodePlan,
+    units: Vec<Unit>,
+    /// What the last pass saw (a second pass for `--min-shards` sees the same).
+    pass: Option<Pass>,
+}
+
+impl ParquetSource {
+    /// Opens every input and checks the whole plan before anything is written.
+    ///
+    /// # Errors
+    ///
+    /// A missing or unreadable input, a corrupt footer, schemas that differ, a column
+    /// that cannot be encoded.
+    pub(crate) fn open(options: &ConvertOptions) -> Result<ParquetSource> {
+        let (inputs, plan) = plan(options)?;
+        let mut units = Vec::new();
+        for (i, input) in inputs.iter().enumerate() {
+            let mut first_row = 0;
+            for (row_group, rows) in input.row_group_rows().into_iter().enumerate() {
+                units.push(Unit {
+                    input: i,
+                    row_group,
+                    first_row,
+                });
+                first_row += rows;
+            }
+        }
+        Ok(ParquetSource {
+            inputs,
+            plan,
+            units,
+            pass: None,
+        })
+    }
+}
+
+impl Source for ParquetSource {
+    fn total_units(&self) -> u64 {
+        self.inputs.iter().map(|i| i.rows).sum()
+    }
+
+    fn estimated_bytes(&self) -> u64 {
+        // Encoded Examples run 1.5-2x their zstd Parquet (the standard table: 1.55x): a
+        // guess for the shuffle's buffers and bucket count, erring high.
+        self.inputs.iter().map(|i| i.bytes).sum::<u64>() * 2
+    }
+
+    fn produce(
+        &mut self,
+        options: &ConvertOptions,
+        router: &mut Router,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        let pass = write_pass(
+            options,
+            &self.inputs,
+            &self.plan,
+            &self.units,
+            router,
+            progress,
+        )?;
+        self.pass = Some(pass);
+        Ok(())
+    }
+
+    fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {
+        let rows = self.pass.as_ref().map(|p| p.rows_per_input.as_slice());
+        let inputs = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| InputInfo {
+                path: input.file.display.clone(),
+                bytes: input.bytes,
+                rows: rows.and_then(|r| r.get(i).copied()).unwrap_or(0),
+            })
+            .collect();
+        let stats = self.pass.as_ref().map(|p| &p.stats);
+        let features = match stats {
+            Some(stats) => self.plan.features(stats),
+            None => self.plan.features(&self.plan.new_stats()),
+        };
+        options.new_manifest(self.plan.record_type(), inputs, features)
+    }
+}
+
+/// What one pass over the inputs saw.
+struct Pass {
+    stats: EncodeStats,
+    rows_per_input: Vec<u64>,
+}
+
+/// Decodes and encodes units on `threads` workers; writes their records in unit order.
+/// With one thread, this thread does it all (so `--threads 1` keeps one core busy).
+fn write_pass(
+    options: &ConvertOptions,
+    inputs: &[ParquetInput],
+    plan: &EncodePlan,
+    units: &[Unit],
+    writer: &mut Router,
+    progress: &dyn Progress,
+) -> Result<Pass> {
+    if options.threads <= 1 {
+        return write_inline(options, inputs, plan, units, writer, progress);
+    }
+    let channels: Vec<(Sender<Message>, Receiver<Message>)> =
+        units.iter().map(|_| bounded(CHANNEL_BATCHES)).collect();
+    let (senders, receivers): (Vec<_>, Vec<_>) = channels.into_iter().unzip();
+    let senders: Vec<Mutex<Option<Sender<Message>>>> =
+        senders.into_iter().map(|s| Mutex::new(Some(s))).collect();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    // Written batches come back to the workers: reusing their buffers saves a fresh
+    // mmap, page faults and zeroing per batch (measured: 12% of the run).
+    let (recycle_tx, recycle_rx) = crossbeam_channel::unbounded::<EncodedBatch>();
+    let workers = options.threads.max(1).min(units.len().max(1));
+
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let u = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(unit) = units.get(u) else { break };
+                    let Some(tx) = senders[u].lock().ok().and_then(|mut s| s.take()) else {
+                        break;
+                    };
+                    let input = &inputs[unit.input];
+                    let result = source::read_row_group(
+                        input,
+                        unit.row_group,
+                        plan.roots(),
+                        unit.first_row,
+                        |batch, _| {
+                            let mut encoded = recycle_rx.try_recv().unwrap_or_default();
+                            encoded.clear();
+                            let mut stats = plan.new_stats();
+                            plan.encode_batch(&batch, &mut encoded, &mut stats)?;
+                            // A closed channel: the writer has stopped (the run failed
+                            // or was cancelled); this unit's work is no longer wanted.
+                            tx.send(Ok((encoded, stats)))
+                                .map_err(|_| Error::new(ErrorKind::Interrupted))
+                        },
+                    );
+                    if let Err(e) = result {
+                        let _ = tx.send(Err(e));
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        // The writer: drains the units in order. Dropping `receivers` when it returns
+        // unblocks any worker still sending, so the scope can end.
+        let result = write_in_order(
+            options,
+            plan,
+            units,
+            receivers,
+            writer,
+            progress,
+            &recycle_tx,
+        );
+        stop.store(true, Ordering::Relaxed);
+        // Inputs without a row group have no unit; they still get their row count (0).
+        result.map(|mut pass| {
+            pass.rows_per_input.resize(inputs.len(), 0);
+            pass
+        })
+    })
+}
+
+fn write_in_order(
+    options: &ConvertOptions,
+    plan: &EncodePlan,
+    units: &[Unit],
+    receivers: Vec<Receiver<Message>>,
+    writer: &mut Router,
+    progress: &dyn Progress,
+    recycle: &crossbeam_channel::Sender<EncodedBatch>,
+) -> Result<Pass> {
+    let input_count = units.iter().map(|u| u.input + 1).max().unwrap_or(0);
+    let mut stats = plan.new_stats();
+    let mut rows_per_input = vec![0u64; input_count];
+    for (unit, rx) in units.iter().zip(receivers) {
+        for message in rx {
+            let (batch, batch_stats) = message?;
+            writer.put_batch(&batch)?;
+            let _ = recycle.send(batch);
+            stats.merge(&batch_stats);
+            rows_per_input[unit.input] += batch_stats.rows;
+            progress.advance(batch_stats.rows, writer.bytes_written());
+            options.cancel.check()?;
+        }
+    }
+    Ok(Pass {
+        stats,
+        rows_per_input,
+    })
+}
+
+/// [`write_pass`] on this thread alone: each batch is encoded and written in turn.
+fn write_inline(
+    options: &ConvertOptions,
+    inputs: &[ParquetInput],
+    plan: &EncodePlan,
+    units: &[Unit],
+    writer: &mut Router,
+    progress: &dyn Progress,
+) -> Result<Pass> {
+    let mut stats = plan.new_stats();
+    let mut rows_per_input = vec![0u64; inputs.len()];
+    let mut encoded = EncodedBatch::default();
+    for unit in units {
+        source::read_row_group(
+            &inputs[unit.input],
+            unit.row_group,
+            plan.roots(),
+            unit.first_row,
+            |batch, _| {
+                encoded.clear();
+                let mut batch_stats = plan.new_stats();
+                plan.encode_batch(&batch, &mut encoded, &mut batch_stats)?;
+                writer.put_batch(&encoded)?;
+                stats.merge(&batch_stats);
+                rows_per_input[unit.input] += batch_stats.rows;
+                progress.advance(batch_stats.rows, writer.bytes_written());
+                options.cancel.check()
+            },
+        )?;
+    }
+    Ok(Pass {
+        stats,
+        rows_per_input,
+    })
+}

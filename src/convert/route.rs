@@ -1,0 +1,233 @@
+//! Routing: where each record goes (its split, then a shard writer, or with
+//! `--shuffle` a bucket scatter), and the passes that make each output's shards: the
+//! fill rule, and the even cut `--min-shards` asks of small outputs.
+
+use std::path::PathBuf;
+
+use crate::convert::ConvertOptions;
+use crate::error::Result;
+use crate::example::encode::{mix64, EncodedBatch};
+use crate::shard::scatter::{gather, order_hash, Scatter};
+use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter};
+
+/// Where each record goes: its split (by the key's stable hash, or a seeded hash of its
+/// position), and there either a shard writer or, with `--shuffle`, a bucket scatter.
+/// Records arrive in input order, so each one's global index is its position here.
+pub(crate) struct Router<'a> {
+    seed: u64,
+    /// Cumulative upper bounds of the split fractions.
+    bounds: &'a [f64],
+    sinks: Sinks<'a>,
+    next_index: u64,
+    scattered_bytes: u64,
+}
+
+enum Sinks<'a> {
+    Direct(&'a mut [ShardWriter]),
+    Scatter(&'a mut [Scatter]),
+}
+
+/// The split of a row whose (key or position) hash is `h`: a uniform u in [0, 1) from
+/// the hash's top 53 bits, against the cumulative fractions.
+fn split_of(bounds: &[f64], h: u64) -> usize {
+    let u = (h >> 11) as f64 / (1u64 << 53) as f64;
+    bounds
+        .iter()
+        .position(|&b| u < b)
+        .unwrap_or(bounds.len() - 1)
+}
+
+/// The seeded hash of a row's position, for splits without a key.
+fn position_hash(index: u64, seed: u64) -> u64 {
+    mix64(index ^ mix64(seed ^ 0xbb67_ae85_84ca_a73b))
+}
+
+impl<'a> Router<'a> {
+    fn new(options: &ConvertOptions, bounds: &'a [f64], sinks: Sinks<'a>) -> Router<'a> {
+        Router {
+            seed: options.seed,
+            bounds,
+            sinks,
+            next_index: 0,
+            scattered_bytes: 0,
+        }
+    }
+
+    /// Routes one framed record.
+    pub(crate) fn put(&mut self, framed: &[u8], key: Option<u64>) -> Result<()> {
+        let index = self.next_index;
+        self.next_index += 1;
+        let split = if self.bounds.len() == 1 {
+            0
+        } else {
+            split_of(
+                self.bounds,
+                key.unwrap_or_else(|| position_hash(index, self.seed)),
+            )
+        };
+        match &mut self.sinks {
+            Sinks::Direct(writers) => writers[split].write(framed),
+            Sinks::Scatter(scatters) => {
+                self.scattered_bytes += framed.len() as u64;
+                scatters[split].put(order_hash(index, self.seed), index, framed)
+            }
+        }
+    }
+
+    /// Routes a batch of records.
+    pub(crate) fn put_batch(&mut self, batch: &EncodedBatch) -> Result<()> {
+        if let (Sinks::Direct(writers), 1) = (&mut self.sinks, self.bounds.len()) {
+            self.next_index += batch.sizes.len() as u64;
+            return writers[0].write_batch(&batch.data, &batch.sizes);
+        }
+        let mut offset = 0usize;
+        for (i, &size) in batch.sizes.iter().enumerate() {
+            let end = offset + size as usize;
+            self.put(&batch.data[offset..end], batch.keys.get(i).copied())?;
+            offset = end;
+        }
+        Ok(())
+    }
+
+    /// Bytes written so far (to shards, or to bucket files).
+    pub(crate) fn bytes_written(&self) -> u64 {
+        match &self.sinks {
+            Sinks::Direct(writers) => writers.iter().map(ShardWriter::bytes_written).sum(),
+            Sinks::Scatter(_) => self.scattered_bytes,
+        }
+    }
+}
+
+/// Removes the shuffle's bucket folder when the run ends, however it ends.
+struct ScratchDir(PathBuf);
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs `produce` (which feeds every record to the router, in input order) and returns
+/// each output's closed shards. Without `--shuffle` the records go straight to the shard
+/// writers. With it, they are scattered into bucket files once, then gathered per split
+/// in hash order. Either way [`write_shards`] applies `--min-shards`.
+pub(crate) fn write_outputs<T>(
+    options: &ConvertOptions,
+    outs: &[OutputDir],
+    estimated_bytes: u64,
+    mut produce: impl FnMut(&mut Router) -> Result<T>,
+) -> Result<(Vec<Vec<ClosedShard>>, T)> {
+    let mut bounds = Vec::new();
+    let mut total = 0.0;
+    for (_, fraction) in options.splits.iter().flatten() {
+        total += fraction;
+        bounds.push(total);
+    }
+    if bounds.is_empty() {
+        bounds.push(1.0);
+    }
+    let Some(shuffle) = &options.shuffle else {
+        return write_shards(options, outs, |writers| {
+            produce(&mut Router::new(options, &bounds, Sinks::Direct(writers)))
+        });
+    };
+    let root = match &shuffle.tmp_dir {
+        Some(dir) => dir.join(format!(".tfshard-shuffle-{}", std::process::id())),
+        None => outs[0].tmp_dir().join("shuffle"),
+    };
+    let _guard = ScratchDir(root.clone());
+    // The splits' scatters share the budget.
+    let memory = shuffle.memory_bytes / outs.len() as u64;
+    let mut scatters: Vec<Scatter> = (0..outs.len())
+        .map(|s| {
+            Scatter::new(
+                &root.join(s.to_string()),
+                memory,
+                estimated_bytes / outs.len() as u64,
+            )
+        })
+        .collect();
+    let result = produce(&mut Router::new(
+        options,
+        &bounds,
+        Sinks::Scatter(&mut scatters),
+    ))?;
+    let scattered = scatters
+        .into_iter()
+        .map(Scatter::finish)
+        .collect::<Result<Vec<_>>>()?;
+    let (shards, ()) = write_shards(options, outs, |writers| {
+        for (writer, scattered) in writers.iter_mut().zip(&scattered) {
+            gather(scattered, writer)?;
+            options.cancel.check()?;
+        }
+        Ok(())
+    })?;
+    Ok((shards, result))
+}
+
+fn shard_options(options: &ConvertOptions, out: &OutputDir, plan: Plan) -> ShardOptions {
+    ShardOptions {
+        tmp_dir: out.tmp_dir().to_path_buf(),
+        compression: options.compression,
+        target_bytes: options.target_bytes,
+        max_records: options.max_records,
+        index: options.index,
+        plan,
+    }
+}
+
+/// Runs `pass` over one shard writer per output, with the fill rule. When `--min-shards
+/// N` wants more shards than that made for an output, runs it again with those outputs
+/// cut into N shards evenly by bytes (only outputs smaller than N × the target get
+/// there, so the second pass is cheap); the others fill as before, to the same bytes.
+fn write_shards<T>(
+    options: &ConvertOptions,
+    outs: &[OutputDir],
+    mut pass: impl FnMut(&mut [ShardWriter]) -> Result<T>,
+) -> Result<(Vec<Vec<ClosedShard>>, T)> {
+    let writers = |plans: &[Plan]| -> Vec<ShardWriter> {
+        outs.iter()
+            .zip(plans)
+            .map(|(out, &plan)| ShardWriter::new(shard_options(options, out, plan)))
+            .collect()
+    };
+    let finish = |writers: Vec<ShardWriter>| -> Result<(Vec<u64>, Vec<Vec<ClosedShard>>)> {
+        let totals = writers.iter().map(ShardWriter::total_framed).collect();
+        let shards = writers
+            .into_iter()
+            .map(ShardWriter::finish)
+            .collect::<Result<_>>()?;
+        Ok((totals, shards))
+    };
+    let mut fill = writers(&vec![Plan::Fill; outs.len()]);
+    let mut result = pass(&mut fill)?;
+    let (totals, mut shards) = finish(fill)?;
+    let Some(n) = options.min_shards else {
+        return Ok((shards, result));
+    };
+    if shards.iter().all(|s| s.len() as u64 >= n) {
+        return Ok((shards, result));
+    }
+    let plans: Vec<Plan> = shards
+        .iter()
+        .zip(&totals)
+        .map(|(s, &total_framed)| {
+            if (s.len() as u64) < n {
+                Plan::Even {
+                    shards: n,
+                    total_framed,
+                }
+            } else {
+                Plan::Fill
+            }
+        })
+        .collect();
+    for shard in shards.iter().flatten() {
+        let _ = std::fs::remove_file(&shard.path);
+    }
+    let mut even = writers(&plans);
+    result = pass(&mut even)?;
+    shards = finish(even)?.1;
+    Ok((shards, result))
+}
