@@ -297,11 +297,8 @@ pub enum ErrorKind {
         detail: String,
     },
     /// A record that does not fit the feature spec.
-    #[error("schema mismatch: {detail}")]
-    RecordMismatch {
-        /// Which feature and how.
-        detail: String,
-    },
+    #[error("schema mismatch: {0}")]
+    RecordMismatch(crate::example::schema::SpecMismatch),
     /// The run was stopped through its [`crate::progress::CancelToken`] (the binary's
     /// SIGINT/SIGTERM handler); its temporaries are removed.
     #[error("interrupted")]

@@ -11,6 +11,7 @@
 //! After a framing error (a bad length) the rest of a file cannot be trusted, so the file
 //! ends there; after a data CRC mismatch with a sane length, checking goes on.
 
+use crate::example::SpecMismatch;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -507,14 +508,6 @@ fn feature_len(f: &Feature) -> Option<(FeatureKind, usize)> {
     })
 }
 
-fn shape_fits(shape: &Option<Vec<u64>>, len: usize) -> bool {
-    match shape.as_deref() {
-        None => true,
-        Some([]) => len == 1,
-        Some(dims) => dims.iter().product::<u64>() == len as u64,
-    }
-}
-
 impl SchemaCheck {
     fn new(features: &[FeatureSpec], record_type: RecordType) -> SchemaCheck {
         let specs = features
@@ -531,46 +524,41 @@ impl SchemaCheck {
         SchemaCheck { record_type, specs }
     }
 
-    fn check_features(&self, part: Option<Part>, features: Option<&Features>) -> Option<String> {
+    /// The first way a part of a record fails the schema (the checks the pipeline's
+    /// parser makes too: [`FeatureSpec::check_values`], [`FeatureSpec::check_missing`]).
+    fn check_features(
+        &self,
+        part: Option<Part>,
+        features: Option<&Features>,
+    ) -> Result<(), SpecMismatch> {
         let empty = Features::default();
         let features = features.unwrap_or(&empty);
         for (name, feature) in &features.feature {
             let Some(spec) = self.specs.get(&(part, name.clone())) else {
-                return Some(format!("feature \"{name}\" is not in the schema"));
+                return Err(SpecMismatch::Unknown {
+                    feature: name.clone(),
+                });
             };
-            let Some((kind, len)) = feature_len(feature) else {
-                return Some(format!("feature \"{name}\" has no value list"));
-            };
-            if kind != spec.kind {
-                return Some(format!(
-                    "feature \"{name}\" is {}, the schema says {}",
-                    kind.name(),
-                    spec.kind.name()
-                ));
-            }
-            if !shape_fits(&spec.shape, len) {
-                return Some(format!(
-                    "feature \"{name}\" has {len} values, the schema's shape is {:?}",
-                    spec.shape.clone().unwrap_or_default()
-                ));
-            }
+            let (kind, len) = feature_len(feature).unzip();
+            spec.check_values(kind, len.unwrap_or(0) as u64)?;
         }
         for ((p, name), spec) in &self.specs {
-            if *p == part && spec.shape.is_some() && !features.feature.contains_key(name) {
-                return Some(format!(
-                    "feature \"{name}\" is missing, the schema says every record has it"
-                ));
+            if *p == part && !features.feature.contains_key(name) {
+                spec.check_missing()?;
             }
         }
-        None
+        Ok(())
     }
 
     fn check(&self, record: &Record) -> Option<String> {
         match (record, self.record_type) {
-            (Record::Example(e), _) => self.check_features(None, e.features.as_ref()),
+            (Record::Example(e), _) => self
+                .check_features(None, e.features.as_ref())
+                .err()
+                .map(|m| m.to_string()),
             (Record::SequenceExample(s), _) => {
-                if let Some(text) = self.check_features(Some(Part::Context), s.context.as_ref()) {
-                    return Some(text);
+                if let Err(m) = self.check_features(Some(Part::Context), s.context.as_ref()) {
+                    return Some(m.to_string());
                 }
                 let lists = s.feature_lists.as_ref().map(|l| &l.feature_list);
                 for (name, list) in lists.into_iter().flatten() {
@@ -579,15 +567,9 @@ impl SchemaCheck {
                         return Some(format!("feature list \"{name}\" is not in the schema"));
                     };
                     for (step, feature) in list.feature.iter().enumerate() {
-                        match feature_len(feature) {
-                            Some((kind, _)) if kind != spec.kind => {
-                                return Some(format!("feature list \"{name}\" step {step} is {}, the schema says {}", kind.name(), spec.kind.name()))
-                            }
-                            Some((_, len)) if !shape_fits(&spec.shape, len) => {
-                                return Some(format!("feature list \"{name}\" step {step} has {len} values, the schema's step shape is {:?}", spec.shape.clone().unwrap_or_default()))
-                            }
-                            None => return Some(format!("feature list \"{name}\" step {step} has no value list")),
-                            _ => {}
+                        let (kind, len) = feature_len(feature).unzip();
+                        if let Err(m) = spec.check_values(kind, len.unwrap_or(0) as u64) {
+                            return Some(format!("feature list step {step}: {m}"));
                         }
                     }
                 }

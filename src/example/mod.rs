@@ -10,7 +10,7 @@ pub mod schema;
 use serde::{Deserialize, Serialize};
 
 pub use decode::decode_record;
-pub use schema::{FeatureKind, FeatureSpec, Part};
+pub use schema::{FeatureKind, FeatureSpec, Part, SpecMismatch};
 
 /// Which message each record holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

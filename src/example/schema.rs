@@ -23,6 +23,58 @@ pub enum FeatureKind {
     Bytes,
 }
 
+impl std::fmt::Display for FeatureKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a record fails its feature spec: `verify --deep` and the pipeline check records
+/// with [`FeatureSpec::check_values`] and [`FeatureSpec::check_missing`] and report alike.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecMismatch {
+    /// A feature the spec does not name (`verify --deep`; a parser ignores it, as
+    /// `tf.io.parse_example` does).
+    #[error("feature \"{feature}\" is not in the schema")]
+    Unknown {
+        /// The feature name.
+        feature: String,
+    },
+    /// A fixed-shape feature absent from the record.
+    #[error("feature \"{feature}\" is missing, the schema says every record has it (a VarLenFeature spec allows that)")]
+    Missing {
+        /// The feature name.
+        feature: String,
+    },
+    /// A feature with no value list at all.
+    #[error("feature \"{feature}\" holds no value list")]
+    Empty {
+        /// The feature name.
+        feature: String,
+    },
+    /// A value list of another kind.
+    #[error("feature \"{feature}\" is {found}, the schema says {expected}")]
+    Kind {
+        /// The feature name.
+        feature: String,
+        /// The kind in the record.
+        found: FeatureKind,
+        /// The kind in the spec.
+        expected: FeatureKind,
+    },
+    /// A number of values that does not fit the spec's fixed shape.
+    #[error("feature \"{feature}\" has {values} values, the schema's shape is {shape:?}")]
+    Shape {
+        /// The feature name.
+        feature: String,
+        /// Values in the record.
+        values: u64,
+        /// The spec's shape.
+        shape: Vec<u64>,
+    },
+}
+
 impl FeatureKind {
     /// `int64`, `float` or `bytes`.
     pub fn name(self) -> &'static str {
@@ -81,6 +133,50 @@ pub struct FeatureSpec {
     /// For SequenceExamples: `context` or `feature_lists`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part: Option<Part>,
+}
+
+impl FeatureSpec {
+    /// Checks a feature of a record against this spec: its kind (`None`: no value
+    /// list), and its number of values against a fixed shape.
+    ///
+    /// # Errors
+    ///
+    /// The [`SpecMismatch`].
+    pub fn check_values(&self, kind: Option<FeatureKind>, values: u64) -> Result<(), SpecMismatch> {
+        let feature = || self.name.clone();
+        let Some(found) = kind else {
+            return Err(SpecMismatch::Empty { feature: feature() });
+        };
+        if found != self.kind {
+            return Err(SpecMismatch::Kind {
+                feature: feature(),
+                found,
+                expected: self.kind,
+            });
+        }
+        match &self.shape {
+            Some(shape) if shape.iter().product::<u64>() != values => Err(SpecMismatch::Shape {
+                feature: feature(),
+                values,
+                shape: shape.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks a record that lacks this feature: only a variable-length spec allows it.
+    ///
+    /// # Errors
+    ///
+    /// [`SpecMismatch::Missing`] for a fixed shape.
+    pub fn check_missing(&self) -> Result<(), SpecMismatch> {
+        match self.shape {
+            Some(_) => Err(SpecMismatch::Missing {
+                feature: self.name.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Counts lengths as values go by, to decide whether a feature has a fixed shape.
@@ -327,6 +423,50 @@ pub fn to_python(features: &[FeatureSpec], record_type: RecordType) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::{FeatureKind as K, FeatureSpec, SpecMismatch};
+
+    fn spec(kind: K, shape: Option<Vec<u64>>) -> FeatureSpec {
+        FeatureSpec {
+            name: "x".into(),
+            kind,
+            shape,
+            arrow_type: None,
+            unit: None,
+            part: None,
+        }
+    }
+
+    /// Issue #12: one check, one wording, for verify --deep and the pipeline.
+    #[test]
+    fn a_feature_is_checked_for_kind_values_and_presence() {
+        let fixed = spec(K::Float, Some(vec![2]));
+        assert_eq!(fixed.check_values(Some(K::Float), 2), Ok(()));
+        let shape = fixed.check_values(Some(K::Float), 3).unwrap_err();
+        assert_eq!(
+            shape.to_string(),
+            "feature \"x\" has 3 values, the schema's shape is [2]"
+        );
+        let kind = fixed.check_values(Some(K::Int64), 2).unwrap_err();
+        assert_eq!(
+            kind.to_string(),
+            "feature \"x\" is int64, the schema says float"
+        );
+        assert!(matches!(
+            fixed.check_values(None, 0),
+            Err(SpecMismatch::Empty { .. })
+        ));
+        assert!(matches!(
+            fixed.check_missing(),
+            Err(SpecMismatch::Missing { .. })
+        ));
+        let scalar = spec(K::Int64, Some(vec![]));
+        assert_eq!(scalar.check_values(Some(K::Int64), 1), Ok(()));
+        assert!(scalar.check_values(Some(K::Int64), 0).is_err());
+        let ragged = spec(K::Bytes, None);
+        assert_eq!(ragged.check_values(Some(K::Bytes), 7), Ok(()));
+        assert_eq!(ragged.check_missing(), Ok(()));
+    }
+
     use super::*;
     use crate::example::proto::Example;
 

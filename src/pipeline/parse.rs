@@ -338,12 +338,9 @@ impl Parser {
             match &mut column.row_splits {
                 Some(splits) => splits.push(column.values.len() as u64),
                 None if !seen[i] => {
-                    return Err(Error::new(ErrorKind::RecordMismatch {
-                        detail: format!(
-                            "feature \"{}\" is missing, but the spec says every record has it (use a VarLenFeature spec)",
-                            column.name
-                        ),
-                    }))
+                    self.spec[i]
+                        .check_missing()
+                        .map_err(|m| Error::new(ErrorKind::RecordMismatch(m)))?;
                 }
                 None => {}
             }
@@ -403,34 +400,27 @@ impl Parser {
                     )));
                 }
                 let before = columns[i].values.len();
-                append_feature(value, &mut columns[i].values, bytes, home)
+                let kind = append_feature(value, &mut columns[i].values, bytes, home)
                     .map_err(|e| e.with_column(columns[i].name.clone()))?;
                 let count = (columns[i].values.len() - before) as u64;
-                if let Some(shape) = &columns[i].shape {
-                    let want: u64 = shape.iter().product();
-                    if count != want {
-                        return Err(Error::new(ErrorKind::RecordMismatch {
-                            detail: format!(
-                                "feature \"{}\" has {count} values, the spec's shape is {shape:?}",
-                                columns[i].name
-                            ),
-                        }));
-                    }
-                }
-                Ok(())
+                self.spec[i]
+                    .check_values(kind, count)
+                    .map_err(|m| Error::new(ErrorKind::RecordMismatch(m)))
             })
         })
     }
 }
 
-/// Appends the values of one `Feature` message.
-/// `record` and `home` say where the bytes lie, so long values can be referenced.
+/// Appends the values of one `Feature` message; returns the kind of its value list
+/// (`None`: it has none). A list of another kind than `values` is left alone, for the
+/// spec check to name. `record` and `home` say where the bytes lie, so long values can
+/// be referenced.
 fn append_feature(
     feature: &[u8],
     values: &mut Values,
     record: &[u8],
     home: Home<'_>,
-) -> Result<()> {
+) -> Result<Option<FeatureKind>> {
     let mut kind_seen = None;
     fields(feature, |field, wire, list| {
         if wire != 2 {
@@ -484,23 +474,8 @@ fn append_feature(
                 }
                 Ok(())
             }),
-            (found, expected) => Err(Error::new(ErrorKind::RecordMismatch {
-                detail: format!(
-                    "the feature is {}, the spec says {}",
-                    found.name(),
-                    match expected {
-                        Values::Int64(_) => "int64",
-                        Values::Float(_) => "float",
-                        Values::Bytes(_) => "bytes",
-                    }
-                ),
-            })),
+            _ => Ok(()),
         }
     })?;
-    if kind_seen.is_none() {
-        return Err(Error::new(ErrorKind::RecordMismatch {
-            detail: "the feature holds no value list".into(),
-        }));
-    }
-    Ok(())
+    Ok(kind_seen)
 }
