@@ -122,6 +122,115 @@ pub enum ChunkProblem {
     },
 }
 
+/// How a record's bytes fail to form a protobuf message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireProblem {
+    /// A varint that runs past the end of its message.
+    #[error("a varint runs past the end")]
+    VarintPastEnd,
+    /// A varint longer than 10 bytes.
+    #[error("a varint longer than 10 bytes")]
+    VarintTooLong,
+    /// A length-delimited field longer than what is left of its message.
+    #[error("a length-delimited field runs past the end")]
+    LengthPastEnd,
+    /// A fixed-width field longer than what is left of its message.
+    #[error("a fixed-width field runs past the end")]
+    FixedPastEnd,
+    /// Wire type 3, 4, 6 or 7.
+    #[error("an unknown wire type")]
+    UnknownWireType,
+    /// A packed float list whose byte length is not a multiple of 4.
+    #[error("a packed float list whose length is not a multiple of 4")]
+    PackedFloatLength,
+    /// One feature name twice in one record.
+    #[error("feature \"{feature}\" appears twice")]
+    DuplicateFeature {
+        /// The feature name.
+        feature: String,
+    },
+}
+
+/// What is wrong with an image file (or the folder given as one).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageProblem {
+    /// The image folder given is a file.
+    #[error("not a folder")]
+    NotAFolder,
+    /// No known image signature.
+    #[error("not an image (no JPEG, PNG, GIF, BMP or WebP signature)")]
+    NoSignature,
+    /// A header the size reader cannot read.
+    #[error("{format} header unreadable: {cause}")]
+    Header {
+        /// `jpeg`, `png`, `gif`, `bmp` or `webp`.
+        format: &'static str,
+        /// The reader's words.
+        cause: String,
+    },
+    /// A header that gives a zero width or height.
+    #[error("{format} header says {width}x{height}")]
+    ZeroSize {
+        /// The format.
+        format: &'static str,
+        /// Width in pixels.
+        width: usize,
+        /// Height in pixels.
+        height: usize,
+    },
+}
+
+/// The facts behind a [`FrameProblem`], for the message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FrameDetail {
+    /// The length field does not match its CRC.
+    #[error("the record header's length does not match its CRC")]
+    LengthCrc,
+    /// A payload that does not match its CRC.
+    #[error("the {len}-byte payload does not match its CRC")]
+    DataCrc {
+        /// The payload's length.
+        len: u64,
+    },
+    /// The stream ends inside a record header.
+    #[error("the stream ends {available} bytes into a 12-byte record header")]
+    TruncatedHeader {
+        /// Header bytes present.
+        available: u64,
+    },
+    /// The stream ends inside a record.
+    #[error("the header promises a {len}-byte record ({} bytes framed) but only {left} bytes remain", len.saturating_add(16))]
+    TruncatedRecord {
+        /// The payload length the header gives.
+        len: u64,
+        /// Bytes left in the stream from the record's start.
+        left: u64,
+    },
+    /// A gzip or zlib stream that ends before its end marker.
+    #[error("the {codec} stream ends early")]
+    StreamEnds {
+        /// `gzip` or `zlib`.
+        codec: &'static str,
+    },
+    /// A gzip or zlib stream the decompressor rejects.
+    #[error("the {codec} stream is corrupt: {cause}")]
+    StreamCorrupt {
+        /// `gzip` or `zlib`.
+        codec: &'static str,
+        /// The decompressor's words.
+        cause: String,
+    },
+    /// Bytes after the end of a gzip or zlib stream.
+    #[error("bytes follow the end of the {codec} stream")]
+    AfterStream {
+        /// `gzip` or `zlib`.
+        codec: &'static str,
+    },
+}
+
 /// What went wrong.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -140,8 +249,8 @@ pub enum ErrorKind {
     Frame {
         /// Which check failed.
         problem: FrameProblem,
-        /// The numbers behind it (expected and found).
-        detail: String,
+        /// The facts behind it.
+        detail: FrameDetail,
     },
     /// A record's payload is not a valid protobuf message of the expected type.
     #[error("decode error: not a valid {message}: {source}")]
@@ -249,6 +358,10 @@ pub enum ErrorKind {
         /// What is wrong with it.
         reason: String,
     },
+    /// A Parquet file whose footer is encrypted (Parquet Modular Encryption, magic
+    /// `PARE`): reading it needs keys this tool does not take.
+    #[error("encrypted Parquet (an encrypted footer) is not supported")]
+    EncryptedParquet,
     /// A folder input with no Parquet file in it.
     #[error("no *.parquet file in this folder")]
     NoParquetFiles,
@@ -276,11 +389,8 @@ pub enum ErrorKind {
         second: &'static str,
     },
     /// A file that is not a readable image.
-    #[error("{reason}")]
-    BadImage {
-        /// What is wrong with it.
-        reason: String,
-    },
+    #[error("{0}")]
+    BadImage(ImageProblem),
     /// An image outside any class folder, with `--labels dirname`.
     #[error("this image is not inside a class folder (with --labels dirname, each first-level folder is a class)")]
     UnlabeledImage,
@@ -290,12 +400,12 @@ pub enum ErrorKind {
         /// The first mismatch.
         detail: String,
     },
-    /// A record's bytes do not form the message they should.
-    #[error("decode error: {detail}")]
-    Malformed {
-        /// What is wrong.
-        detail: String,
-    },
+    /// A record's bytes do not form the message they should (the pipeline's parser).
+    #[error("decode error: {0}")]
+    Malformed(WireProblem),
+    /// The pipeline reads `tf.train.Example` records; these are SequenceExamples.
+    #[error("the pipeline reads tf.train.Example records; these shards hold SequenceExamples")]
+    SequenceExamplesUnsupported,
     /// A record that does not fit the feature spec.
     #[error("schema mismatch: {0}")]
     RecordMismatch(crate::example::schema::SpecMismatch),
@@ -398,8 +508,8 @@ impl Error {
             ErrorKind::UnlabeledImage => Some("hint: move it into a class folder, or use --labels none".into()),
             ErrorKind::OutputExists => Some("hint: pass --overwrite to replace this prefix's output".into()),
             ErrorKind::NullInList => Some(format!("hint: drop the nulls upstream, or skip it with --exclude {column}")),
-            ErrorKind::Parquet(e) if e.to_string().contains("encrypt") => {
-                Some("hint: encrypted Parquet files are not supported; decrypt them first".into())
+            ErrorKind::EncryptedParquet => {
+                Some("hint: decrypt it first; tfshard takes no Parquet encryption keys".into())
             }
             _ => None,
         }

@@ -256,9 +256,7 @@ impl PipelineBuilder {
         let o = self.options;
         let dataset = Dataset::discover(&o.paths)?;
         if dataset.record_type() == RecordType::SequenceExample {
-            return Err(Error::new(crate::ErrorKind::Malformed {
-                detail: "the pipeline reads tf.train.Example records; these shards hold SequenceExamples".into(),
-            }));
+            return Err(Error::new(crate::ErrorKind::SequenceExamplesUnsupported));
         }
         let spec = match o.spec.clone() {
             Some(spec) => spec,

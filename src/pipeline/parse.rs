@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result, WireProblem};
 use crate::example::{FeatureKind, FeatureSpec, Part};
 use crate::pipeline::batch::{Payload, RawBatch};
 use crate::pipeline::bytes::{BytesValues, Home};
@@ -133,10 +133,8 @@ pub struct Parser {
     check_crc: bool,
 }
 
-fn malformed(detail: &str) -> Error {
-    Error::new(ErrorKind::Malformed {
-        detail: detail.to_owned(),
-    })
+fn malformed(problem: WireProblem) -> Error {
+    Error::new(ErrorKind::Malformed(problem))
 }
 
 #[inline]
@@ -144,7 +142,7 @@ fn varint(buf: &[u8], pos: &mut usize) -> Result<u64> {
     let mut value = 0u64;
     for shift in (0..64).step_by(7) {
         let Some(&byte) = buf.get(*pos) else {
-            return Err(malformed("a varint runs past the end"));
+            return Err(malformed(WireProblem::VarintPastEnd));
         };
         *pos += 1;
         value |= u64::from(byte & 0x7f) << shift;
@@ -152,16 +150,16 @@ fn varint(buf: &[u8], pos: &mut usize) -> Result<u64> {
             return Ok(value);
         }
     }
-    Err(malformed("a varint longer than 10 bytes"))
+    Err(malformed(WireProblem::VarintTooLong))
 }
 
 #[inline]
 fn len_delimited<'a>(buf: &'a [u8], pos: &mut usize) -> Result<&'a [u8]> {
     let len = varint(buf, pos)?;
     let end = pos
-        .checked_add(usize::try_from(len).map_err(|_| malformed("a length beyond memory"))?)
+        .checked_add(usize::try_from(len).map_err(|_| malformed(WireProblem::LengthPastEnd))?)
         .filter(|&e| e <= buf.len())
-        .ok_or_else(|| malformed("a length-delimited field runs past the end"))?;
+        .ok_or_else(|| malformed(WireProblem::LengthPastEnd))?;
     let out = &buf[*pos..end];
     *pos = end;
     Ok(out)
@@ -178,10 +176,10 @@ fn skip(buf: &[u8], pos: &mut usize, wire: u64) -> Result<()> {
             len_delimited(buf, pos)?;
         }
         5 => *pos += 4,
-        _ => return Err(malformed("an unknown wire type")),
+        _ => return Err(malformed(WireProblem::UnknownWireType)),
     }
     if *pos > buf.len() {
-        return Err(malformed("a fixed-width field runs past the end"));
+        return Err(malformed(WireProblem::FixedPastEnd));
     }
     Ok(())
 }
@@ -213,9 +211,7 @@ impl Parser {
     /// A spec with `feature_lists` (SequenceExamples are not read by the pipeline).
     pub fn new(spec: &[FeatureSpec]) -> Result<Parser> {
         if spec.iter().any(|f| f.part == Some(Part::FeatureLists)) {
-            return Err(Error::new(ErrorKind::Malformed {
-                detail: "the pipeline reads tf.train.Example records; this spec has feature_lists (SequenceExample)".into(),
-            }));
+            return Err(Error::new(ErrorKind::SequenceExamplesUnsupported));
         }
         let index = spec
             .iter()
@@ -329,7 +325,9 @@ impl Parser {
         if self.check_crc && frame::masked_crc32c(bytes) != crc {
             return Err(Error::new(ErrorKind::Frame {
                 problem: crate::error::FrameProblem::DataCrc,
-                detail: crate::tfrecord::reader::data_crc_detail(bytes.len()),
+                detail: crate::error::FrameDetail::DataCrc {
+                    len: bytes.len() as u64,
+                },
             }));
         }
         seen.iter_mut().for_each(|s| *s = false);
@@ -394,10 +392,9 @@ impl Parser {
                     }
                 };
                 if std::mem::replace(&mut seen[i], true) {
-                    return Err(malformed(&format!(
-                        "feature \"{}\" appears twice",
-                        columns[i].name
-                    )));
+                    return Err(malformed(WireProblem::DuplicateFeature {
+                        feature: columns[i].name.clone(),
+                    }));
                 }
                 let before = columns[i].values.len();
                 let kind = append_feature(value, &mut columns[i].values, bytes, home)
@@ -456,11 +453,7 @@ fn append_feature(
                                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
                         );
                     }
-                    (1, 2) => {
-                        return Err(malformed(
-                            "a packed float list whose length is not a multiple of 4",
-                        ))
-                    }
+                    (1, 2) => return Err(malformed(WireProblem::PackedFloatLength)),
                     (1, 5) => out.push(f32::from_le_bytes([
                         payload[0], payload[1], payload[2], payload[3],
                     ])),

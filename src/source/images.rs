@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, ImageProblem, Result};
 use crate::example::proto::{Example, Feature, Features};
 use crate::example::{FeatureKind, FeatureSpec};
 use crate::manifest::Skipped;
@@ -62,8 +62,8 @@ pub struct ImagePlan {
     pub skipped: Vec<Skipped>,
 }
 
-fn bad(reason: String, path: &Path) -> Error {
-    Error::new(ErrorKind::BadImage { reason }).with_file(path)
+fn bad(problem: ImageProblem, path: &Path) -> Error {
+    Error::new(ErrorKind::BadImage(problem)).with_file(path)
 }
 
 fn has_extension(name: &str, extensions: &[String]) -> bool {
@@ -88,7 +88,7 @@ pub fn plan(
 ) -> Result<ImagePlan> {
     let meta = std::fs::metadata(dir).map_err(|e| Error::from(e).with_file(dir))?;
     if !meta.is_dir() {
-        return Err(bad("not a folder".into(), dir));
+        return Err(bad(ImageProblem::NotAFolder, dir));
     }
     let mut out = ImagePlan::default();
     let mut found: Vec<(String, PathBuf)> = Vec::new();
@@ -323,16 +323,19 @@ pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
 pub fn read_image(path: &Path) -> Result<ImageData> {
     let bytes = std::fs::read(path).map_err(|e| Error::from(e).with_file(path))?;
     let Some(format) = sniff(&bytes) else {
-        return Err(bad(
-            "not an image (no JPEG, PNG, GIF, BMP or WebP signature)".into(),
-            path,
-        ));
+        return Err(bad(ImageProblem::NoSignature, path));
     };
-    let size = imagesize::blob_size(&bytes)
-        .map_err(|e| bad(format!("{format} header unreadable: {e}"), path))?;
+    let size = imagesize::blob_size(&bytes).map_err(|e| {
+        let cause = e.to_string();
+        bad(ImageProblem::Header { format, cause }, path)
+    })?;
     if size.width == 0 || size.height == 0 {
         return Err(bad(
-            format!("{format} header says {}x{}", size.width, size.height),
+            ImageProblem::ZeroSize {
+                format,
+                width: size.width,
+                height: size.height,
+            },
             path,
         ));
     }

@@ -121,7 +121,12 @@ impl ParquetInput {
         let bytes = handle.metadata().map_err(|e| locate(e.into()))?.len();
         let metadata = contain(|| ArrowReaderMetadata::load(&handle, ArrowReaderOptions::new()))
             .map_err(|panic| locate(decoder_panic(None, panic)))?
-            .map_err(|e| locate(e.into()))?;
+            .map_err(|e| {
+                if ends_with_encrypted_magic(&handle, bytes) {
+                    return locate(Error::new(ErrorKind::EncryptedParquet));
+                }
+                locate(e.into())
+            })?;
         let parquet = metadata.metadata().clone();
         check_layout(&parquet, bytes).map_err(locate)?;
         let footer_rows = parquet.file_metadata().num_rows();
@@ -158,6 +163,13 @@ impl ParquetInput {
             .map(|g| g.num_rows().max(0) as u64)
             .collect()
     }
+}
+
+/// Whether the file ends with `PARE`, the magic of an encrypted footer.
+fn ends_with_encrypted_magic(file: &File, bytes: u64) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut magic = [0u8; 4];
+    bytes >= 4 && file.read_exact_at(&mut magic, bytes - 4).is_ok() && &magic == b"PARE"
 }
 
 fn decoder_panic(row_group: Option<usize>, panic: String) -> Error {

@@ -11,7 +11,7 @@ use std::io::{self, BufRead, Read, Write};
 use flate2::bufread::GzDecoder;
 use flate2::{Decompress, FlushDecompress, GzBuilder, Status};
 
-use crate::error::{Error, ErrorKind, FrameProblem};
+use crate::error::{Error, ErrorKind, FrameDetail, FrameProblem};
 use crate::tfrecord::frame;
 
 /// The deflate level we write (zlib's default, as TensorFlow's writer uses).
@@ -88,20 +88,23 @@ impl Compression {
     }
 }
 
-fn stream_error(problem: FrameProblem, detail: String) -> io::Error {
+fn stream_error(problem: FrameProblem, detail: FrameDetail) -> io::Error {
     io::Error::other(Error::new(ErrorKind::Frame { problem, detail }))
 }
 
-fn classify(kind: &str, err: io::Error) -> io::Error {
+fn classify(codec: &'static str, err: io::Error) -> io::Error {
     if err.kind() == io::ErrorKind::UnexpectedEof {
         stream_error(
             FrameProblem::TruncatedData,
-            format!("the {kind} stream ends early"),
+            FrameDetail::StreamEnds { codec },
         )
     } else {
         stream_error(
             FrameProblem::DataCrc,
-            format!("the {kind} stream is corrupt: {err}"),
+            FrameDetail::StreamCorrupt {
+                codec,
+                cause: err.to_string(),
+            },
         )
     }
 }
@@ -156,7 +159,7 @@ impl<R: BufRead> Read for GzipReader<R> {
                         if rest[0] != 0x1f || rest.get(1).is_some_and(|&b| b != 0x8b) {
                             return Err(stream_error(
                                 FrameProblem::TrailingBytes,
-                                "bytes that are not a gzip member follow the gzip stream".into(),
+                                FrameDetail::AfterStream { codec: "gzip" },
                             ));
                         }
                         self.state = GzipState::Member(Box::new(GzDecoder::new(inner)));
@@ -229,7 +232,7 @@ impl<R: BufRead> Read for ZlibReader<R> {
                 if !self.inner.fill_buf()?.is_empty() {
                     return Err(stream_error(
                         FrameProblem::TrailingBytes,
-                        "bytes follow the end of the zlib stream".into(),
+                        FrameDetail::AfterStream { codec: "zlib" },
                     ));
                 }
             }

@@ -23,9 +23,7 @@ use memmap2::{Advice, Mmap};
 
 use crate::error::{Error, FrameProblem, Result};
 use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN};
-use crate::tfrecord::reader::{
-    frame_error, truncated_data_detail, truncated_header_detail, LENGTH_CRC_DETAIL,
-};
+use crate::tfrecord::reader::{frame_error, truncated_data_detail, truncated_header_detail};
 
 /// How far ahead of the walk to prefetch.
 const PREFETCH_AHEAD: usize = 2048;
@@ -131,7 +129,10 @@ impl MappedRecords {
             .expect("HEADER_LEN bytes");
         let Ok(len) = frame::decode_header(header) else {
             self.poisoned = true;
-            return fail(FrameProblem::LengthCrc, LENGTH_CRC_DETAIL.into());
+            return fail(
+                FrameProblem::LengthCrc,
+                crate::error::FrameDetail::LengthCrc,
+            );
         };
         let framed = len.saturating_add((HEADER_LEN + FOOTER_LEN) as u64);
         if framed > left as u64 {

@@ -9,7 +9,7 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, ErrorKind, FrameProblem, Result};
+use crate::error::{Error, ErrorKind, FrameDetail, FrameProblem, Result};
 use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN};
 
 /// Bytes asked of the underlying reader per `read` call: large sequential reads
@@ -125,11 +125,17 @@ impl<R: Read> RecordReader<R> {
         self.inner
     }
 
-    fn error(&self, problem: FrameProblem, detail: String, offset: u64) -> Error {
+    fn error(&self, problem: FrameProblem, detail: FrameDetail, offset: u64) -> Error {
         self.error_at(problem, detail, self.record_index, offset)
     }
 
-    fn error_at(&self, problem: FrameProblem, detail: String, record: u64, offset: u64) -> Error {
+    fn error_at(
+        &self,
+        problem: FrameProblem,
+        detail: FrameDetail,
+        record: u64,
+        offset: u64,
+    ) -> Error {
         frame_error(problem, detail, self.path.as_deref(), record, offset)
     }
 
@@ -200,7 +206,7 @@ impl<R: Read> RecordReader<R> {
             self.poisoned = true;
             return Err(self.error(
                 FrameProblem::LengthCrc,
-                LENGTH_CRC_DETAIL.into(),
+                FrameDetail::LengthCrc,
                 record_offset,
             ));
         };
@@ -238,7 +244,7 @@ impl<R: Read> RecordReader<R> {
         if !crc_ok {
             return Err(self.error_at(
                 FrameProblem::DataCrc,
-                data_crc_detail(len),
+                FrameDetail::DataCrc { len },
                 record_index,
                 record_offset,
             ));
@@ -258,7 +264,7 @@ impl<R: Read> RecordReader<R> {
 /// A framing error at a record (shared by every reader, so the messages agree).
 pub(crate) fn frame_error(
     problem: FrameProblem,
-    detail: String,
+    detail: FrameDetail,
     path: Option<&Path>,
     record: u64,
     offset: u64,
@@ -272,21 +278,14 @@ pub(crate) fn frame_error(
     }
 }
 
-pub(crate) const LENGTH_CRC_DETAIL: &str = "the record header's length does not match its CRC";
-
-pub(crate) fn truncated_header_detail(avail: usize) -> String {
-    format!("the stream ends {avail} bytes into a {HEADER_LEN}-byte record header")
+pub(crate) fn truncated_header_detail(available: usize) -> FrameDetail {
+    FrameDetail::TruncatedHeader {
+        available: available as u64,
+    }
 }
 
-pub(crate) fn truncated_data_detail(len: u64, left: u64) -> String {
-    format!(
-        "the header promises a {len}-byte record ({} bytes framed) but only {left} bytes remain",
-        len.saturating_add(16)
-    )
-}
-
-pub(crate) fn data_crc_detail(len: impl std::fmt::Display) -> String {
-    format!("the {len}-byte payload does not match its CRC")
+pub(crate) fn truncated_data_detail(len: u64, left: u64) -> FrameDetail {
+    FrameDetail::TruncatedRecord { len, left }
 }
 
 #[cfg(test)]
