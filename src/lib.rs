@@ -3,29 +3,41 @@
 //! Parquet tables and image folders in, size-targeted TFRecord shards out, and the
 //! tools to prove the shards sound and fast to read.
 //!
-//! The modules follow the data: [`source`] yields Arrow batches in input order;
-//! [`example::encode`] turns each batch straight into `tf.train.Example` record bytes;
-//! [`shard`] frames them ([`tfrecord`]) into shards of a target size under hidden
-//! temporary names; [`manifest`] commits the run. [`convert`] is the one module that
-//! wires these together. Going the other way, [`dataset`] finds shards and their
-//! manifest, [`tfrecord`] reads frames and [`example::decode`] turns bytes back into
-//! messages, as [`records`] does for `inspect` and `schema`.
+//! Three front doors, each a builder that checks its options in `build()` so that a
+//! run fails only on its data: [`Converter`] (Parquet or images → shards and a
+//! manifest), [`Verifier`] (framing, CRCs, manifest, schema) and [`Pipeline`] (shards →
+//! columnar batches through interleave, shuffle, batch, parallel parse and prefetch).
+//!
+//! The modules follow the data: [`source`] yields Arrow batches (or image files) in
+//! input order; [`example`] is the `tf.train.Example` codec, both ways; [`convert`]
+//! routes the records into splits and [`shard`] frames them ([`tfrecord`]) into shards
+//! of a target size under hidden temporary names, then commits every output with its
+//! [`manifest`]. Going the other way, [`dataset`] finds shards and their manifests,
+//! [`tfrecord`] reads frames, and [`pipeline`] and [`records`] decode them.
 //!
 //! ```
-//! use tfshard::example::proto::{Example, Feature, Features};
-//! use tfshard::tfrecord::{RecordReader, RecordWriter};
-//! use prost::Message;
+//! use tfshard::{Converter, NoProgress, Pipeline, Verifier};
 //!
-//! let mut features = Features::default();
-//! features.feature.insert("label".into(), Feature::int64(vec![3]));
-//! let example = Example { features: Some(features) };
+//! let out = std::env::temp_dir().join(format!("tfshard-doc-{}", std::process::id()));
+//! // testdata/small.parquet: 2,000 rows (a float vector x, a label y, a string id, ...).
+//! let summary = Converter::parquet(vec!["testdata/small.parquet".into()])
+//!     .output(&out)
+//!     .with_target_shard_bytes(100_000)
+//!     .build()?
+//!     .run(&NoProgress)?;
+//! assert_eq!(summary.records, 2000);
 //!
-//! let mut file = Vec::new();
-//! RecordWriter::new(&mut file).write_record(&example.encode_to_vec())?;
+//! let report = Verifier::builder(vec![out.clone()]).with_deep(true).build()?.run(&NoProgress)?;
+//! assert!(report.ok);
 //!
-//! let mut reader = RecordReader::new(&file[..]);
-//! let bytes = reader.read_record()?.expect("one record");
-//! assert_eq!(Example::decode(bytes).unwrap(), example);
+//! let mut rows = 0;
+//! for batch in Pipeline::builder(vec![out.clone()]).with_batch(256, false).build()? {
+//!     let batch = batch?;
+//!     rows += batch.rows;
+//!     assert!(batch.column("y").is_some()); // the label column
+//! }
+//! assert_eq!(rows, 2000);
+//! # std::fs::remove_dir_all(&out).unwrap();
 //! # Ok::<(), tfshard::Error>(())
 //! ```
 
@@ -45,4 +57,10 @@ pub mod source;
 pub mod tfrecord;
 pub mod verify;
 
-pub use error::{Error, ErrorKind, Result};
+pub use convert::{ConvertOptions, ConvertSummary, Converter};
+pub use error::{Error, ErrorKind, Location, Result};
+pub use example::{FeatureKind, FeatureSpec};
+pub use pipeline::{Batch, BytesValues, Column, Pipeline, Values};
+pub use progress::{CancelToken, NoProgress, Progress};
+pub use tfrecord::{Compression, RecordReader, RecordWriter};
+pub use verify::{Verifier, VerifyReport};

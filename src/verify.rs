@@ -11,7 +11,6 @@
 //! After a framing error (a bad length) the rest of a file cannot be trusted, so the file
 //! ends there; after a data CRC mismatch with a sane length, checking goes on.
 
-use crate::example::SpecMismatch;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -24,7 +23,7 @@ use serde::Serialize;
 use crate::dataset::is_shard_file_name;
 use crate::error::{ErrorKind, Result};
 use crate::example::proto::{Feature, Features, Kind};
-use crate::example::schema::{FeatureKind, FeatureSpec, Part, SpecInference};
+use crate::example::schema::{FeatureKind, FeatureSpec, Part, SpecInference, SpecMismatch};
 use crate::example::{decode_record, Record, RecordType};
 use crate::manifest::{self, Manifest, ShardInfo, MANIFEST_SUFFIX};
 use crate::progress::Progress;
@@ -120,13 +119,141 @@ fn problem(file: &Path, record: Option<u64>, offset: Option<u64>, text: String) 
     }
 }
 
+/// A checked verification, ready to run: `Verifier::builder(paths)`, options, `build()`,
+/// `run(&progress)`. Shards are checked in parallel on the run's own thread pool.
+///
+/// ```
+/// use tfshard::convert::Converter;
+/// use tfshard::verify::Verifier;
+/// let out = std::env::temp_dir().join(format!("tfshard-doc-verify-{}", std::process::id()));
+/// Converter::parquet(vec!["testdata/small.parquet".into()])
+///     .output(&out)
+///     .build()?
+///     .run(&tfshard::progress::NoProgress)?;
+/// let report = Verifier::builder(vec![out.clone()])
+///     .with_deep(true)
+///     .build()?
+///     .run(&tfshard::progress::NoProgress)?;
+/// assert!(report.ok, "{:?}", report.problems);
+/// # std::fs::remove_dir_all(&out).unwrap();
+/// # Ok::<(), tfshard::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Verifier {
+    options: VerifyOptions,
+    pool: rayon::ThreadPool,
+}
+
+/// Builds a [`Verifier`].
+#[derive(Debug, Clone)]
+pub struct VerifierBuilder {
+    options: VerifyOptions,
+    threads: usize,
+}
+
+impl Verifier {
+    /// Shards, folders (their manifests, or every shard file in them) and manifests.
+    pub fn builder(paths: Vec<PathBuf>) -> VerifierBuilder {
+        VerifierBuilder {
+            options: VerifyOptions {
+                paths,
+                manifest: None,
+                deep: false,
+                compression: None,
+                record_type: None,
+            },
+            threads: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
+        }
+    }
+
+    /// Checks every shard and manifest.
+    ///
+    /// # Errors
+    ///
+    /// As [`verify`]: only what stops verification itself; every problem with the
+    /// shards is in the report.
+    pub fn run(&self, progress: &dyn Progress) -> Result<VerifyReport> {
+        self.pool.install(|| verify(&self.options, progress))
+    }
+}
+
+impl VerifierBuilder {
+    /// Replaces every option at once (what the command line resolves its flags into).
+    pub fn with_options(mut self, options: VerifyOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Checks the shards against this manifest.
+    pub fn with_manifest(mut self, manifest: PathBuf) -> Self {
+        self.options.manifest = Some(manifest);
+        self
+    }
+
+    /// Also decode every record and check it against the schema.
+    pub fn with_deep(mut self, deep: bool) -> Self {
+        self.options.deep = deep;
+        self
+    }
+
+    /// The shards' compression (default: by extension, else by content).
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.options.compression = Some(compression);
+        self
+    }
+
+    /// The record type (default: the manifest's, else Example).
+    pub fn with_record_type(mut self, record_type: RecordType) -> Self {
+        self.options.record_type = Some(record_type);
+        self
+    }
+
+    /// Threads of the run's pool (default: every core).
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads;
+        self
+    }
+
+    /// Checks the options and starts the pool.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InvalidOption`]: no path and no manifest, or no thread; an I/O
+    /// error when the pool's threads cannot start.
+    pub fn build(self) -> Result<Verifier> {
+        let invalid = |option, reason: &str| {
+            Err(crate::Error::new(ErrorKind::InvalidOption {
+                option,
+                reason: reason.into(),
+            }))
+        };
+        if self.options.paths.is_empty() && self.options.manifest.is_none() {
+            return invalid("paths", "give a path or a manifest");
+        }
+        if self.threads == 0 {
+            return invalid("threads", "must be at least 1");
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(self.threads)
+            .thread_name(|i| format!("tfshard-verify{i}"))
+            .build()
+            .map_err(|e| crate::Error::from(std::io::Error::other(e)))?;
+        Ok(Verifier {
+            options: self.options,
+            pool,
+        })
+    }
+}
+
 /// Verifies shards and manifests.
 ///
 /// # Errors
 ///
 /// Only what stops verification itself: a path that does not exist, a folder with no
 /// manifest and no shard, or a manifest that is not JSON. Everything wrong with the shards is a [`Problem`] in the report.
-pub fn verify(options: &VerifyOptions, progress: &dyn Progress) -> Result<VerifyReport> {
+pub(crate) fn verify(options: &VerifyOptions, progress: &dyn Progress) -> Result<VerifyReport> {
     let started = Instant::now();
     let mut problems = Vec::new();
     let mut jobs = Vec::new();

@@ -242,10 +242,7 @@ pub fn run() -> CliResult {
             args.common.setup_threads()?;
             args.run()
         }
-        Command::Verify(args) => {
-            args.common.setup_threads()?;
-            args.run()
-        }
+        Command::Verify(args) => args.run(),
         Command::Bench(args) => {
             args.common.setup_threads()?;
             args.run()

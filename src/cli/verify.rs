@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
-use tfshard::verify::{verify, VerifyOptions};
+use tfshard::verify::{Verifier, VerifyOptions};
 
 /// Arguments of `verify`.
 #[derive(Args, Debug)]
@@ -40,8 +40,12 @@ impl VerifyArgs {
 
     /// Verifies; exit 1 when any problem is found.
     pub fn run(&self) -> CliResult {
+        let verifier = Verifier::builder(vec![])
+            .with_options(self.to_options())
+            .with_threads(self.common.thread_count())
+            .build()?;
         let bar = output::Bar::new(&self.common, "bytes");
-        let report = verify(&self.to_options(), &bar);
+        let report = verifier.run(&bar);
         bar.clear();
         let report = report?;
         if self.common.json {
