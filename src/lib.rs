@@ -48,6 +48,7 @@ pub mod convert;
 pub mod dataset;
 pub mod error;
 pub mod example;
+mod hash;
 pub mod manifest;
 pub mod pipeline;
 pub mod progress;

@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use crate::convert::ConvertOptions;
 use crate::error::Result;
-use crate::example::encode::{mix64, EncodedBatch};
+use crate::example::encode::EncodedBatch;
+use crate::hash::{index_hash, SPLIT_SALT};
 use crate::shard::scatter::{gather, order_hash, Scatter};
 use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter};
 
@@ -39,7 +40,7 @@ fn split_of(bounds: &[f64], h: u64) -> usize {
 
 /// The seeded hash of a row's position, for splits without a key.
 fn position_hash(index: u64, seed: u64) -> u64 {
-    mix64(index ^ mix64(seed ^ 0xbb67_ae85_84ca_a73b))
+    index_hash(index, seed, SPLIT_SALT)
 }
 
 impl<'a> Router<'a> {

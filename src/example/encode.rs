@@ -533,23 +533,7 @@ impl EncodePlan {
     }
 }
 
-/// FNV-1a over a value's canonical bytes, then a 64-bit finalizer: a hash that never
-/// changes across runs, versions or platforms (split membership depends on it).
-fn stable_hash(tag: u8, bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in std::iter::once(&tag).chain(bytes) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    crate::example::encode::mix64(h)
-}
-
-/// The splitmix64 finalizer: a bijection on u64 that spreads every input bit.
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+use crate::hash::stable_hash;
 
 /// Appends the stable hash of each row's key: integers (and booleans, temporal values)
 /// by their i64 value, floats by their f64 bits, text and binary by their bytes; a null

@@ -409,8 +409,7 @@ impl Producer {
     fn start_epoch(&mut self) {
         let mut order: Vec<usize> = (0..self.files.len()).collect();
         if self.shuffle_files {
-            Rng::new(self.seed ^ self.epoch.wrapping_mul(0x9e37_79b9_7f4a_7c15))
-                .shuffle(&mut order);
+            Rng::for_epoch(self.seed, self.epoch).shuffle(&mut order);
         }
         self.interleave = Some(Interleave::new(
             self.files.clone(),

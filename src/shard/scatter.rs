@@ -33,9 +33,7 @@ const ENTRY_HEADER: usize = 8 + 8 + 4;
 
 /// The record order: a seeded bijective hash of the global input index.
 pub fn order_hash(index: u64, seed: u64) -> u64 {
-    crate::example::encode::mix64(
-        index ^ crate::example::encode::mix64(seed ^ 0x6a09_e667_f3bc_c908),
-    )
+    crate::hash::index_hash(index, seed, crate::hash::SHUFFLE_SALT)
 }
 
 fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
