@@ -10,7 +10,8 @@ use serde_json::json;
 use crate::convert::route::Router;
 use crate::convert::{ConvertOptions, Source};
 use crate::error::{Error, ErrorKind, Result};
-use crate::example::encode::EncodeOptions;
+use crate::example::encode::{EncodeOptions, EncodedBatch};
+use crate::example::image;
 use crate::example::RecordType;
 use crate::manifest::{InputInfo, Manifest, Skipped};
 use crate::progress::Progress;
@@ -134,20 +135,19 @@ impl Source for ImageSource {
     ) -> Result<()> {
         let mut skipped = Vec::new();
         let mut bytes_read = 0u64;
+        let mut batch = EncodedBatch::default();
         for chunk in self.plan.files.chunks(IMAGE_CHUNK) {
             // The work is I/O and syscalls: read a chunk in parallel, write it in order.
             let read: Vec<Result<ImageData>> = chunk
                 .par_iter()
                 .map(|f| images::read_image(&f.path))
                 .collect();
+            batch.clear();
             for (file, image) in chunk.iter().zip(read) {
                 match image {
                     Ok(image) => {
                         bytes_read += image.bytes.len() as u64;
-                        let record = images::encode(file, image);
-                        let mut framed = Vec::with_capacity(record.len() + 16);
-                        crate::tfrecord::frame::append_record(&mut framed, &record);
-                        router.put(&framed, None)?;
+                        batch.push_record(&image::encode(file, image));
                     }
                     Err(e) if self.images.on_error == OnError::Skip => skipped.push(Skipped {
                         path: file.rel.clone(),
@@ -156,6 +156,7 @@ impl Source for ImageSource {
                     Err(e) => return Err(e),
                 }
             }
+            router.put_batch(&batch)?;
             progress.advance(chunk.len() as u64, router.bytes_written());
             options.cancel.check()?;
         }
@@ -186,7 +187,7 @@ impl Source for ImageSource {
         let mut m = options.new_manifest(
             RecordType::Example,
             inputs,
-            images::features(labels, records),
+            image::features(labels, records),
         );
         m.options.insert("labels".into(), json!(labels_option));
         m.options

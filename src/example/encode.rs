@@ -22,7 +22,9 @@ use arrow_schema::{DataType, Field, Schema, TimeUnit};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::schema::{FeatureKind, FeatureSpec, Part, ShapeStat};
+use crate::example::wire::{entry_len, put_tag, put_varint, varint_len, wrapped};
 use crate::example::RecordType;
+use crate::hash::stable_hash;
 use crate::tfrecord::frame;
 
 /// Protobuf's hard limit on a message (2 GiB − 1).
@@ -139,6 +141,28 @@ impl EncodedBatch {
         self.data.clear();
         self.sizes.clear();
         self.keys.clear();
+    }
+
+    /// Starts a record whose payload of `payload` bytes the caller appends to `data`
+    /// next: writes its header, returns where the record starts.
+    pub(crate) fn begin_record(&mut self, payload: u64) -> usize {
+        let start = self.data.len();
+        self.data.extend_from_slice(&frame::encode_header(payload));
+        start
+    }
+
+    /// Ends the record begun at `start`: appends its data CRC and counts its size.
+    pub(crate) fn end_record(&mut self, start: usize) {
+        let crc = frame::encode_footer(&self.data[start + frame::HEADER_LEN..]);
+        self.data.extend_from_slice(&crc);
+        self.sizes.push((self.data.len() - start) as u64);
+    }
+
+    /// Appends a whole record, framed as every record is.
+    pub fn push_record(&mut self, payload: &[u8]) {
+        let start = self.begin_record(payload.len() as u64);
+        self.data.extend_from_slice(payload);
+        self.end_record(start);
     }
 }
 
@@ -488,8 +512,7 @@ impl EncodePlan {
                     .with_column(&self.leaves[biggest].column)
                     .with_row(row as u64));
             }
-            let start = out.data.len();
-            out.data.extend_from_slice(&frame::encode_header(payload));
+            let start = out.begin_record(payload);
             let data_start = out.data.len();
             let buf = &mut out.data;
             for (part, (lo, hi), total) in [
@@ -522,9 +545,7 @@ impl EncodePlan {
                 }
             }
             debug_assert_eq!(out.data.len() - data_start, payload as usize);
-            let crc = frame::encode_footer(&out.data[data_start..]);
-            out.data.extend_from_slice(&crc);
-            out.sizes.push((out.data.len() - start) as u64);
+            out.end_record(start);
         }
         if let Some(key) = &self.split_key {
             key_hashes(batch, &key.path, &mut out.keys).map_err(|e| e.with_column(&key.column))?;
@@ -532,8 +553,6 @@ impl EncodePlan {
         Ok(())
     }
 }
-
-use crate::hash::stable_hash;
 
 /// Appends the stable hash of each row's key: integers (and booleans, temporal values)
 /// by their i64 value, floats by their f64 bits, text and binary by their bytes; a null
@@ -566,39 +585,6 @@ fn key_hashes(batch: &RecordBatch, path: &[usize], out: &mut Vec<u64>) -> Result
 
 /// Marks a row whose feature is absent (null).
 const ABSENT: u64 = u64::MAX;
-
-#[inline]
-fn varint_len(v: u64) -> u64 {
-    // 1 byte per 7 bits, at least 1.
-    (64 - (v | 1).leading_zeros() as u64).div_ceil(7)
-}
-
-/// The bytes a length-delimited field of `len` bytes takes, tag included.
-#[inline]
-fn wrapped(len: u64) -> u64 {
-    1 + varint_len(len) + len
-}
-
-/// The length of a map entry `{1: key, 2: value}`.
-#[inline]
-fn entry_len(key_len: u64, value_len: u64) -> u64 {
-    wrapped(key_len) + wrapped(value_len)
-}
-
-#[inline]
-fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        buf.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    buf.push(v as u8);
-}
-
-/// A length-delimited field's tag.
-#[inline]
-fn put_tag(buf: &mut Vec<u8>, field: u64) {
-    buf.push(((field << 3) | 2) as u8);
-}
 
 /// Row → range of child values.
 #[derive(Debug, Clone)]

@@ -4,8 +4,10 @@
 
 pub mod decode;
 pub mod encode;
+pub mod image;
 pub mod proto;
 pub mod schema;
+pub(crate) mod wire;
 
 use serde::{Deserialize, Serialize};
 

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use crate::error::{Error, ErrorKind, Result, WireProblem};
+use crate::example::wire::{fields, malformed, varint};
 use crate::example::{FeatureKind, FeatureSpec, Part};
 use crate::pipeline::batch::{Payload, RawBatch};
 use crate::pipeline::bytes::{BytesValues, Home};
@@ -131,76 +132,6 @@ pub struct Parser {
     spec: Vec<FeatureSpec>,
     index: HashMap<Vec<u8>, usize>,
     check_crc: bool,
-}
-
-fn malformed(problem: WireProblem) -> Error {
-    Error::new(ErrorKind::Malformed(problem))
-}
-
-#[inline]
-fn varint(buf: &[u8], pos: &mut usize) -> Result<u64> {
-    let mut value = 0u64;
-    for shift in (0..64).step_by(7) {
-        let Some(&byte) = buf.get(*pos) else {
-            return Err(malformed(WireProblem::VarintPastEnd));
-        };
-        *pos += 1;
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Ok(value);
-        }
-    }
-    Err(malformed(WireProblem::VarintTooLong))
-}
-
-#[inline]
-fn len_delimited<'a>(buf: &'a [u8], pos: &mut usize) -> Result<&'a [u8]> {
-    let len = varint(buf, pos)?;
-    let end = pos
-        .checked_add(usize::try_from(len).map_err(|_| malformed(WireProblem::LengthPastEnd))?)
-        .filter(|&e| e <= buf.len())
-        .ok_or_else(|| malformed(WireProblem::LengthPastEnd))?;
-    let out = &buf[*pos..end];
-    *pos = end;
-    Ok(out)
-}
-
-/// Skips a field of the given wire type.
-fn skip(buf: &[u8], pos: &mut usize, wire: u64) -> Result<()> {
-    match wire {
-        0 => {
-            varint(buf, pos)?;
-        }
-        1 => *pos += 8,
-        2 => {
-            len_delimited(buf, pos)?;
-        }
-        5 => *pos += 4,
-        _ => return Err(malformed(WireProblem::UnknownWireType)),
-    }
-    if *pos > buf.len() {
-        return Err(malformed(WireProblem::FixedPastEnd));
-    }
-    Ok(())
-}
-
-/// Calls `f(field, wire, payload)` for each field; `payload` is the field's bytes for
-/// length-delimited fields, empty otherwise (and the field is skipped).
-fn fields<'a>(buf: &'a [u8], mut f: impl FnMut(u64, u64, &'a [u8]) -> Result<()>) -> Result<()> {
-    let mut pos = 0;
-    while pos < buf.len() {
-        let key = varint(buf, &mut pos)?;
-        let (field, wire) = (key >> 3, key & 7);
-        if wire == 2 {
-            let payload = len_delimited(buf, &mut pos)?;
-            f(field, wire, payload)?;
-        } else {
-            let start = pos;
-            skip(buf, &mut pos, wire)?;
-            f(field, wire, &buf[start..pos])?;
-        }
-    }
-    Ok(())
 }
 
 impl Parser {

@@ -10,11 +10,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use prost::Message;
-
 use crate::error::{Error, ErrorKind, ImageProblem, Result};
-use crate::example::proto::{Example, Feature, Features};
-use crate::example::{FeatureKind, FeatureSpec};
 use crate::manifest::Skipped;
 
 /// Extensions read by default (case-insensitive).
@@ -345,65 +341,6 @@ pub fn read_image(path: &Path) -> Result<ImageData> {
         height: size.height as u64,
         width: size.width as u64,
     })
-}
-
-/// The record for one image.
-pub fn encode(file: &ImageFile, image: ImageData) -> Vec<u8> {
-    let mut f = Features::default();
-    f.feature
-        .insert("image/encoded".into(), Feature::bytes(vec![image.bytes]));
-    f.feature.insert(
-        "image/format".into(),
-        Feature::bytes(vec![image.format.as_bytes().to_vec()]),
-    );
-    f.feature.insert(
-        "image/filename".into(),
-        Feature::bytes(vec![file.rel.as_bytes().to_vec()]),
-    );
-    f.feature.insert(
-        "image/height".into(),
-        Feature::int64(vec![image.height as i64]),
-    );
-    f.feature.insert(
-        "image/width".into(),
-        Feature::int64(vec![image.width as i64]),
-    );
-    if let Some((label, text)) = &file.label {
-        f.feature
-            .insert("image/class/label".into(), Feature::int64(vec![*label]));
-        f.feature.insert(
-            "image/class/text".into(),
-            Feature::bytes(vec![text.as_bytes().to_vec()]),
-        );
-    }
-    Example { features: Some(f) }.encode_to_vec()
-}
-
-/// The feature spec of image records (every feature a scalar in every record).
-pub fn features(labels: bool, records: u64) -> Vec<FeatureSpec> {
-    let mut names = vec![
-        ("image/encoded", FeatureKind::Bytes),
-        ("image/filename", FeatureKind::Bytes),
-        ("image/format", FeatureKind::Bytes),
-        ("image/height", FeatureKind::Int64),
-        ("image/width", FeatureKind::Int64),
-    ];
-    if labels {
-        names.push(("image/class/label", FeatureKind::Int64));
-        names.push(("image/class/text", FeatureKind::Bytes));
-    }
-    names.sort_by(|a, b| a.0.cmp(b.0));
-    names
-        .into_iter()
-        .map(|(name, kind)| FeatureSpec {
-            name: name.into(),
-            kind,
-            shape: (records > 0).then(Vec::new),
-            arrow_type: None,
-            unit: None,
-            part: None,
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,68 @@
+//! Image records: one `tf.train.Example` per image file, in the layout TensorFlow's
+//! image tutorials and TFDS read (`image/encoded`, `image/format`, `image/height`, ...).
+
+use prost::Message;
+
+use crate::example::proto::{Example, Feature, Features};
+use crate::example::{FeatureKind, FeatureSpec};
+use crate::source::images::{ImageData, ImageFile};
+
+/// The record for one image: its bytes, format, file name, size and (with labels) its
+/// class, under the feature names TensorFlow's image datasets use.
+pub fn encode(file: &ImageFile, image: ImageData) -> Vec<u8> {
+    let mut f = Features::default();
+    f.feature
+        .insert("image/encoded".into(), Feature::bytes(vec![image.bytes]));
+    f.feature.insert(
+        "image/format".into(),
+        Feature::bytes(vec![image.format.as_bytes().to_vec()]),
+    );
+    f.feature.insert(
+        "image/filename".into(),
+        Feature::bytes(vec![file.rel.as_bytes().to_vec()]),
+    );
+    f.feature.insert(
+        "image/height".into(),
+        Feature::int64(vec![image.height as i64]),
+    );
+    f.feature.insert(
+        "image/width".into(),
+        Feature::int64(vec![image.width as i64]),
+    );
+    if let Some((label, text)) = &file.label {
+        f.feature
+            .insert("image/class/label".into(), Feature::int64(vec![*label]));
+        f.feature.insert(
+            "image/class/text".into(),
+            Feature::bytes(vec![text.as_bytes().to_vec()]),
+        );
+    }
+    Example { features: Some(f) }.encode_to_vec()
+}
+
+/// The feature spec of image records (every feature a scalar in every record).
+pub fn features(labels: bool, records: u64) -> Vec<FeatureSpec> {
+    let mut names = vec![
+        ("image/encoded", FeatureKind::Bytes),
+        ("image/filename", FeatureKind::Bytes),
+        ("image/format", FeatureKind::Bytes),
+        ("image/height", FeatureKind::Int64),
+        ("image/width", FeatureKind::Int64),
+    ];
+    if labels {
+        names.push(("image/class/label", FeatureKind::Int64));
+        names.push(("image/class/text", FeatureKind::Bytes));
+    }
+    names.sort_by(|a, b| a.0.cmp(b.0));
+    names
+        .into_iter()
+        .map(|(name, kind)| FeatureSpec {
+            name: name.into(),
+            kind,
+            shape: (records > 0).then(Vec::new),
+            arrow_type: None,
+            unit: None,
+            part: None,
+        })
+        .collect()
+}
