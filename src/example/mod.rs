@@ -2,6 +2,8 @@
 //! Arrow columns into record bytes; `decode` turns record bytes back into messages and
 //! JSON; `schema` is the feature spec both directions share. Knows nothing of files.
 
+pub mod bytes;
+pub mod columnar;
 pub mod decode;
 pub mod encode;
 pub mod image;

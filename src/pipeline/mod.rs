@@ -42,7 +42,6 @@
 //! ```
 
 pub mod batch;
-pub mod bytes;
 pub mod interleave;
 pub mod memory;
 pub mod parse;
@@ -61,8 +60,8 @@ use crate::error::{Error, Result};
 use crate::example::{FeatureSpec, RecordType};
 use crate::tfrecord::Compression;
 
-pub use bytes::BytesValues;
-pub use parse::{Batch, Column, Values};
+pub use crate::example::bytes::BytesValues;
+pub use crate::example::columnar::{Batch, Column, Values};
 
 use batch::{Payload, RawBatch, RawRecord};
 use interleave::Interleave;

@@ -1,137 +1,21 @@
-//! Parse: a batch of raw `tf.train.Example` records → one columnar [`Batch`].
-//!
-//! A hand-written protobuf walker appends each feature's values straight into its
-//! column: dense arrays for fixed shapes, values plus row splits for variable lengths
-//! (like `tf.RaggedTensor`), offsets plus data for bytes. No message struct per record.
-//! It checks each record's data CRC too, so that work spreads over the parse workers.
-//! Features a record has but the spec lacks are ignored, as `tf.io.parse_example` does.
+//! Parse: a batch of raw records → one columnar [`Batch`], on a parse worker. Each
+//! record's data CRC is checked here (so that work spreads over the workers), then
+//! [`Decoder`] appends its features to the batch's columns.
 
-use std::collections::HashMap;
-
-use crate::error::{Error, ErrorKind, Result, WireProblem};
-use crate::example::wire::{fields, malformed, varint};
-use crate::example::{FeatureKind, FeatureSpec, Part};
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::bytes::Home;
+use crate::example::columnar::{Batch, Decoder};
+use crate::example::FeatureSpec;
 use crate::pipeline::batch::{Payload, RawBatch};
-use crate::pipeline::bytes::{BytesValues, Home};
 use crate::tfrecord::frame;
-
-/// A column's values.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Values {
-    /// `int64_list` values.
-    Int64(Vec<i64>),
-    /// `float_list` values.
-    Float(Vec<f32>),
-    /// `bytes_list` values: short ones copied back to back, long ones (images)
-    /// referenced where they lie (see [`BytesValues`]);
-    /// [`to_offsets_and_data`](BytesValues::to_offsets_and_data) gives Arrow's layout.
-    Bytes(BytesValues),
-}
-
-impl Values {
-    fn new(kind: FeatureKind) -> Values {
-        match kind {
-            FeatureKind::Int64 => Values::Int64(Vec::new()),
-            FeatureKind::Float => Values::Float(Vec::new()),
-            FeatureKind::Bytes => Values::Bytes(BytesValues::new()),
-        }
-    }
-
-    /// The number of values.
-    pub fn len(&self) -> usize {
-        match self {
-            Values::Int64(v) => v.len(),
-            Values::Float(v) => v.len(),
-            Values::Bytes(v) => v.len(),
-        }
-    }
-
-    /// Whether there are no values.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn payload_bytes(&self) -> u64 {
-        match self {
-            Values::Int64(v) => 8 * v.len() as u64,
-            Values::Float(v) => 4 * v.len() as u64,
-            Values::Bytes(v) => v.copied_len() as u64,
-        }
-    }
-
-    fn held_bytes(&self) -> u64 {
-        match self {
-            Values::Int64(v) => 8 * v.capacity() as u64,
-            Values::Float(v) => 4 * v.capacity() as u64,
-            Values::Bytes(v) => v.held_bytes(),
-        }
-    }
-}
-
-/// One feature of a batch.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Column {
-    /// The feature name.
-    pub name: String,
-    /// Fixed shape of one row (`[]` scalar, `[n]`), or `None` for variable length.
-    pub shape: Option<Vec<u64>>,
-    /// The values of every row, row after row.
-    pub values: Values,
-    /// For variable-length columns: `rows + 1` offsets into `values`, as
-    /// `tf.RaggedTensor.row_splits`. `None` for fixed shapes (dense).
-    pub row_splits: Option<Vec<u64>>,
-}
-
-/// A batch of parsed records, column by column.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Batch {
-    /// The epoch it belongs to (from 0).
-    pub epoch: u64,
-    /// Records in it.
-    pub rows: usize,
-    /// One column per feature of the spec, in spec order.
-    pub columns: Vec<Column>,
-    /// Framed bytes of the records it came from.
-    pub record_bytes: u64,
-}
-
-impl Batch {
-    /// The column of a feature.
-    pub fn column(&self, name: &str) -> Option<&Column> {
-        self.columns.iter().find(|c| c.name == name)
-    }
-
-    /// Bytes the columns hold of their own: values and row splits (bytes values
-    /// referenced in a mapped shard live there, not here).
-    pub fn payload_bytes(&self) -> u64 {
-        self.columns
-            .iter()
-            .map(|c| {
-                c.values.payload_bytes() + 8 * c.row_splits.as_ref().map_or(0, Vec::len) as u64
-            })
-            .sum()
-    }
-
-    /// Bytes allocated for the columns' values and row splits (capacities).
-    pub(crate) fn held_bytes(&self) -> u64 {
-        self.columns
-            .iter()
-            .map(|c| {
-                c.values.held_bytes() + 8 * c.row_splits.as_ref().map_or(0, Vec::capacity) as u64
-            })
-            .sum()
-    }
-}
 
 /// Cache lines of the next record fetched ahead while one is parsed.
 const PREFETCH_LINES: usize = 4;
 
-/// Parses records into batches for one feature spec.
+/// Parses raw batches for one feature spec.
 #[derive(Debug, Clone)]
 pub struct Parser {
-    spec: Vec<FeatureSpec>,
-    index: HashMap<Vec<u8>, usize>,
-    check_crc: bool,
+    decoder: Decoder,
 }
 
 impl Parser {
@@ -141,30 +25,14 @@ impl Parser {
     ///
     /// A spec with `feature_lists` (SequenceExamples are not read by the pipeline).
     pub fn new(spec: &[FeatureSpec]) -> Result<Parser> {
-        if spec.iter().any(|f| f.part == Some(Part::FeatureLists)) {
-            return Err(Error::new(ErrorKind::SequenceExamplesUnsupported));
-        }
-        let index = spec
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.name.as_bytes().to_vec(), i))
-            .collect();
         Ok(Parser {
-            spec: spec.to_vec(),
-            index,
-            check_crc: true,
+            decoder: Decoder::new(spec)?,
         })
-    }
-
-    /// Whether to check each record's data CRC (on by default).
-    pub fn with_check_crc(mut self, check: bool) -> Parser {
-        self.check_crc = check;
-        self
     }
 
     /// The spec.
     pub fn spec(&self) -> &[FeatureSpec] {
-        &self.spec
+        self.decoder.spec()
     }
 
     /// Parses a raw batch. Returns the batch and the records' payloads, also after an
@@ -185,18 +53,7 @@ impl Parser {
         let mut spare = Vec::with_capacity(raw.records.len());
         let rows = raw.records.len();
         let epoch = raw.epoch;
-        let mut columns: Vec<Column> = self
-            .spec
-            .iter()
-            .map(|f| Column {
-                name: f.name.clone(),
-                shape: f.shape.clone(),
-                values: Values::new(f.kind),
-                row_splits: f.shape.is_none().then(|| vec![0]),
-            })
-            .collect();
-        let mut seen = vec![false; columns.len()];
-        let mut order = Vec::with_capacity(columns.len());
+        let mut columns = self.decoder.start();
         let mut record_bytes = 0;
         // Shuffled records lie far apart, each a cache miss: fetch the next record's
         // first lines while this one is checked and parsed.
@@ -222,8 +79,8 @@ impl Parser {
                 Payload::Mapped { map, range } => Home::Mapped(map, range.start),
                 Payload::Owned(_) => Home::Owned,
             };
-            let parsed = self
-                .check_and_parse(bytes, record.crc, home, &mut columns, &mut seen, &mut order)
+            let parsed = check_crc(bytes, record.crc)
+                .and_then(|()| self.decoder.decode(bytes, home, &mut columns))
                 .map_err(locate);
             if let Err(e) = parsed {
                 failed = Some(e);
@@ -234,172 +91,19 @@ impl Parser {
         if let Some(e) = failed {
             return (Err(e), spare);
         }
-        let batch = Batch {
-            epoch,
-            rows,
-            columns,
-            record_bytes,
-        };
-        (Ok(batch), spare)
-    }
-
-    /// Checks one record's CRC and appends its features to the columns.
-    fn check_and_parse(
-        &self,
-        bytes: &[u8],
-        crc: u32,
-        home: Home<'_>,
-        columns: &mut [Column],
-        seen: &mut [bool],
-        order: &mut Vec<usize>,
-    ) -> Result<()> {
-        if self.check_crc && frame::masked_crc32c(bytes) != crc {
-            return Err(Error::new(ErrorKind::Frame {
-                problem: crate::error::FrameProblem::DataCrc,
-                detail: crate::error::FrameDetail::DataCrc {
-                    len: bytes.len() as u64,
-                },
-            }));
-        }
-        seen.iter_mut().for_each(|s| *s = false);
-        self.parse_record(bytes, home, columns, seen, order)?;
-        for (i, column) in columns.iter_mut().enumerate() {
-            match &mut column.row_splits {
-                Some(splits) => splits.push(column.values.len() as u64),
-                None if !seen[i] => {
-                    self.spec[i]
-                        .check_missing()
-                        .map_err(|m| Error::new(ErrorKind::RecordMismatch(m)))?;
-                }
-                None => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn parse_record(
-        &self,
-        bytes: &[u8],
-        home: Home<'_>,
-        columns: &mut [Column],
-        seen: &mut [bool],
-        order: &mut Vec<usize>,
-    ) -> Result<()> {
-        let mut entry_index = 0;
-        fields(bytes, |field, wire, features| {
-            if field != 1 || wire != 2 {
-                return Ok(());
-            }
-            fields(features, |field, wire, entry| {
-                if field != 1 || wire != 2 {
-                    return Ok(());
-                }
-                let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
-                fields(entry, |field, _, payload| {
-                    match field {
-                        1 => key = payload,
-                        2 => value = payload,
-                        _ => {}
-                    }
-                    Ok(())
-                })?;
-                // Records of a shard list their features in the same order: the k-th
-                // entry is most likely the column the k-th entry of the last record was,
-                // which one comparison confirms; the hash lookup is the fallback.
-                let k = entry_index;
-                entry_index += 1;
-                let i = match order.get(k) {
-                    Some(&i) if self.spec[i].name.as_bytes() == key => i,
-                    _ => {
-                        let Some(&i) = self.index.get(key) else {
-                            return Ok(());
-                        };
-                        if k < order.len() {
-                            order[k] = i;
-                        } else if k == order.len() {
-                            order.push(i);
-                        }
-                        i
-                    }
-                };
-                if std::mem::replace(&mut seen[i], true) {
-                    return Err(malformed(WireProblem::DuplicateFeature {
-                        feature: columns[i].name.clone(),
-                    }));
-                }
-                let before = columns[i].values.len();
-                let kind = append_feature(value, &mut columns[i].values, bytes, home)
-                    .map_err(|e| e.with_column(columns[i].name.clone()))?;
-                let count = (columns[i].values.len() - before) as u64;
-                self.spec[i]
-                    .check_values(kind, count)
-                    .map_err(|m| Error::new(ErrorKind::RecordMismatch(m)))
-            })
-        })
+        (Ok(columns.finish(epoch, rows, record_bytes)), spare)
     }
 }
 
-/// Appends the values of one `Feature` message; returns the kind of its value list
-/// (`None`: it has none). A list of another kind than `values` is left alone, for the
-/// spec check to name. `record` and `home` say where the bytes lie, so long values can
-/// be referenced.
-fn append_feature(
-    feature: &[u8],
-    values: &mut Values,
-    record: &[u8],
-    home: Home<'_>,
-) -> Result<Option<FeatureKind>> {
-    let mut kind_seen = None;
-    fields(feature, |field, wire, list| {
-        if wire != 2 {
-            return Ok(());
-        }
-        let kind = match field {
-            1 => FeatureKind::Bytes,
-            2 => FeatureKind::Float,
-            3 => FeatureKind::Int64,
-            _ => return Ok(()),
-        };
-        kind_seen = Some(kind);
-        match (kind, &mut *values) {
-            (FeatureKind::Int64, Values::Int64(out)) => fields(list, |f, wire, payload| {
-                match (f, wire) {
-                    (1, 2) => {
-                        let mut pos = 0;
-                        while pos < payload.len() {
-                            out.push(varint(payload, &mut pos)? as i64);
-                        }
-                    }
-                    (1, 0) => out.push(varint(payload, &mut 0)? as i64),
-                    _ => {}
-                }
-                Ok(())
-            }),
-            (FeatureKind::Float, Values::Float(out)) => fields(list, |f, wire, payload| {
-                match (f, wire) {
-                    (1, 2) if payload.len() % 4 == 0 => {
-                        out.extend(
-                            payload
-                                .chunks_exact(4)
-                                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
-                        );
-                    }
-                    (1, 2) => return Err(malformed(WireProblem::PackedFloatLength)),
-                    (1, 5) => out.push(f32::from_le_bytes([
-                        payload[0], payload[1], payload[2], payload[3],
-                    ])),
-                    _ => {}
-                }
-                Ok(())
-            }),
-            (FeatureKind::Bytes, Values::Bytes(out)) => fields(list, |f, wire, payload| {
-                if (f, wire) == (1, 2) {
-                    out.push_from(payload, record, home);
-                }
-                Ok(())
-            }),
-            _ => Ok(()),
-        }
-    })?;
-    Ok(kind_seen)
+/// A record's payload against the data CRC stored after it.
+fn check_crc(bytes: &[u8], crc: u32) -> Result<()> {
+    if frame::masked_crc32c(bytes) != crc {
+        return Err(Error::new(ErrorKind::Frame {
+            problem: crate::error::FrameProblem::DataCrc,
+            detail: crate::error::FrameDetail::DataCrc {
+                len: bytes.len() as u64,
+            },
+        }));
+    }
+    Ok(())
 }

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 
 use crate::error::Result;
+use crate::example::columnar::Batch;
 use crate::pipeline::memory::Held;
-use crate::pipeline::parse::Batch;
 
 /// A parsed batch (or the error that stopped the pipeline) and its place in the order.
 pub type Ready = (u64, Result<Batch>);
@@ -164,7 +164,7 @@ impl Prefetch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pipeline::parse::{Column, Values};
+    use crate::example::columnar::{Column, Values};
     use crossbeam_channel::unbounded;
 
     /// A batch whose columns hold `bytes` of copied values.
