@@ -39,7 +39,7 @@ fn main() {
             let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(path).expect("open"))
                 .expect("parquet")
                 .with_row_groups(vec![*group])
-                .with_batch_size(tfshard::source::parquet::BATCH_ROWS)
+                .with_batch_size(tfshard::convert::PARQUET_BATCH_ROWS)
                 .build()
                 .expect("reader");
             reader.map(|b| b.expect("decode").num_rows()).sum::<usize>()

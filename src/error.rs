@@ -514,15 +514,6 @@ impl Error {
             _ => None,
         }
     }
-
-    /// The fixed phrase for a framing or decode problem, as `verify` reports it.
-    pub fn problem_phrase(&self) -> Option<&'static str> {
-        match &self.0.kind {
-            ErrorKind::Frame { problem, .. } => Some(problem.phrase()),
-            ErrorKind::Decode { .. } => Some("decode error"),
-            _ => None,
-        }
-    }
 }
 
 impl fmt::Debug for Error {

@@ -53,8 +53,8 @@ pub mod manifest;
 pub mod pipeline;
 pub mod progress;
 pub mod records;
-pub mod shard;
-pub mod source;
+pub(crate) mod shard;
+pub(crate) mod source;
 pub mod tfrecord;
 pub mod verify;
 

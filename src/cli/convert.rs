@@ -10,6 +10,7 @@ use serde_json::json;
 use super::{output, CliError, CliResult, Common};
 use tfshard::convert::{
     ConvertOptions, ConvertSummary, Converter, ImageOptions, Labels, OnError, ShuffleOptions,
+    DEFAULT_SHUFFLE_MEMORY,
 };
 use tfshard::example::encode::EncodeOptions;
 use tfshard::example::RecordType;
@@ -51,14 +52,9 @@ pub struct ImagesArgs {
     /// Labels: `dirname` (each first-level folder is a class, sorted, 0..K-1), `none`, or a CSV file with columns filename,label.
     #[arg(long, value_name = "dirname|none|FILE.csv", default_value = "dirname")]
     pub labels: String,
-    /// File extensions to read (case-insensitive).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "EXT,EXT",
-        default_value = "jpg,jpeg,png,gif,bmp,webp"
-    )]
-    pub extensions: Vec<String>,
+    /// File extensions to read (case-insensitive) [default: jpg,jpeg,png,gif,bmp,webp].
+    #[arg(long, value_delimiter = ',', value_name = "EXT,EXT")]
+    pub extensions: Option<Vec<String>>,
     /// A file that is not a readable image: stop (fail) or leave it out (skip).
     #[arg(long, value_enum, default_value_t = OnErrorFlag::Fail)]
     pub on_error: OnErrorFlag,
@@ -82,11 +78,13 @@ impl ImagesArgs {
             "none" => Labels::None,
             file => Labels::Csv(PathBuf::from(file)),
         };
-        let extensions: Vec<String> = self
-            .extensions
-            .iter()
-            .map(|e| e.trim_start_matches('.').to_owned())
-            .collect();
+        let extensions: Vec<String> = match &self.extensions {
+            Some(given) => given
+                .iter()
+                .map(|e| e.trim_start_matches('.').to_owned())
+                .collect(),
+            None => ImageOptions::default().extensions,
+        };
         let on_error = match self.on_error {
             OnErrorFlag::Fail => OnError::Fail,
             OnErrorFlag::Skip => OnError::Skip,
@@ -162,9 +160,9 @@ pub struct ShuffleFlags {
     /// Seed of --shuffle and of position-based --split.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Memory for --shuffle's in-memory sorts (the output does not depend on it).
-    #[arg(long, value_name = "SIZE", default_value = "1GiB")]
-    pub shuffle_memory: String,
+    /// Memory for --shuffle's in-memory sorts (the output does not depend on it) [default: 1GiB].
+    #[arg(long, value_name = "SIZE")]
+    pub shuffle_memory: Option<String>,
     /// Folder for --shuffle's temporary files [default: a hidden folder in the output folder].
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
@@ -198,7 +196,10 @@ impl ShuffleFlags {
     fn apply(&self, options: &mut ConvertOptions, prefix_given: bool) -> Result<(), CliError> {
         options.seed = self.seed;
         if self.shuffle {
-            let memory_bytes = parse_size(&self.shuffle_memory)?;
+            let memory_bytes = match &self.shuffle_memory {
+                Some(size) => parse_size(size)?,
+                None => DEFAULT_SHUFFLE_MEMORY,
+            };
             options.shuffle = Some(ShuffleOptions {
                 memory_bytes,
                 tmp_dir: self.tmp_dir.clone(),

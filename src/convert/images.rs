@@ -31,15 +31,15 @@ pub struct ImageOptions {
     pub on_error: OnError,
 }
 
-/// The image formats read by default (what TensorFlow's `decode_image` decodes).
-pub const DEFAULT_EXTENSIONS: [&str; 6] = ["jpg", "jpeg", "png", "gif", "bmp", "webp"];
-
 impl Default for ImageOptions {
     /// Labels from class folders, the common extensions, a bad file stops the run.
     fn default() -> ImageOptions {
         ImageOptions {
             labels: Labels::DirName,
-            extensions: DEFAULT_EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+            extensions: images::DEFAULT_EXTENSIONS
+                .iter()
+                .map(|e| e.to_string())
+                .collect(),
             on_error: OnError::Fail,
         }
     }

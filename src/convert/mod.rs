@@ -42,8 +42,12 @@ use crate::shard::OutputDir;
 use crate::tfrecord::Compression;
 
 pub use crate::source::images::{Labels, OnError};
+pub use crate::source::parquet::BATCH_ROWS as PARQUET_BATCH_ROWS;
 pub use images::ImageOptions;
 
+/// Default `--shuffle-memory`: 1 GiB, enough to sort a few GB of records with no bucket
+/// file (they stay in memory while they fit half the budget).
+pub const DEFAULT_SHUFFLE_MEMORY: u64 = 1 << 30;
 /// Default `--target-shard-size`: 256 MiB, the size TensorFlow's performance guide
 /// suggests (100 MB+ per file, ≥ 10× the number of hosts reading).
 pub const DEFAULT_TARGET_BYTES: u64 = 256 << 20;

@@ -10,7 +10,6 @@
 //! serialization byte for byte, which the tests check.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::*;
@@ -1067,21 +1066,6 @@ impl Column {
 /// The number of steps the outer ranges of `rows` rows cover.
 fn step_count(outer: &Ranges, rows: usize) -> usize {
     (0..rows).map(|r| outer.get(r).1).max().unwrap_or(0)
-}
-
-/// Shared with tests: the column names of a schema, flattened.
-pub fn flattened_names(schema: &Schema) -> Vec<String> {
-    flatten(schema).into_iter().map(|(n, _, _)| n).collect()
-}
-
-/// A schema with only the given top-level columns, in order.
-pub fn project_schema(schema: &Schema, roots: &[usize]) -> Arc<Schema> {
-    Arc::new(Schema::new(
-        roots
-            .iter()
-            .map(|&i| schema.field(i).clone())
-            .collect::<Vec<_>>(),
-    ))
 }
 
 /// Checks that two schemas map to the same features (nullability, metadata and

@@ -6,7 +6,7 @@ pub mod bytes;
 pub mod columnar;
 pub mod decode;
 pub mod encode;
-pub mod image;
+pub(crate) mod image;
 pub mod proto;
 pub mod schema;
 pub(crate) mod wire;

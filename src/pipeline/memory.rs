@@ -82,6 +82,7 @@ impl Held {
     }
 
     /// Bytes held now.
+    #[cfg(test)]
     pub fn now(&self) -> u64 {
         self.now.load(Ordering::Relaxed)
     }

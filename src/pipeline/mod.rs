@@ -41,12 +41,12 @@
 //! # Ok::<(), tfshard::Error>(())
 //! ```
 
-pub mod batch;
-pub mod interleave;
-pub mod memory;
-pub mod parse;
-pub mod prefetch;
-pub mod shuffle;
+pub(crate) mod batch;
+pub(crate) mod interleave;
+pub(crate) mod memory;
+pub(crate) mod parse;
+pub(crate) mod prefetch;
+pub(crate) mod shuffle;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -30,11 +30,6 @@ impl Parser {
         })
     }
 
-    /// The spec.
-    pub fn spec(&self) -> &[FeatureSpec] {
-        self.decoder.spec()
-    }
-
     /// Parses a raw batch. Returns the batch and the records' payloads, also after an
     /// error: buffers to reuse, and map references for the producer to drop (dropping
     /// them there, a batch at a time, keeps the maps' reference counts from bouncing

@@ -96,11 +96,6 @@ impl OutputDir {
         &self.tmp
     }
 
-    /// The output folder.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Where the manifest goes.
     pub fn manifest_path(&self) -> PathBuf {
         self.dir.join(name::manifest_name(&self.prefix))

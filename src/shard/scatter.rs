@@ -15,8 +15,6 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::shard::ShardWriter;
 
-/// Default `--shuffle-memory`: 1 GiB.
-pub const DEFAULT_SHUFFLE_MEMORY: u64 = 1 << 30;
 /// Bucket files written at once (each with a small write buffer).
 const MAX_BUCKETS: usize = 512;
 /// Write buffer per bucket file.

@@ -362,11 +362,6 @@ impl ShardWriter {
     pub fn total_framed(&self) -> u64 {
         self.cumulative
     }
-
-    /// Shards closed so far plus the open one.
-    pub fn shard_count(&self) -> usize {
-        self.closed.len() + usize::from(self.current.is_some())
-    }
 }
 
 #[cfg(test)]

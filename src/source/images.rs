@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorKind, ImageProblem, Result};
 use crate::manifest::Skipped;
 
 /// Extensions read by default (case-insensitive).
-pub const DEFAULT_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "gif", "bmp", "webp"];
+pub(crate) const DEFAULT_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "gif", "bmp", "webp"];
 
 /// Where labels come from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -37,18 +37,6 @@ impl<W: Write> RecordWriter<W> {
         Ok(())
     }
 
-    /// Writes bytes that are already framed (from [`frame::append_record`]).
-    ///
-    /// # Errors
-    ///
-    /// The underlying writer's I/O error.
-    pub fn write_framed(&mut self, framed: &[u8], records: u64) -> Result<()> {
-        self.inner.write_all(framed)?;
-        self.records += records;
-        self.bytes += framed.len() as u64;
-        Ok(())
-    }
-
     /// Records written so far.
     pub fn records(&self) -> u64 {
         self.records
