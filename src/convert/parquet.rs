@@ -156,6 +156,32 @@ struct Pass {
     rows_per_input: Vec<u64>,
 }
 
+impl Pass {
+    fn new(plan: &EncodePlan, inputs: usize) -> Pass {
+        Pass {
+            stats: plan.new_stats(),
+            rows_per_input: vec![0; inputs],
+        }
+    }
+
+    /// Writes a unit's encoded batch (in unit order) and counts it.
+    fn write(
+        &mut self,
+        unit: &Unit,
+        batch: &EncodedBatch,
+        batch_stats: &EncodeStats,
+        writer: &mut Router,
+        options: &ConvertOptions,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        writer.put_batch(batch)?;
+        self.stats.merge(batch_stats);
+        self.rows_per_input[unit.input] += batch_stats.rows;
+        progress.advance(batch_stats.rows, writer.bytes_written());
+        options.cancel.check()
+    }
+}
+
 /// Decodes and encodes units on `threads` workers; writes their records in unit order.
 /// With one thread, this thread does it all (so `--threads 1` keeps one core busy).
 fn write_pass(
@@ -244,23 +270,15 @@ fn write_in_order(
     recycle: &crossbeam_channel::Sender<EncodedBatch>,
 ) -> Result<Pass> {
     let input_count = units.iter().map(|u| u.input + 1).max().unwrap_or(0);
-    let mut stats = plan.new_stats();
-    let mut rows_per_input = vec![0u64; input_count];
+    let mut pass = Pass::new(plan, input_count);
     for (unit, rx) in units.iter().zip(receivers) {
         for message in rx {
             let (batch, batch_stats) = message?;
-            writer.put_batch(&batch)?;
+            pass.write(unit, &batch, &batch_stats, writer, options, progress)?;
             let _ = recycle.send(batch);
-            stats.merge(&batch_stats);
-            rows_per_input[unit.input] += batch_stats.rows;
-            progress.advance(batch_stats.rows, writer.bytes_written());
-            options.cancel.check()?;
         }
     }
-    Ok(Pass {
-        stats,
-        rows_per_input,
-    })
+    Ok(pass)
 }
 
 /// [`write_pass`] on this thread alone: each batch is encoded and written in turn.
@@ -272,8 +290,7 @@ fn write_inline(
     writer: &mut Router,
     progress: &dyn Progress,
 ) -> Result<Pass> {
-    let mut stats = plan.new_stats();
-    let mut rows_per_input = vec![0u64; inputs.len()];
+    let mut pass = Pass::new(plan, inputs.len());
     let mut encoded = EncodedBatch::default();
     for unit in units {
         source::read_row_group(
@@ -285,16 +302,9 @@ fn write_inline(
                 encoded.clear();
                 let mut batch_stats = plan.new_stats();
                 plan.encode_batch(&batch, &mut encoded, &mut batch_stats)?;
-                writer.put_batch(&encoded)?;
-                stats.merge(&batch_stats);
-                rows_per_input[unit.input] += batch_stats.rows;
-                progress.advance(batch_stats.rows, writer.bytes_written());
-                options.cancel.check()
+                pass.write(unit, &encoded, &batch_stats, writer, options, progress)
             },
         )?;
     }
-    Ok(Pass {
-        stats,
-        rows_per_input,
-    })
+    Ok(pass)
 }
