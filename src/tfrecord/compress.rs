@@ -331,6 +331,7 @@ pub fn compressed_bound(input: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tfrecord::reader::tests::problem;
 
     fn compress(data: &[u8], compression: Compression) -> Vec<u8> {
         let mut enc = Encoder::new(Vec::new(), compression);
@@ -346,13 +347,6 @@ mod tests {
             Compression::None => unreachable!(),
         };
         result.map(|_| out).map_err(Error::from)
-    }
-
-    fn problem(err: &Error) -> FrameProblem {
-        match err.kind() {
-            ErrorKind::Frame { problem, .. } => *problem,
-            other => panic!("not a frame error: {other:?}"),
-        }
     }
 
     #[test]

@@ -315,7 +315,8 @@ pub(crate) mod tests {
         }
     }
 
-    fn problem(err: &Error) -> FrameProblem {
+    /// The frame problem of an error that must be one.
+    pub(crate) fn problem(err: &Error) -> FrameProblem {
         match err.kind() {
             ErrorKind::Frame { problem, .. } => *problem,
             other => panic!("not a frame error: {other:?}"),
