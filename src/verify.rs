@@ -26,7 +26,7 @@ use crate::example::proto::{Feature, Features, Kind};
 use crate::example::schema::{FeatureKind, FeatureSpec, Part, SpecInference, SpecMismatch};
 use crate::example::{decode_record, Record, RecordType};
 use crate::manifest::{self, Manifest, ShardInfo, MANIFEST_SUFFIX};
-use crate::progress::Progress;
+use crate::progress::{CancelToken, Progress};
 use crate::shard::name::is_own_shard;
 use crate::tfrecord::{self, Compression, HashingReader, RecordReader};
 
@@ -142,6 +142,7 @@ fn problem(file: &Path, record: Option<u64>, offset: Option<u64>, text: String) 
 pub struct Verifier {
     options: VerifyOptions,
     pool: rayon::ThreadPool,
+    cancel: CancelToken,
 }
 
 /// Builds a [`Verifier`].
@@ -149,6 +150,7 @@ pub struct Verifier {
 pub struct VerifierBuilder {
     options: VerifyOptions,
     threads: usize,
+    cancel: CancelToken,
 }
 
 impl Verifier {
@@ -165,6 +167,7 @@ impl Verifier {
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1),
+            cancel: CancelToken::new(),
         }
     }
 
@@ -172,10 +175,12 @@ impl Verifier {
     ///
     /// # Errors
     ///
-    /// As [`verify`]: only what stops verification itself; every problem with the
-    /// shards is in the report.
+    /// As [`verify`]: only what stops verification itself (or [`ErrorKind::Interrupted`]
+    /// once the cancel token is cancelled: no shard is started after that); every problem
+    /// with the shards is in the report.
     pub fn run(&self, progress: &dyn Progress) -> Result<VerifyReport> {
-        self.pool.install(|| verify(&self.options, progress))
+        self.pool
+            .install(|| verify(&self.options, &self.cancel, progress))
     }
 }
 
@@ -216,6 +221,12 @@ impl VerifierBuilder {
         self
     }
 
+    /// A token that stops the run when cancelled.
+    pub fn with_cancel(mut self, cancel: CancelToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
     /// Checks the options and starts the pool.
     ///
     /// # Errors
@@ -243,6 +254,7 @@ impl VerifierBuilder {
         Ok(Verifier {
             options: self.options,
             pool,
+            cancel: self.cancel,
         })
     }
 }
@@ -253,7 +265,11 @@ impl VerifierBuilder {
 ///
 /// Only what stops verification itself: a path that does not exist, a folder with no
 /// manifest and no shard, or a manifest that is not JSON. Everything wrong with the shards is a [`Problem`] in the report.
-pub(crate) fn verify(options: &VerifyOptions, progress: &dyn Progress) -> Result<VerifyReport> {
+pub(crate) fn verify(
+    options: &VerifyOptions,
+    cancel: &CancelToken,
+    progress: &dyn Progress,
+) -> Result<VerifyReport> {
     let started = Instant::now();
     let mut problems = Vec::new();
     let mut jobs = Vec::new();
@@ -302,12 +318,16 @@ pub(crate) fn verify(options: &VerifyOptions, progress: &dyn Progress) -> Result
     let outcomes: Vec<Outcome> = jobs
         .par_iter()
         .map(|job| {
+            if cancel.is_cancelled() {
+                return Outcome::default();
+            }
             let outcome = check_shard(job, options.deep);
             let so_far = done.fetch_add(outcome.bytes, Ordering::Relaxed) + outcome.bytes;
             progress.advance(outcome.bytes, so_far);
             outcome
         })
         .collect();
+    cancel.check()?;
     let mut records = 0;
     let mut bytes = 0;
     let mut inference: Option<SpecInference> = None;

@@ -402,3 +402,21 @@ fn a_folder_without_shards_is_an_error_not_an_empty_success() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.lines().count(), 1);
 }
+
+/// Issue #12: a verification takes a cancel token like every run.
+#[test]
+fn a_cancelled_verification_stops_with_interrupted() {
+    let dir = clean("verify_cancel", &[]);
+    let cancel = tfshard::CancelToken::new();
+    let verifier = tfshard::Verifier::builder(vec![dir])
+        .with_cancel(cancel.clone())
+        .build()
+        .unwrap();
+    assert!(verifier.run(&tfshard::NoProgress).unwrap().ok);
+    cancel.cancel();
+    let err = verifier.run(&tfshard::NoProgress).unwrap_err();
+    assert!(
+        matches!(err.kind(), tfshard::ErrorKind::Interrupted),
+        "{err}"
+    );
+}
