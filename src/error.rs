@@ -435,6 +435,14 @@ impl Error {
         }))
     }
 
+    /// [`ErrorKind::InvalidOption`]: an option no run could honour (exit 2).
+    pub fn invalid_option(option: &'static str, reason: impl Into<String>) -> Error {
+        Error::new(ErrorKind::InvalidOption {
+            option,
+            reason: reason.into(),
+        })
+    }
+
     /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
         &self.0.kind

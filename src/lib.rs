@@ -8,9 +8,9 @@
 //! manifest), [`Verifier`] (framing, CRCs, manifest, schema) and [`Pipeline`] (shards →
 //! columnar batches through interleave, shuffle, batch, parallel parse and prefetch).
 //!
-//! The modules follow the data: [`source`] yields Arrow batches (or image files) in
+//! The modules follow the data: `source` yields Arrow batches (or image files) in
 //! input order; [`example`] is the `tf.train.Example` codec, both ways; [`convert`]
-//! routes the records into splits and [`shard`] frames them ([`tfrecord`]) into shards
+//! routes the records into splits and `shard` frames them ([`tfrecord`]) into shards
 //! of a target size under hidden temporary names, then commits every output with its
 //! [`manifest`]. Going the other way, [`dataset`] finds shards and their manifests,
 //! [`tfrecord`] reads frames, and [`pipeline`] and [`records`] decode them.

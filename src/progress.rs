@@ -21,6 +21,20 @@ pub struct NoProgress;
 
 impl Progress for NoProgress {}
 
+/// A run's own thread pool of `threads` threads, named `tfshard-{name}N` (the names
+/// show in `top -H`, `perf` and debuggers).
+///
+/// # Errors
+///
+/// An I/O error when the threads cannot start.
+pub(crate) fn thread_pool(threads: usize, name: &'static str) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("tfshard-{name}{i}"))
+        .build()
+        .map_err(|e| Error::from(std::io::Error::other(e)))
+}
+
 /// Asks a run to stop: the run checks it between batches, removes its temporaries and
 /// returns [`ErrorKind::Interrupted`]. Clones share one flag. (The binary sets it from
 /// its SIGINT/SIGTERM handler through [`CancelToken::flag`].)

@@ -175,8 +175,9 @@ impl Verifier {
     ///
     /// # Errors
     ///
-    /// As [`verify`]: only what stops verification itself (or [`ErrorKind::Interrupted`]
-    /// once the cancel token is cancelled: no shard is started after that); every problem
+    /// Only what stops verification itself (a missing path, a folder with no manifest and no
+    /// shard, a manifest that is not JSON), or [`ErrorKind::Interrupted`]
+    /// once the cancel token is cancelled (no shard is started after that); every problem
     /// with the shards is in the report.
     pub fn run(&self, progress: &dyn Progress) -> Result<VerifyReport> {
         self.pool
@@ -234,23 +235,14 @@ impl VerifierBuilder {
     /// [`ErrorKind::InvalidOption`]: no path and no manifest, or no thread; an I/O
     /// error when the pool's threads cannot start.
     pub fn build(self) -> Result<Verifier> {
-        let invalid = |option, reason: &str| {
-            Err(crate::Error::new(ErrorKind::InvalidOption {
-                option,
-                reason: reason.into(),
-            }))
-        };
+        let invalid = |option, reason: &str| Err(crate::Error::invalid_option(option, reason));
         if self.options.paths.is_empty() && self.options.manifest.is_none() {
             return invalid("paths", "give a path or a manifest");
         }
         if self.threads == 0 {
             return invalid("threads", "must be at least 1");
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(self.threads)
-            .thread_name(|i| format!("tfshard-verify{i}"))
-            .build()
-            .map_err(|e| crate::Error::from(std::io::Error::other(e)))?;
+        let pool = crate::progress::thread_pool(self.threads, "verify")?;
         Ok(Verifier {
             options: self.options,
             pool,

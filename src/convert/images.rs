@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::convert::route::Router;
 use crate::convert::{ConvertOptions, Source};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::example::encode::{EncodeOptions, EncodedBatch};
 use crate::example::image;
 use crate::example::RecordType;
@@ -51,14 +51,9 @@ impl ImageOptions {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidOption`] naming the option.
+    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option.
     pub fn validate(&self, options: &ConvertOptions) -> Result<()> {
-        let invalid = |option, reason: &str| {
-            Err(Error::new(ErrorKind::InvalidOption {
-                option,
-                reason: reason.into(),
-            }))
-        };
+        let invalid = |option, reason: &str| Err(Error::invalid_option(option, reason));
         if options.inputs.len() != 1 {
             return invalid("inputs", "the image converter reads one folder");
         }

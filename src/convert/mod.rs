@@ -5,8 +5,8 @@
 //! [`Converter`] is the front door: `Converter::parquet(inputs)` or
 //! `Converter::images(dir)`, then `.output(dir)` and options, then `build()` (which
 //! checks every rule about the options, so a run fails only on its data), then
-//! `run(&progress)`. Each source lives in one file behind the [`Source`] trait
-//! ([`parquet`], [`images`]); [`route`] holds splits, `--shuffle` and `--min-shards`. A
+//! `run(&progress)`. Each source lives in one file behind the `Source` trait
+//! (`parquet`, `images`); `route` holds splits, `--shuffle` and `--min-shards`. A
 //! run owns a thread pool of its `threads` and stops when its [`CancelToken`] is
 //! cancelled.
 //!
@@ -33,7 +33,7 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::example::encode::EncodeOptions;
 use crate::example::RecordType;
 use crate::manifest::{self, InputInfo, Manifest, MANIFEST_VERSION};
@@ -63,10 +63,10 @@ const SPLIT_SUM_TOLERANCE: f64 = 1e-9;
 /// outside it or hidden.
 fn check_prefix(option: &'static str, prefix: &str) -> Result<()> {
     if prefix.is_empty() || prefix.contains(['/', '\\', '\0']) || prefix.starts_with('.') {
-        return Err(Error::new(ErrorKind::InvalidOption {
+        return Err(Error::invalid_option(
             option,
-            reason: format!("{prefix:?} is not a plain file name prefix"),
-        }));
+            format!("{prefix:?} is not a plain file name prefix"),
+        ));
     }
     Ok(())
 }
@@ -176,10 +176,9 @@ impl ConvertOptions {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidOption`] naming the option.
+    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option.
     pub fn validate(&self) -> Result<()> {
-        let invalid =
-            |option, reason: String| Err(Error::new(ErrorKind::InvalidOption { option, reason }));
+        let invalid = |option, reason: String| Err(Error::invalid_option(option, reason));
         if self.inputs.is_empty() {
             return invalid("inputs", "no input given".into());
         }
@@ -378,7 +377,7 @@ impl Converter {
     /// # Errors
     ///
     /// Bad input (named by file, column and row), a non-empty output folder without
-    /// overwrite, an I/O error, or [`ErrorKind::Interrupted`] once the cancel token is
+    /// overwrite, an I/O error, or [`Interrupted`](crate::ErrorKind::Interrupted) once the cancel token is
     /// cancelled. On any error the output folder holds none of this run's files, and an
     /// earlier run's output is left as it was.
     pub fn run(&self, progress: &dyn Progress) -> Result<ConvertSummary> {
@@ -489,25 +488,18 @@ impl ConverterBuilder {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::InvalidOption`] naming the option (no output folder included), or
+    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option (no output folder included), or
     /// an I/O error when the pool's threads cannot start.
     pub fn build(self) -> Result<Converter> {
         let ConverterBuilder { options, input } = self;
         if options.output.as_os_str().is_empty() {
-            return Err(Error::new(ErrorKind::InvalidOption {
-                option: "output",
-                reason: "no output folder given".into(),
-            }));
+            return Err(Error::invalid_option("output", "no output folder given"));
         }
         options.validate()?;
         if let Input::Images(images) = &input {
             images.validate(&options)?;
         }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(options.threads)
-            .thread_name(|i| format!("tfshard-convert{i}"))
-            .build()
-            .map_err(|e| Error::from(std::io::Error::other(e)))?;
+        let pool = crate::progress::thread_pool(options.threads, "convert")?;
         Ok(Converter {
             options,
             input,
@@ -571,6 +563,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ErrorKind;
 
     fn options() -> ConvertOptions {
         ConvertOptions::new(vec!["in.parquet".into()], "out".into())
