@@ -5,7 +5,6 @@
 //! `*.tfrecord.gz` and `*.tfrecord.zlib` in it, sorted by name. A manifest file names
 //! its shards.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -35,14 +34,10 @@ pub fn is_shard_file_name(name: &str) -> bool {
 ///
 /// The folder cannot be listed.
 pub fn shard_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(dir).map_err(|e| Error::from(e).with_file(dir))? {
-        let entry = entry.map_err(|e| Error::from(e).with_file(dir))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if is_shard_file_name(&name) && entry.path().is_file() {
-            out.push(entry.path());
-        }
-    }
+    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir)?
+        .into_iter()
+        .filter(|p| is_shard_file_name(&p.file_name().unwrap_or_default().to_string_lossy()))
+        .collect();
     out.sort();
     Ok(out)
 }
@@ -72,8 +67,7 @@ impl Dataset {
     pub fn discover(paths: &[PathBuf]) -> Result<Dataset> {
         let mut set = Dataset::default();
         for path in paths {
-            let meta = fs::metadata(path).map_err(|e| Error::from(e).with_file(path))?;
-            if meta.is_dir() {
+            if crate::store::paths::is_dir(path)? {
                 let manifests = manifest::manifests_in(path)?;
                 if manifests.is_empty() {
                     set.shards.extend(unlisted_shards(path)?);

@@ -409,6 +409,45 @@ pub enum ErrorKind {
     /// A record that does not fit the feature spec.
     #[error("schema mismatch: {0}")]
     RecordMismatch(crate::example::schema::SpecMismatch),
+    /// A store request failed (the URL is the location): access denied, not found,
+    /// unreachable, throttled past the retries, an input changed during the run.
+    #[error("{problem}: {detail}")]
+    Store {
+        /// The cause, as the line's fixed phrase says it.
+        problem: crate::store::StoreProblem,
+        /// What the store said, or the hint that helps (never a secret).
+        detail: String,
+    },
+    /// Another run holds the output's publishing claim, or published first.
+    #[error(
+        "another run is publishing to this output (or one was killed while publishing): \
+         nothing was published; rerun with --overwrite to replace it"
+    )]
+    OutputClaimed,
+    /// A Delta Lake or Iceberg table folder: its data files include removed ones.
+    #[error(
+        "this folder is {format} table ({marker}): its data files include removed ones, so \
+         converting the folder would duplicate or resurrect rows; export a snapshot to \
+         Parquet first (e.g. deltalake's DeltaTable.to_pyarrow_dataset())"
+    )]
+    TableFormat {
+        /// `a Delta Lake` or `an Iceberg`.
+        format: &'static str,
+        /// What gave it away (`_delta_log/`, `metadata/*.metadata.json`).
+        marker: &'static str,
+    },
+    /// Hive partition keys that differ between files under `--partitioning hive`.
+    #[error("partition keys differ: {detail}")]
+    PartitionKeys {
+        /// Which files and keys.
+        detail: String,
+    },
+    /// A partition key that is also a column of the files.
+    #[error("partition key \"{key}\" is also a column of the files (rename one, or use --partitioning none)")]
+    PartitionColumn {
+        /// The key.
+        key: String,
+    },
     /// The run was stopped through its [`crate::progress::CancelToken`] (the binary's
     /// SIGINT/SIGTERM handler); its temporaries are removed.
     #[error("interrupted")]

@@ -55,6 +55,7 @@ pub mod progress;
 pub mod records;
 pub(crate) mod shard;
 pub(crate) mod source;
+pub mod store;
 pub mod tfrecord;
 pub mod verify;
 

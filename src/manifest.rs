@@ -31,6 +31,10 @@ pub struct InputInfo {
     pub bytes: u64,
     /// Rows read from it.
     pub rows: u64,
+    /// The object's ETag (or version) for an input read from a store: the run's reads
+    /// were pinned to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
 }
 
 /// One shard.
@@ -100,7 +104,7 @@ impl Manifest {
     ///
     /// The file cannot be read or is not a manifest.
     pub fn read(path: &Path) -> Result<Manifest> {
-        let bytes = fs::read(path).map_err(|e| Error::from(e).with_file(path))?;
+        let bytes = crate::store::paths::read(path)?;
         serde_json::from_slice(&bytes)
             .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(path))
     }
@@ -146,16 +150,13 @@ pub fn is_safe_relative(file: &str) -> bool {
 ///
 /// The folder cannot be listed.
 pub fn manifests_in(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    let entries = fs::read_dir(dir).map_err(|e| Error::from(e).with_file(dir))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| Error::from(e).with_file(dir))?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if name.ends_with(MANIFEST_SUFFIX) && !name.starts_with('.') && entry.path().is_file() {
-            out.push(entry.path());
-        }
-    }
+    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir)?
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.ends_with(MANIFEST_SUFFIX) && !name.starts_with('.')
+        })
+        .collect();
     out.sort();
     Ok(out)
 }

@@ -12,7 +12,6 @@
 //! ends there; after a data CRC mismatch with a sane length, checking goes on.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -267,8 +266,7 @@ pub(crate) fn verify(
     let mut jobs = Vec::new();
     let mut manifests: Vec<PathBuf> = options.manifest.iter().cloned().collect();
     for path in &options.paths {
-        let meta = std::fs::metadata(path).map_err(|e| crate::Error::from(e).with_file(path))?;
-        if meta.is_dir() {
+        if crate::store::paths::is_dir(path)? {
             let found = manifest::manifests_in(path)?;
             if found.is_empty() {
                 for shard in crate::dataset::unlisted_shards(path)? {
@@ -302,8 +300,12 @@ pub(crate) fn verify(
     }
     let total_bytes: u64 = jobs
         .iter()
-        .filter_map(|j| std::fs::metadata(&j.path).ok())
-        .map(|m| m.len())
+        .filter_map(|j| {
+            j.listed
+                .as_ref()
+                .map(|l| l.bytes)
+                .or_else(|| crate::store::paths::len(&j.path).ok())
+        })
         .sum();
     progress.set_total(total_bytes);
     let done = AtomicU64::new(0);
@@ -387,6 +389,8 @@ fn plan_manifest(
             name.trim_end_matches(MANIFEST_SUFFIX).to_owned()
         });
     let mut listed = BTreeSet::new();
+    // One listing of the folder (one request on a store) answers which shards exist.
+    let present: BTreeSet<PathBuf> = crate::store::paths::files_in(dir)?.into_iter().collect();
     for shard in &m.shards {
         if !manifest::is_safe_relative(&shard.file) {
             problems.push(problem(
@@ -402,7 +406,7 @@ fn plan_manifest(
         }
         listed.insert(shard.file.clone());
         let shard_path = dir.join(&shard.file);
-        if !shard_path.is_file() {
+        if !present.contains(&shard_path) {
             problems.push(problem(
                 &shard_path,
                 None,
@@ -419,12 +423,15 @@ fn plan_manifest(
             schema: Some(m.features.clone()),
         });
     }
-    for entry in std::fs::read_dir(dir).map_err(|e| crate::Error::from(e).with_file(dir))? {
-        let entry = entry.map_err(|e| crate::Error::from(e).with_file(dir))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for file in crate::store::paths::files_in(dir)? {
+        let name = file
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         if is_own_shard(&prefix, &name) && is_shard_file_name(&name) && !listed.contains(&name) {
             problems.push(problem(
-                &entry.path(),
+                &file,
                 None,
                 None,
                 "unlisted shard: not in the manifest".into(),
@@ -473,15 +480,18 @@ fn check_shard(job: &Job, deep: bool) -> Outcome {
             }
         },
     };
-    let file = match File::open(path) {
+    let (file, disk_len) = match crate::store::paths::open(path) {
         Ok(f) => f,
         Err(e) => {
-            out.problems
-                .push(problem(path, None, None, format!("cannot read: {e}")));
+            out.problems.push(problem(
+                path,
+                None,
+                None,
+                format!("cannot read: {}", e.kind()),
+            ));
             return out;
         }
     };
-    let disk_len = file.metadata().map(|m| m.len()).unwrap_or(0);
     // The hashing reader sits under the decompressor: it sees the bytes on disk.
     let hashing = std::sync::Arc::new(std::sync::Mutex::new(None::<(u32, u64)>));
     let raw = HashTap {
@@ -610,7 +620,7 @@ fn check_shard(job: &Job, deep: bool) -> Outcome {
 
 /// Hands the whole-file CRC back when the decompressor drops the reader.
 struct HashTap {
-    inner: HashingReader<File>,
+    inner: HashingReader<Box<dyn std::io::Read + Send>>,
     done: std::sync::Arc<std::sync::Mutex<Option<(u32, u64)>>>,
 }
 

@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::{output, CliError, CliResult, Common};
 use tfshard::convert::{
-    ConvertOptions, ConvertSummary, Converter, ImageOptions, Labels, OnError, ShuffleOptions,
-    DEFAULT_SHUFFLE_MEMORY,
+    ConvertOptions, ConvertSummary, Converter, ImageOptions, Labels, OnError, Partitioning,
+    ShuffleOptions, DEFAULT_SHUFFLE_MEMORY,
 };
 use tfshard::example::encode::EncodeOptions;
 use tfshard::example::RecordType;
@@ -163,7 +163,7 @@ pub struct ShuffleFlags {
     /// Memory for --shuffle's in-memory sorts (the output does not depend on it) [default: 1GiB].
     #[arg(long, value_name = "SIZE")]
     pub shuffle_memory: Option<String>,
-    /// Folder for --shuffle's temporary files [default: a hidden folder in the output folder].
+    /// Folder for --shuffle's temporary files, and for shards before upload to a URL output [default: a hidden folder in the output folder; $TMPDIR for a URL output].
     #[arg(long, value_name = "DIR")]
     pub tmp_dir: Option<PathBuf>,
     /// Split the records: NAME=FRACTION,... (fractions sum to 1); each split gets its own shards and manifest, named by the split.
@@ -204,10 +204,15 @@ impl ShuffleFlags {
                 memory_bytes,
                 tmp_dir: self.tmp_dir.clone(),
             });
-        } else if self.tmp_dir.is_some() {
+        } else if self.tmp_dir.is_some() && !tfshard::store::is_url(&options.output) {
             return Err(CliError::Usage(
-                "--tmp-dir holds --shuffle's temporary files; it needs --shuffle".into(),
+                "--tmp-dir holds --shuffle's temporary files (and, for a URL output, the shards \
+                 before upload); it needs --shuffle or an output URL"
+                    .into(),
             ));
+        }
+        if tfshard::store::is_url(&options.output) {
+            options.staging_dir = self.tmp_dir.clone();
         }
         if let Some(split) = &self.split {
             if prefix_given {
@@ -242,8 +247,25 @@ pub struct ParquetArgs {
     /// Message type of the records.
     #[arg(long, value_enum, default_value_t = WriteRecordType::Example)]
     pub record_type: WriteRecordType,
+    /// Count Hive key=value folders from here (a folder or URL holding the inputs) [default: each folder input].
+    #[arg(long, value_name = "DIR|URL")]
+    pub partition_base: Option<PathBuf>,
+    /// Hive partition features: auto (when every file has the same keys), hive (required) or none.
+    #[arg(long, value_enum, default_value_t = PartitioningFlag::Auto)]
+    pub partitioning: PartitioningFlag,
     #[command(flatten)]
     pub common: Common,
+}
+
+/// `--partitioning`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitioningFlag {
+    /// On when every file has the same keys in the same order.
+    Auto,
+    /// Required: an error unless every file has the same keys.
+    Hive,
+    /// Off.
+    None,
 }
 
 /// Parses a size: a bare number is bytes; KB, MB, GB are powers of 1000; KiB, MiB, GiB
@@ -325,6 +347,12 @@ impl ParquetArgs {
             },
             split_key: options.encode.split_key.clone(),
         };
+        options.partition_base = self.partition_base.clone();
+        options.partitioning = match self.partitioning {
+            PartitioningFlag::Auto => Partitioning::Auto,
+            PartitioningFlag::Hive => Partitioning::Hive,
+            PartitioningFlag::None => Partitioning::None,
+        };
         options.threads = self.common.thread_count();
         Ok(options)
     }
@@ -395,6 +423,14 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
 }
 
 impl ConvertCommand {
+    /// The common flags of the subcommand.
+    pub fn common(&self) -> &Common {
+        match self {
+            ConvertCommand::Parquet(args) => &args.common,
+            ConvertCommand::Images(args) => &args.common,
+        }
+    }
+
     /// Runs the conversion.
     pub fn run(self) -> CliResult {
         match self {

@@ -100,7 +100,7 @@ enum Command {
         subcommand,
         after_help = "Example:\n  tfshard convert parquet testdata/small.parquet -o out/"
     )]
-    Convert(convert::ConvertCommand),
+    Convert(Box<convert::ConvertCommand>),
     /// Print records as JSON lines.
     #[command(
         after_help = "Example:\n  tfshard inspect out/data-00000-of-00004.tfrecord --limit 3"
@@ -138,6 +138,12 @@ pub struct Common {
     /// Print a machine-readable summary on stdout.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Object-store requests in flight at most (s3://, gs://, az:// paths).
+    #[arg(long, value_name = "N", default_value_t = 16, global = true)]
+    pub io_concurrency: usize,
+    /// Longest an object-store request may take, retries included (e.g. 30s, 5m).
+    #[arg(long, value_name = "DURATION", default_value = "5m", global = true)]
+    pub io_timeout: String,
 }
 
 /// `--progress`.
@@ -209,8 +215,47 @@ impl ReadRecordType {
     }
 }
 
+/// Parses a duration: `500ms`, `2s`, `5m`, `1h`; a bare number is seconds.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, CliError> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let seconds: f64 = match unit {
+        "ms" => 0.001,
+        "" | "s" => 1.0,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        _ => f64::NAN,
+    };
+    match number.parse::<f64>() {
+        Ok(n) if (n * seconds).is_finite() && n * seconds > 0.0 => {
+            Ok(std::time::Duration::from_secs_f64(n * seconds))
+        }
+        _ => Err(CliError::Usage(format!(
+            "invalid duration {text:?}: use e.g. 500ms, 30s, 5m"
+        ))),
+    }
+}
+
 impl Common {
+    /// Applies `--io-concurrency` and `--io-timeout` to the process's store clients.
+    fn setup_io(&self) -> CliResult {
+        if self.io_concurrency == 0 {
+            return Err(CliError::Usage(
+                "--io-concurrency must be at least 1".into(),
+            ));
+        }
+        tfshard::store::set_io_options(tfshard::store::IoOptions {
+            concurrency: self.io_concurrency,
+            timeout: parse_duration(&self.io_timeout)?,
+        });
+        Ok(())
+    }
+
     fn setup_threads(&self) -> CliResult {
+        self.setup_io()?;
         if let Some(n) = self.threads {
             if n == 0 {
                 return Err(CliError::Usage("--threads must be at least 1".into()));
@@ -237,12 +282,18 @@ impl Common {
 pub fn run() -> CliResult {
     let cli = Cli::parse();
     match cli.command {
-        Command::Convert(cmd) => cmd.run(),
+        Command::Convert(cmd) => {
+            cmd.common().setup_io()?;
+            cmd.run()
+        }
         Command::Inspect(args) => {
             args.common.setup_threads()?;
             args.run()
         }
-        Command::Verify(args) => args.run(),
+        Command::Verify(args) => {
+            args.common.setup_io()?;
+            args.run()
+        }
         Command::Bench(args) => {
             args.common.setup_threads()?;
             args.run()

@@ -167,6 +167,7 @@ impl Source for ImageSource {
             path: self.dir.display().to_string(),
             bytes: self.bytes_read,
             rows: total,
+            etag: None,
         }];
         let labels = images.labels != Labels::None;
         let labels_option = match &images.labels {

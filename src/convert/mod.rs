@@ -39,6 +39,8 @@ use crate::example::RecordType;
 use crate::manifest::{self, InputInfo, Manifest, MANIFEST_VERSION};
 use crate::progress::{CancelToken, Progress};
 use crate::shard::OutputDir;
+pub use crate::source::hive::Partitioning;
+use crate::store::{self, remote_output::RemoteOutput, Location};
 use crate::tfrecord::Compression;
 
 pub use crate::source::images::{Labels, OnError};
@@ -104,6 +106,14 @@ pub struct ConvertOptions {
     pub shuffle: Option<ShuffleOptions>,
     /// `--split`: (name, fraction) pairs; the names replace the prefix.
     pub splits: Option<Vec<(String, f64)>>,
+    /// `--partition-base`: where Hive `key=value` segments are counted from (default:
+    /// each folder input).
+    pub partition_base: Option<PathBuf>,
+    /// `--partitioning`.
+    pub partitioning: Partitioning,
+    /// `--tmp-dir` for a run whose output is a store URL: where shards are staged
+    /// before upload (default `$TMPDIR`).
+    pub staging_dir: Option<PathBuf>,
 }
 
 /// `--shuffle-memory` and `--tmp-dir`: they bound the shuffle, never change its output.
@@ -136,6 +146,9 @@ impl ConvertOptions {
             seed: 0,
             shuffle: None,
             splits: None,
+            partition_base: None,
+            partitioning: Partitioning::Auto,
+            staging_dir: None,
         }
     }
 
@@ -166,6 +179,16 @@ impl ConvertOptions {
             .map(|s| s.iter().map(|(n, f)| (n.clone(), json!(f))).collect());
         o.insert("split".into(), json!(split));
         o.insert("split_key".into(), json!(self.encode.split_key));
+        if let Some(base) = &self.partition_base {
+            o.insert("partition_base".into(), json!(base.display().to_string()));
+        }
+        if self.partitioning != Partitioning::Auto {
+            let name = match self.partitioning {
+                Partitioning::Hive => "hive",
+                _ => "none",
+            };
+            o.insert("partitioning".into(), json!(name));
+        }
         o
     }
 
@@ -516,7 +539,25 @@ fn run(
     progress: &dyn Progress,
 ) -> Result<ConvertSummary> {
     let started = Instant::now();
-    let outs = OutputDir::prepare_all(&options.output, &options.prefixes(), options.overwrite)?;
+    // A store output: shards are staged locally, then uploaded and copied into place.
+    let remote = match store::locate(&options.output)? {
+        Location::Local(_) => None,
+        Location::Remote(url) => Some(RemoteOutput::prepare(
+            url,
+            &options.prefixes(),
+            options.overwrite,
+            options.staging_dir.as_deref(),
+        )?),
+    };
+    let local_dir = match &remote {
+        Some(r) => r.staging().to_path_buf(),
+        None => options.output.clone(),
+    };
+    let outs = OutputDir::prepare_all(
+        &local_dir,
+        &options.prefixes(),
+        options.overwrite || remote.is_some(),
+    )?;
     progress.set_total(source.total_units());
     let mut report: &dyn Progress = progress;
     let (shards, ()) = route::write_outputs(options, &outs, source.estimated_bytes(), |router| {
@@ -530,7 +571,15 @@ fn run(
         .map(|split| source.manifest(options, split.iter().map(|s| s.records).sum()))
         .collect();
     options.cancel.check()?;
-    let paths = crate::shard::commit_all(&outs, &shards, options.compression, &mut manifests)?;
+    let paths = match &remote {
+        Some(remote) => remote.commit(
+            &shards,
+            options.compression,
+            &mut manifests,
+            &options.cancel,
+        )?,
+        None => crate::shard::commit_all(&outs, &shards, options.compression, &mut manifests)?,
+    };
     let splits: Vec<SplitSummary> = outs
         .iter()
         .zip(paths)

@@ -22,6 +22,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{schema_difference, EncodePlan, EncodeStats, EncodedBatch};
 use crate::manifest::{InputInfo, Manifest};
 use crate::progress::Progress;
+use crate::source::hive;
 use crate::source::parquet::{self as source, ParquetInput};
 
 /// Batches buffered per unit between a worker and the writer.
@@ -39,8 +40,10 @@ type Message = Result<(EncodedBatch, EncodeStats)>;
 
 /// Opens every input and validates the whole plan before anything is written.
 fn plan(options: &ConvertOptions) -> Result<(Vec<ParquetInput>, EncodePlan)> {
-    let files = source::discover(&options.inputs)?;
-    let inputs: Vec<ParquetInput> = files
+    let files = source::discover(&options.inputs, options.partition_base.as_deref())?;
+    let segments: Vec<_> = files.iter().map(|f| f.partitions.clone()).collect();
+    let names: Vec<String> = files.iter().map(|f| f.display.clone()).collect();
+    let mut inputs: Vec<ParquetInput> = files
         .into_par_iter()
         .map(ParquetInput::open)
         .collect::<Result<_>>()?;
@@ -56,7 +59,20 @@ fn plan(options: &ConvertOptions) -> Result<(Vec<ParquetInput>, EncodePlan)> {
             .with_file(&other.file.display));
         }
     }
-    let plan = EncodePlan::new(first.schema(), &options.encode)
+    let columns: Vec<String> = first
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let partitions = hive::columns(options.partitioning, &segments, &names, &columns)
+        .map_err(|e| e.with_file(&first.file.display))?;
+    let partitions = std::sync::Arc::new(partitions);
+    for (i, input) in inputs.iter_mut().enumerate() {
+        input.set_partitions(partitions.clone(), i);
+    }
+    let first = &inputs[0];
+    let plan = EncodePlan::new(&first.table_schema(), &options.encode)
         .map_err(|e| e.with_file(&first.file.display))?;
     Ok((inputs, plan))
 }
@@ -131,6 +147,7 @@ impl Source for ParquetSource {
                 path: input.file.display.clone(),
                 bytes: input.bytes,
                 rows: rows.and_then(|r| r.get(i).copied()).unwrap_or(0),
+                etag: input.file.object.as_ref().and_then(|o| o.etag.clone()),
             })
             .collect();
         let stats = self.pass.as_ref().map(|p| &p.stats);

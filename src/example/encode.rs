@@ -79,6 +79,15 @@ struct Leaf {
     /// 0 scalar, 1 list, 2 list of lists (a `feature_lists` entry).
     depth: u8,
     unit: Option<&'static str>,
+    /// The field's Arrow metadata ([`PARTITION_METADATA`] marks a Hive partition key).
+    field_metadata: std::collections::HashMap<String, String>,
+}
+
+/// The Arrow field metadata key that marks a column made from Hive partition values.
+pub const PARTITION_METADATA: &str = "tfshard:partition";
+
+fn is_partition(metadata: &std::collections::HashMap<String, String>) -> bool {
+    metadata.contains_key(PARTITION_METADATA)
 }
 
 /// A validated mapping from an Arrow schema to features.
@@ -357,6 +366,7 @@ impl EncodePlan {
                 kind,
                 depth,
                 unit,
+                field_metadata: field.metadata().clone().into(),
             });
         }
         let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
@@ -419,13 +429,15 @@ impl EncodePlan {
                     (RecordType::SequenceExample, 2) => Some(Part::FeatureLists),
                     (RecordType::SequenceExample, _) => Some(Part::Context),
                 };
+                let partition = is_partition(&leaf.field_metadata);
                 FeatureSpec {
                     name: leaf.feature.clone(),
                     kind: leaf.kind.feature_kind(),
                     shape,
-                    arrow_type: Some(leaf.data_type.to_string()),
+                    arrow_type: (!partition).then(|| leaf.data_type.to_string()),
                     unit: leaf.unit.map(str::to_owned),
                     part,
+                    partition: partition.then_some(true),
                 }
             })
             .collect()

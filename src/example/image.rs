@@ -63,6 +63,7 @@ pub fn features(labels: bool, records: u64) -> Vec<FeatureSpec> {
             arrow_type: None,
             unit: None,
             part: None,
+            partition: None,
         })
         .collect()
 }

@@ -133,6 +133,10 @@ pub struct FeatureSpec {
     /// For SequenceExamples: `context` or `feature_lists`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part: Option<Part>,
+    /// `true` for a Hive partition key (a `key=value` path segment), which has no
+    /// `arrow_type`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<bool>,
 }
 
 impl FeatureSpec {
@@ -353,6 +357,7 @@ impl SpecInference {
                     arrow_type: None,
                     unit: None,
                     part: *part,
+                    partition: None,
                 }
             })
             .collect()
@@ -433,6 +438,7 @@ mod tests {
             arrow_type: None,
             unit: None,
             part: None,
+            partition: None,
         }
     }
 
@@ -533,6 +539,7 @@ mod tests {
             arrow_type: Some("Date32".into()),
             unit: Some("day".into()),
             part: None,
+            partition: None,
         };
         assert_eq!(
             serde_json::to_string(&spec).unwrap(),

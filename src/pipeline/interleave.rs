@@ -79,12 +79,14 @@ impl Interleave {
             Some(c) => c,
             None => tfrecord::detect_compression(path)?,
         };
-        Ok(if self.mmap && compression == Compression::None {
-            Open::Mapped(MappedRecords::open(path)?)
-        } else {
-            self.held.note_stream();
-            Open::Stream(tfrecord::open(path, Some(compression))?.with_check_data_crc(false))
-        })
+        Ok(
+            if self.mmap && compression == Compression::None && !crate::store::is_url(path) {
+                Open::Mapped(MappedRecords::open(path)?)
+            } else {
+                self.held.note_stream();
+                Open::Stream(tfrecord::open(path, Some(compression))?.with_check_data_crc(false))
+            },
+        )
     }
 
     fn fill_cycle(&mut self) -> Result<()> {

@@ -264,7 +264,7 @@ impl PipelineBuilder {
         let parser = Parser::new(&spec)?;
         let files = dataset.shards.clone();
         for f in &files {
-            std::fs::metadata(f).map_err(|e| Error::from(e).with_file(f))?;
+            crate::store::paths::len(f)?;
         }
         let tuned = autotune(&o, files.len());
         let held = Arc::new(Held::default());

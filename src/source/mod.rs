@@ -1,5 +1,6 @@
 //! Inputs: Parquet tables (and, later, image folders) as Arrow batches in input order.
 
 mod contain;
+pub mod hive;
 pub mod images;
 pub mod parquet;

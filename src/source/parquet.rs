@@ -26,6 +26,8 @@ use parquet::basic::Type as PhysicalType;
 
 use crate::error::{ChunkProblem, Error, ErrorKind, Result};
 use crate::source::contain::contain;
+use crate::source::hive::{self, PartitionColumn};
+use crate::store::{self, Listed, Location, RemoteParquet};
 
 /// Rows per Arrow batch at most: large enough to amortize per-batch work (8192 rows of
 /// the standard table ≈ 1.4 MB).
@@ -39,66 +41,218 @@ pub const BATCH_BYTES: u64 = 4 << 20;
 /// One input file given or found.
 #[derive(Debug, Clone)]
 pub struct InputFile {
-    /// Where to open it.
+    /// Where to open it (for an object in a store, its URL).
     pub path: PathBuf,
     /// The path as the manifest lists it (as given, or folder-as-given + relative path).
     pub display: String,
+    /// For an object in a store: its URL, size and the ETag reads are pinned to.
+    pub object: Option<Listed>,
+    /// Its `key=value` segments below the partition base (see [`hive`]).
+    pub partitions: Vec<(String, Option<String>)>,
 }
 
-/// Expands inputs: files as given (any extension), folders walked for `*.parquet`.
+/// Whether a path relative to a folder is one a folder walk takes: a `*.parquet` file
+/// with no segment starting with `_` or `.`.
+fn walk_takes(relative: &str) -> bool {
+    relative.ends_with(".parquet")
+        && relative
+            .split('/')
+            .all(|s| !s.is_empty() && !s.starts_with(['_', '.']))
+}
+
+/// Refuses a Delta Lake or Iceberg table folder: `names` are paths relative to it.
+fn refuse_table_formats<'a>(mut names: impl Iterator<Item = &'a str>) -> Result<()> {
+    let found = names.find_map(|n| {
+        if n.starts_with("_delta_log/") {
+            Some(("a Delta Lake", "_delta_log/"))
+        } else if n.starts_with("metadata/")
+            && n.ends_with(".metadata.json")
+            && n.matches('/').count() == 1
+        {
+            Some(("an Iceberg", "metadata/*.metadata.json"))
+        } else {
+            None
+        }
+    });
+    match found {
+        Some((format, marker)) => Err(Error::new(ErrorKind::TableFormat { format, marker })),
+        None => Ok(()),
+    }
+}
+
+/// The marker names of a local folder that make it a Delta or Iceberg table.
+fn local_table_markers(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    if dir.join("_delta_log").is_dir() {
+        names.push("_delta_log/".to_owned());
+    }
+    if let Ok(entries) = std::fs::read_dir(dir.join("metadata")) {
+        for e in entries.flatten() {
+            names.push(format!("metadata/{}", e.file_name().to_string_lossy()));
+        }
+    }
+    names
+}
+
+/// One folder's files: `(relative path, file)` in byte order of the relative path.
+fn walk_local(input: &Path) -> Result<Vec<(String, PathBuf)>> {
+    refuse_table_formats(local_table_markers(input).iter().map(String::as_str))
+        .map_err(|e| e.with_file(input))?;
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    let walker = walkdir::WalkDir::new(input).follow_links(false).into_iter();
+    let walker = walker.filter_entry(|e| {
+        e.depth() == 0 || !e.file_name().to_string_lossy().starts_with(['_', '.'])
+    });
+    for entry in walker {
+        let entry = entry.map_err(|e| {
+            let path = e
+                .path()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| input.to_path_buf());
+            Error::from(std::io::Error::from(e)).with_file(path)
+        })?;
+        let name = entry.file_name().to_string_lossy();
+        if entry.file_type().is_file() && name.ends_with(".parquet") {
+            let rel = entry.path().strip_prefix(input).unwrap_or(entry.path());
+            let rel: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            found.push((rel.join("/"), entry.path().to_path_buf()));
+        }
+    }
+    // Byte order of the relative path with '/' separators, as Python's sorted().
+    found.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    Ok(found)
+}
+
+/// Expands inputs: files as given (any extension), folders (and store prefixes) walked
+/// for `*.parquet`, each file with its Hive segments relative to its partition base (the
+/// folder it was found in, or `partition_base`).
 ///
 /// # Errors
 ///
-/// A missing path, an unreadable folder, or a folder holding no Parquet file.
-pub fn discover(inputs: &[PathBuf]) -> Result<Vec<InputFile>> {
-    let mut out = Vec::new();
-    for input in inputs {
-        let meta = std::fs::metadata(input).map_err(|e| Error::from(e).with_file(input))?;
-        if !meta.is_dir() {
-            out.push(InputFile {
-                path: input.clone(),
-                display: input.display().to_string(),
-            });
-            continue;
-        }
-        let mut found: Vec<(String, PathBuf)> = Vec::new();
-        let walker = walkdir::WalkDir::new(input).follow_links(false).into_iter();
-        let walker = walker.filter_entry(|e| {
-            e.depth() == 0 || !e.file_name().to_string_lossy().starts_with(['_', '.'])
-        });
-        for entry in walker {
-            let entry = entry.map_err(|e| {
-                let path = e
-                    .path()
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| input.clone());
-                Error::from(std::io::Error::from(e)).with_file(path)
-            })?;
-            let name = entry.file_name().to_string_lossy();
-            if entry.file_type().is_file() && name.ends_with(".parquet") {
-                let rel = entry.path().strip_prefix(input).unwrap_or(entry.path());
-                let rel: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
-                found.push((rel.join("/"), entry.path().to_path_buf()));
+/// A missing path or object, an unreadable folder, a folder holding no Parquet file, a
+/// Delta or Iceberg table folder, a file outside `partition_base`.
+pub fn discover(inputs: &[PathBuf], partition_base: Option<&Path>) -> Result<Vec<InputFile>> {
+    let base = partition_base.map(store::locate).transpose()?;
+    if let Some(base) = &base {
+        match base {
+            Location::Local(dir) => {
+                refuse_table_formats(local_table_markers(dir).iter().map(String::as_str))
+                    .map_err(|e| e.with_file(dir))?
+            }
+            Location::Remote(url) => {
+                let mut markers: Vec<String> = Vec::new();
+                for sub in ["_delta_log", "metadata"] {
+                    for o in store::list(&url.join(sub))? {
+                        if let Some(rel) = o.url.relative_to(url) {
+                            markers.push(rel.to_owned());
+                        }
+                    }
+                }
+                refuse_table_formats(markers.iter().map(String::as_str))
+                    .map_err(|e| e.with_file(url.to_path()))?
             }
         }
-        if found.is_empty() {
-            return Err(Error::new(ErrorKind::NoParquetFiles).with_file(input));
+    }
+    let mut out = Vec::new();
+    for input in inputs {
+        let given = input.display().to_string();
+        let given = given.trim_end_matches('/');
+        match store::locate(input)? {
+            Location::Local(path) => {
+                let meta = std::fs::metadata(&path).map_err(|e| Error::from(e).with_file(input))?;
+                if !meta.is_dir() {
+                    out.push(InputFile {
+                        path: path.clone(),
+                        display: input.display().to_string(),
+                        object: None,
+                        partitions: Vec::new(),
+                    });
+                    continue;
+                }
+                let found = walk_local(&path)?;
+                if found.is_empty() {
+                    return Err(Error::new(ErrorKind::NoParquetFiles).with_file(input));
+                }
+                for (rel, file) in found {
+                    out.push(InputFile {
+                        path: file,
+                        display: format!("{given}/{rel}"),
+                        object: None,
+                        partitions: hive::segments(&rel),
+                    });
+                }
+            }
+            Location::Remote(url) => {
+                let objects = store::list(&url)?;
+                if objects.is_empty() {
+                    // Not a prefix: an object named directly (or nothing: not found).
+                    let object = store::head(&url)?;
+                    out.push(InputFile {
+                        path: url.to_path(),
+                        display: url.to_string(),
+                        object: Some(object),
+                        partitions: Vec::new(),
+                    });
+                    continue;
+                }
+                refuse_table_formats(objects.iter().filter_map(|o| o.url.relative_to(&url)))
+                    .map_err(|e| e.with_file(url.to_path()))?;
+                let before = out.len();
+                for object in objects {
+                    let Some(rel) = object.url.relative_to(&url).map(str::to_owned) else {
+                        continue;
+                    };
+                    if !walk_takes(&rel) {
+                        continue;
+                    }
+                    out.push(InputFile {
+                        path: object.url.to_path(),
+                        display: object.url.to_string(),
+                        object: Some(object),
+                        partitions: hive::segments(&rel),
+                    });
+                }
+                if out.len() == before {
+                    return Err(Error::new(ErrorKind::NoParquetFiles).with_file(url.to_path()));
+                }
+            }
         }
-        // Byte order of the relative path with '/' separators, as Python's sorted().
-        found.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        let base = input.display().to_string();
-        let base = base.trim_end_matches('/');
-        for (rel, path) in found {
-            out.push(InputFile {
-                path,
-                display: format!("{base}/{rel}"),
-            });
+    }
+    if let Some(base) = &base {
+        for file in &mut out {
+            let rel = relative_to_base(file, base).ok_or_else(|| {
+                Error::invalid_option(
+                    "partition-base",
+                    format!(
+                        "{} is not inside the partition base {}",
+                        file.display,
+                        partition_base.unwrap_or(Path::new("")).display()
+                    ),
+                )
+            })?;
+            file.partitions = hive::segments(&rel);
         }
     }
     Ok(out)
+}
+
+/// A file's path relative to the partition base, when it lies below it.
+fn relative_to_base(file: &InputFile, base: &Location) -> Option<String> {
+    match (base, &file.object) {
+        (Location::Remote(base), Some(object)) => object.url.relative_to(base).map(str::to_owned),
+        (Location::Local(base), None) => {
+            let rel = file.path.strip_prefix(base).ok()?;
+            let parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            Some(parts.join("/"))
+        }
+        _ => None,
+    }
 }
 
 /// An opened Parquet file: its footer, read once and checked.
@@ -115,6 +269,9 @@ pub struct ParquetInput {
     /// Bytes a decoded row of the selected columns took in the last full batch read
     /// (0 before any): later row groups start with batches of the right size.
     row_bytes: Arc<std::sync::atomic::AtomicU64>,
+    /// The run's Hive partition columns and this file's index in their values (set by
+    /// [`ParquetInput::set_partitions`]; none by default).
+    partitions: (Arc<Vec<PartitionColumn>>, usize),
 }
 
 impl ParquetInput {
@@ -124,18 +281,46 @@ impl ParquetInput {
     ///
     /// Not Parquet, a corrupt footer, an encrypted file, or row counts that disagree.
     pub fn open(file: InputFile) -> Result<ParquetInput> {
-        let path = file.path.clone();
         let locate = |e: Error| e.with_file(&file.display);
-        let handle = File::open(&path).map_err(|e| locate(e.into()))?;
-        let bytes = handle.metadata().map_err(|e| locate(e.into()))?.len();
-        let metadata = contain(|| ArrowReaderMetadata::load(&handle, ArrowReaderOptions::new()))
-            .map_err(|panic| locate(decoder_panic(None, panic)))?
-            .map_err(|e| {
-                if ends_with_encrypted_magic(&handle, bytes) {
-                    return locate(Error::new(ErrorKind::EncryptedParquet));
-                }
-                locate(e.into())
-            })?;
+        let (bytes, metadata) = match &file.object {
+            None => {
+                let handle = File::open(&file.path).map_err(|e| locate(e.into()))?;
+                let bytes = handle.metadata().map_err(|e| locate(e.into()))?.len();
+                let metadata =
+                    contain(|| ArrowReaderMetadata::load(&handle, ArrowReaderOptions::new()))
+                        .map_err(|panic| locate(decoder_panic(None, panic)))?
+                        .map_err(|e| {
+                            if ends_with_encrypted_magic(&handle, bytes) {
+                                return locate(Error::new(ErrorKind::EncryptedParquet));
+                            }
+                            locate(from_parquet(e))
+                        })?;
+                (bytes, metadata)
+            }
+            Some(object) => {
+                let mut reader = RemoteParquet::new(object.clone());
+                let metadata = contain(|| {
+                    store::block_on(ArrowReaderMetadata::load_async(
+                        &mut reader,
+                        ArrowReaderOptions::new(),
+                    ))
+                })
+                .map_err(|panic| locate(decoder_panic(None, panic)))?
+                .map_err(|e| {
+                    let tail = object.size.saturating_sub(4)..object.size;
+                    let magic = store::block_on(store::get_range(
+                        &object.url,
+                        tail,
+                        object.etag.as_deref(),
+                    ));
+                    if object.size >= 4 && magic.is_ok_and(|m| &m[..] == b"PARE") {
+                        return locate(Error::new(ErrorKind::EncryptedParquet));
+                    }
+                    locate(from_parquet(e))
+                })?;
+                (object.size, metadata)
+            }
+        };
         let parquet = metadata.metadata().clone();
         check_layout(&parquet, bytes).map_err(locate)?;
         let footer_rows = parquet.file_metadata().num_rows();
@@ -156,7 +341,23 @@ impl ParquetInput {
             rows: footer_rows as u64,
             metadata,
             row_bytes: Default::default(),
+            partitions: Default::default(),
         })
+    }
+
+    /// Gives the file its Hive partition values: `columns` are the run's partition
+    /// columns, `index` this file's index in their values. They follow the file's own
+    /// columns in [`ParquetInput::table_schema`].
+    pub fn set_partitions(&mut self, columns: Arc<Vec<PartitionColumn>>, index: usize) {
+        self.partitions = (columns, index);
+    }
+
+    /// The file's columns, then the partition columns.
+    pub fn table_schema(&self) -> Schema {
+        let mut fields: Vec<arrow_schema::FieldRef> =
+            self.schema().fields().iter().cloned().collect();
+        fields.extend(self.partitions.0.iter().map(|p| Arc::new(p.field.clone())));
+        Schema::new(fields)
     }
 
     /// The Arrow schema the file is read with.
@@ -180,6 +381,17 @@ fn ends_with_encrypted_magic(file: &File, bytes: u64) -> bool {
     use std::os::unix::fs::FileExt;
     let mut magic = [0u8; 4];
     bytes >= 4 && file.read_exact_at(&mut magic, bytes - 4).is_ok() && &magic == b"PARE"
+}
+
+/// A Parquet error, or the store error it carries (a failed ranged read).
+fn from_parquet(e: parquet::errors::ParquetError) -> Error {
+    match e {
+        parquet::errors::ParquetError::External(inner) => match inner.downcast::<Error>() {
+            Ok(ours) => *ours,
+            Err(other) => Error::from(parquet::errors::ParquetError::External(other)),
+        },
+        other => Error::from(other),
+    }
 }
 
 fn decoder_panic(row_group: Option<usize>, panic: String) -> Error {
@@ -278,8 +490,83 @@ fn with_int96_as_micros(metadata: ArrowReaderMetadata) -> Result<ArrowReaderMeta
     )?)
 }
 
-/// Reads one row group's selected top-level columns, calling `f` with each batch and
-/// the row index (within the file) of its first row.
+/// Batches of one row group, from a local file or from a store.
+enum Batches {
+    Local(parquet::arrow::arrow_reader::ParquetRecordBatchReader),
+    Remote(parquet::arrow::async_reader::ParquetRecordBatchStream<RemoteParquet>),
+}
+
+impl Batches {
+    fn open(
+        input: &ParquetInput,
+        row_group: usize,
+        mask: &ProjectionMask,
+        batch_rows: usize,
+        selection: Option<RowSelection>,
+    ) -> Result<Batches> {
+        let panicked = |panic| decoder_panic(Some(row_group), panic);
+        match &input.file.object {
+            None => {
+                let file = File::open(&input.file.path)?;
+                let file = ParquetFile::new(file)?;
+                let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(
+                    file,
+                    input.metadata.clone(),
+                )
+                .with_row_groups(vec![row_group])
+                .with_projection(mask.clone())
+                .with_batch_size(batch_rows);
+                if let Some(selection) = selection {
+                    builder = builder.with_row_selection(selection);
+                }
+                let reader = contain(|| builder.build())
+                    .map_err(panicked)?
+                    .map_err(from_parquet)?;
+                Ok(Batches::Local(reader))
+            }
+            Some(object) => {
+                let reader = RemoteParquet::new(object.clone());
+                let mut builder =
+                    parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder::new_with_metadata(
+                        reader,
+                        input.metadata.clone(),
+                    )
+                    .with_row_groups(vec![row_group])
+                    .with_projection(mask.clone())
+                    .with_batch_size(batch_rows);
+                if let Some(selection) = selection {
+                    builder = builder.with_row_selection(selection);
+                }
+                let stream = contain(|| builder.build())
+                    .map_err(panicked)?
+                    .map_err(from_parquet)?;
+                Ok(Batches::Remote(stream))
+            }
+        }
+    }
+
+    /// The next batch; the decoder runs contained.
+    fn next(&mut self, row_group: usize) -> Result<Option<RecordBatch>> {
+        let panicked = |panic| decoder_panic(Some(row_group), panic);
+        match self {
+            Batches::Local(reader) => contain(|| reader.next())
+                .map_err(panicked)?
+                .transpose()
+                .map_err(Error::from),
+            Batches::Remote(stream) => {
+                use futures_util::StreamExt;
+                contain(|| store::block_on(stream.next()))
+                    .map_err(panicked)?
+                    .transpose()
+                    .map_err(from_parquet)
+            }
+        }
+    }
+}
+
+/// Reads one row group's selected columns, calling `f` with each batch and the row
+/// index (within the file) of its first row. `roots` index [`ParquetInput::table_schema`]:
+/// the file's top-level columns, then its partition columns (appended to every batch).
 ///
 /// # Errors
 ///
@@ -293,40 +580,49 @@ pub fn read_row_group(
     mut f: impl FnMut(RecordBatch, u64) -> Result<()>,
 ) -> Result<()> {
     let locate = |e: Error| e.with_file(&input.file.display);
-    let panicked = |panic| locate(decoder_panic(Some(row_group), panic));
-    let mask = ProjectionMask::roots(input.metadata.parquet_schema(), roots.iter().copied());
+    let file_columns = input.schema().fields().len();
+    let (file_roots, partition_roots): (Vec<usize>, Vec<usize>) =
+        roots.iter().partition(|&&r| r < file_columns);
+    let mask = ProjectionMask::roots(input.metadata.parquet_schema(), file_roots.iter().copied());
     let expected = input.row_group_rows()[row_group];
     let learned = input.row_bytes.load(std::sync::atomic::Ordering::Relaxed);
     let mut batch_rows = match learned {
         0 => batch_rows(input, row_group, &mask),
         per_row => rows_for(BATCH_BYTES, per_row, 1).clamp(1, BATCH_ROWS),
     };
+    let with_partitions = |batch: RecordBatch| -> Result<RecordBatch> {
+        if partition_roots.is_empty() {
+            return Ok(batch);
+        }
+        let (columns, index) = (&input.partitions.0, input.partitions.1);
+        let mut fields: Vec<arrow_schema::FieldRef> =
+            batch.schema().fields().iter().cloned().collect();
+        let mut arrays = batch.columns().to_vec();
+        for &r in &partition_roots {
+            let column = &columns[r - file_columns];
+            fields.push(Arc::new(column.field.clone()));
+            arrays.push(column.array(index, batch.num_rows()));
+        }
+        Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+    };
     let mut delivered = 0u64;
     loop {
-        let file = File::open(&input.file.path).map_err(|e| locate(e.into()))?;
-        let file = ParquetFile::new(file).map_err(|e| locate(e.into()))?;
-        let mut builder =
-            ParquetRecordBatchReaderBuilder::new_with_metadata(file, input.metadata.clone())
-                .with_row_groups(vec![row_group])
-                .with_projection(mask.clone())
-                .with_batch_size(batch_rows);
-        if delivered > 0 {
-            // Resumed with smaller batches: skip what was delivered.
-            builder = builder.with_row_selection(RowSelection::from(vec![
+        // Resumed with smaller batches: skip what was delivered.
+        let selection = (delivered > 0).then(|| {
+            RowSelection::from(vec![
                 RowSelector::skip(delivered as usize),
                 RowSelector::select((expected - delivered) as usize),
-            ]));
-        }
-        let mut reader = contain(|| builder.build())
-            .map_err(panicked)?
-            .map_err(|e| locate(e.into()))?;
+            ])
+        });
+        let mut batches =
+            Batches::open(input, row_group, &mask, batch_rows, selection).map_err(locate)?;
         let mut resume = false;
         // Only the decoder runs contained: `f` is our own code, whose panics must show.
-        while let Some(batch) = contain(|| reader.next()).map_err(panicked)? {
-            // The decoder cannot say which row of the batch failed: name the file only.
-            let batch = batch.map_err(|e| locate(Error::from(e)))?;
+        // The decoder cannot say which row of a batch failed: errors name the file only.
+        while let Some(batch) = batches.next(row_group).map_err(locate)? {
             let rows = batch.num_rows();
             let bytes = batch.get_array_memory_size() as u64;
+            let batch = with_partitions(batch).map_err(locate)?;
             // Hand over at most about BATCH_BYTES at a time (slices share the buffers).
             let step = rows_for(BATCH_BYTES, bytes, rows).clamp(1, rows.max(1));
             for start in (0..rows).step_by(step) {
@@ -502,6 +798,8 @@ mod tests {
         ParquetInput::open(InputFile {
             display: name.into(),
             path,
+            object: None,
+            partitions: Vec::new(),
         })
         .unwrap()
     }
@@ -548,6 +846,8 @@ mod tests {
         let input = ParquetInput::open(InputFile {
             display: "small.parquet".into(),
             path,
+            object: None,
+            partitions: Vec::new(),
         })
         .unwrap();
         let roots: Vec<usize> = (0..input.schema().fields().len()).collect();
@@ -570,6 +870,8 @@ mod tests {
         ParquetInput::open(InputFile {
             display: name.into(),
             path,
+            object: None,
+            partitions: Vec::new(),
         })
         .unwrap()
     }

@@ -7,7 +7,6 @@ pub mod mapped;
 pub mod reader;
 pub mod writer;
 
-use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 
@@ -16,7 +15,7 @@ pub use mapped::MappedRecords;
 pub use reader::RecordReader;
 pub use writer::RecordWriter;
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 
 /// A boxed byte source, so plain and compressed files share one reader type.
 pub type Source = Box<dyn Read + Send>;
@@ -65,17 +64,8 @@ impl<R: Read> Read for HashingReader<R> {
 ///
 /// The file cannot be opened or read.
 pub fn detect_compression(path: &Path) -> Result<Compression> {
-    let mut head = [0u8; frame::HEADER_LEN];
-    let mut file = File::open(path).map_err(|e| Error::from(e).with_file(path))?;
-    let mut filled = 0;
-    while filled < head.len() {
-        match file.read(&mut head[filled..]) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(Error::from(e).with_file(path)),
-        }
-    }
+    let head = crate::store::paths::head_bytes(path, frame::HEADER_LEN)?;
+    let filled = head.len();
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy())
@@ -108,11 +98,7 @@ pub fn open(path: &Path, compression: Option<Compression>) -> Result<RecordReade
         Some(c) => c,
         None => detect_compression(path)?,
     };
-    let file = File::open(path).map_err(|e| Error::from(e).with_file(path))?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::from(e).with_file(path))?
-        .len();
+    let (file, len) = crate::store::paths::open(path)?;
     let reader = RecordReader::new(decompress(file, compression)).with_path(path);
     Ok(match compression {
         Compression::None => reader.with_total_len(len),

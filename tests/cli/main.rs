@@ -3,11 +3,13 @@
 mod convert;
 mod encode;
 mod golden;
+mod hive;
 mod images;
 mod inspect_schema;
 mod pipeline;
 mod roundtrip;
 mod shuffle;
+mod store;
 mod verify;
 
 use std::path::{Path, PathBuf};

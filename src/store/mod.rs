@@ -1,0 +1,828 @@
+//! Where data lives: a local path, or an object in a store (`s3://`, `gs://`, `az://`,
+//! `abfss://`; DESIGN.md, "Tables as data platforms store them").
+//!
+//! Local paths keep their native back-end everywhere else in the crate (memory maps,
+//! fsync before rename). URLs go through arrow-rs `object_store` behind one trait object
+//! per bucket, configured from `object_store`'s documented environment variables. This
+//! module is the only one that talks to a store: listing, ranged reads pinned to an
+//! ETag, conditional puts, multipart uploads, server-side copies, deletes. Every call
+//! blocks the calling thread on a small runtime of its own (started on first use), holds
+//! one of `--io-concurrency` permits while it runs, and gives up after `--io-timeout`
+//! with an error that names the URL and the cause ([`StoreProblem`]).
+
+mod parquet;
+pub mod paths;
+mod read;
+pub(crate) mod remote_output;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::TryStreamExt;
+use object_store::multipart::MultipartStore;
+use object_store::path::Path as Key;
+use object_store::{
+    ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
+    PutPayload,
+};
+
+use crate::error::{Error, ErrorKind, Result};
+
+pub(crate) use self::parquet::RemoteParquet;
+pub use read::RemoteRead;
+
+/// Requests in flight and how long a request may take, with its retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoOptions {
+    /// `--io-concurrency`: requests in flight at most, across the process (default 16).
+    pub concurrency: usize,
+    /// `--io-timeout`: the longest a request may take, retries and backoff included
+    /// (default 5 minutes). Nothing waits longer.
+    pub timeout: Duration,
+}
+
+impl Default for IoOptions {
+    fn default() -> IoOptions {
+        IoOptions {
+            concurrency: 16,
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+static IO_OPTIONS: OnceLock<IoOptions> = OnceLock::new();
+
+/// Sets the process's store settings. Only the first call counts, and only before the
+/// first URL is used; later calls return `false`.
+pub fn set_io_options(options: IoOptions) -> bool {
+    IO_OPTIONS.set(options).is_ok()
+}
+
+fn io_options() -> IoOptions {
+    *IO_OPTIONS.get_or_init(IoOptions::default)
+}
+
+/// A store's kind, by URL scheme.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scheme {
+    /// `s3://` (and `s3a://`, Hadoop's name for it).
+    S3,
+    /// `gs://`.
+    Gcs,
+    /// `az://` and `abfss://`.
+    Azure,
+}
+
+/// An object (or a prefix, read like a folder) in a store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectUrl {
+    scheme: Scheme,
+    /// The URL up to the key, as given (`s3://bucket`, `abfss://c@acct.dfs.core.windows.net`).
+    root: String,
+    /// The key, without a leading or trailing `/` (empty for the bucket's root).
+    key: String,
+}
+
+impl ObjectUrl {
+    /// The key within the bucket.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The object or prefix `name` below this one (`name` may hold `/`).
+    pub fn join(&self, name: &str) -> ObjectUrl {
+        let name = name.trim_matches('/');
+        let key = match (self.key.is_empty(), name.is_empty()) {
+            (true, _) => name.to_owned(),
+            (false, true) => self.key.clone(),
+            (false, false) => format!("{}/{name}", self.key),
+        };
+        ObjectUrl {
+            key,
+            ..self.clone()
+        }
+    }
+
+    /// The prefix this object is in (the bucket's root stays the root).
+    pub fn parent(&self) -> ObjectUrl {
+        let key = match self.key.rfind('/') {
+            Some(i) => self.key[..i].to_owned(),
+            None => String::new(),
+        };
+        ObjectUrl {
+            key,
+            ..self.clone()
+        }
+    }
+
+    /// The last segment of the key.
+    pub fn file_name(&self) -> &str {
+        self.key.rsplit('/').next().unwrap_or("")
+    }
+
+    /// The key relative to `base`, when this object lies below it.
+    pub fn relative_to(&self, base: &ObjectUrl) -> Option<&str> {
+        if self.root != base.root {
+            return None;
+        }
+        if base.key.is_empty() {
+            return Some(&self.key);
+        }
+        self.key
+            .strip_prefix(&base.key)
+            .and_then(|rest| rest.strip_prefix('/'))
+    }
+
+    /// The URL as a path value, for the places that carry either (error locations,
+    /// command-line inputs, manifests' `inputs`).
+    pub fn to_path(&self) -> PathBuf {
+        PathBuf::from(self.to_string())
+    }
+
+    fn object_key(&self) -> Result<Key> {
+        Key::parse(&self.key).map_err(|e| {
+            Error::invalid_option("URL", format!("{self}: not a valid object key: {e}"))
+        })
+    }
+
+    /// The key as a prefix to list under (`key/`, so that `a/b` does not list `a/bc`).
+    fn prefix_key(&self) -> Result<Option<Key>> {
+        if self.key.is_empty() {
+            return Ok(None);
+        }
+        self.object_key().map(Some)
+    }
+}
+
+impl fmt::Display for ObjectUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}", self.root)
+        } else {
+            write!(f, "{}/{}", self.root, self.key)
+        }
+    }
+}
+
+/// A path argument resolved: a local path or an object URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A local file or folder (a plain path, or a `file://` URL).
+    Local(PathBuf),
+    /// An object or prefix in a store.
+    Remote(ObjectUrl),
+}
+
+/// Resolves a command-line path: `scheme://...` is a URL (an unknown scheme is a usage
+/// error, never a local folder named `s3:`), anything else a local path.
+///
+/// # Errors
+///
+/// [`ErrorKind::InvalidOption`] for an unsupported scheme or a URL without a bucket.
+pub fn locate(arg: &Path) -> Result<Location> {
+    let text = arg.to_string_lossy();
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return Ok(Location::Local(arg.to_path_buf()));
+    };
+    let scheme_ok = !scheme.is_empty()
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if !scheme_ok {
+        return Ok(Location::Local(arg.to_path_buf()));
+    }
+    let kind = match scheme.to_ascii_lowercase().as_str() {
+        "file" => return Ok(Location::Local(PathBuf::from(rest))),
+        "s3" | "s3a" => Scheme::S3,
+        "gs" => Scheme::Gcs,
+        "az" | "abfss" => Scheme::Azure,
+        other => {
+            return Err(Error::invalid_option(
+                "URL",
+                format!(
+                    "{text}: unsupported scheme {other}:// (use s3://, s3a://, gs://, az://, \
+                     abfss://, file:// or a local path)"
+                ),
+            ))
+        }
+    };
+    let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(Error::invalid_option(
+            "URL",
+            format!("{text}: no bucket or container"),
+        ));
+    }
+    // s3a:// is Hadoop's spelling of the same store: one bucket, one client.
+    let scheme_text = if kind == Scheme::S3 { "s3" } else { scheme };
+    Ok(Location::Remote(ObjectUrl {
+        scheme: kind,
+        root: format!("{scheme_text}://{bucket}"),
+        key: key.trim_matches('/').to_owned(),
+    }))
+}
+
+/// Whether `arg` is an object URL (of any scheme we accept).
+pub fn is_url(arg: &Path) -> bool {
+    matches!(locate(arg), Ok(Location::Remote(_)))
+}
+
+/// What went wrong talking to a store, as the one line says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreProblem {
+    /// 401/403.
+    AccessDenied,
+    /// No such bucket or key.
+    NotFound,
+    /// The endpoint refused, timed out or could not be resolved.
+    Unreachable,
+    /// Throttling (429, 503 SlowDown) that outlasted the retries.
+    Throttled,
+    /// The object's ETag is no longer the one the run started with.
+    Changed,
+    /// A conditional put found the object already there.
+    AlreadyExists,
+    /// Anything else the store said.
+    Other,
+}
+
+impl fmt::Display for StoreProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StoreProblem::AccessDenied => "access denied",
+            StoreProblem::NotFound => "not found",
+            StoreProblem::Unreachable => "cannot reach endpoint",
+            StoreProblem::Throttled => "throttled",
+            StoreProblem::Changed => "changed during the run",
+            StoreProblem::AlreadyExists => "already exists",
+            StoreProblem::Other => "store error",
+        })
+    }
+}
+
+/// One store bucket (or container) and its clients.
+struct Bucket {
+    store: Arc<dyn ObjectStore>,
+    multipart: Arc<dyn MultipartStore>,
+}
+
+/// The clients made so far, by scheme and bucket.
+type Buckets = Mutex<HashMap<(Scheme, String), Arc<Bucket>>>;
+
+fn buckets() -> &'static Buckets {
+    static BUCKETS: OnceLock<Buckets> = OnceLock::new();
+    BUCKETS.get_or_init(Default::default)
+}
+
+fn bucket(url: &ObjectUrl) -> Result<Arc<Bucket>> {
+    let id = (url.scheme, url.root.clone());
+    let mut all = buckets().lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(b) = all.get(&id) {
+        return Ok(b.clone());
+    }
+    let io = io_options();
+    let timeout = humantime_secs(io.timeout);
+    let connect = humantime_secs(io.timeout.min(Duration::from_secs(10)));
+    let retry = object_store::RetryConfig {
+        backoff: object_store::BackoffConfig {
+            init_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(15),
+            base: 2.0,
+        },
+        max_retries: 10,
+        retry_timeout: io.timeout,
+    };
+    let bad = |e: object_store::Error| {
+        Error::invalid_option("URL", format!("{url}: {}", redact(&e.to_string())))
+    };
+    let bucket = match url.scheme {
+        Scheme::S3 => {
+            use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey as K};
+            let s3 = AmazonS3Builder::from_env()
+                .with_url(&url.root)
+                .with_config(K::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(K::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_retry(retry)
+                .build()
+                .map_err(bad)?;
+            let s3 = Arc::new(s3);
+            Bucket {
+                store: s3.clone(),
+                multipart: s3,
+            }
+        }
+        Scheme::Gcs => {
+            use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey as K};
+            let gcs = GoogleCloudStorageBuilder::from_env()
+                .with_url(&url.root)
+                .with_config(K::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(K::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_retry(retry)
+                .build()
+                .map_err(bad)?;
+            let gcs = Arc::new(gcs);
+            Bucket {
+                store: gcs.clone(),
+                multipart: gcs,
+            }
+        }
+        Scheme::Azure => {
+            use object_store::azure::{AzureConfigKey as K, MicrosoftAzureBuilder};
+            let azure = MicrosoftAzureBuilder::from_env()
+                .with_url(&url.root)
+                .with_config(K::Client(ClientConfigKey::Timeout), &timeout)
+                .with_config(K::Client(ClientConfigKey::ConnectTimeout), &connect)
+                .with_retry(retry)
+                .build()
+                .map_err(bad)?;
+            let azure = Arc::new(azure);
+            Bucket {
+                store: azure.clone(),
+                multipart: azure,
+            }
+        }
+    };
+    let bucket = Arc::new(bucket);
+    all.insert(id, bucket.clone());
+    Ok(bucket)
+}
+
+fn humantime_secs(d: Duration) -> String {
+    format!("{}ms", d.as_millis().max(1))
+}
+
+/// The runtime every store call blocks on (two I/O threads; requests are bounded by
+/// the permits, not the threads).
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tfshard-io")
+            .enable_all()
+            .build()
+            .expect("the I/O runtime starts (threads and timers only)")
+    })
+}
+
+/// The `--io-concurrency` permits.
+fn permits() -> &'static Arc<tokio::sync::Semaphore> {
+    static PERMITS: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
+    PERMITS.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(io_options().concurrency.max(1))))
+}
+
+/// Runs one request: holds a permit, and gives up after the timeout (the client's own
+/// timeouts and retry budget come first; this is the backstop that nothing outlives).
+async fn request<T>(
+    url: &ObjectUrl,
+    f: impl Future<Output = object_store::Result<T>>,
+) -> Result<T> {
+    let _permit = permits()
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
+    let limit = io_options().timeout * 2 + Duration::from_secs(1);
+    match tokio::time::timeout(limit, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(store_error(url, &e)),
+        Err(_) => Err(Error::new(ErrorKind::Store {
+            problem: StoreProblem::Unreachable,
+            detail: format!("no answer within {:?}", limit),
+        })
+        .with_file(url.to_path())),
+    }
+}
+
+/// Blocks on a future on the I/O runtime.
+pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}
+
+/// Spawns a future on the I/O runtime.
+pub(crate) fn spawn<F>(f: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    runtime().spawn(f)
+}
+
+/// Replaces the values of the secret environment variables in `text` (an error from a
+/// store may quote a request): no secret is ever printed.
+fn redact(text: &str) -> String {
+    let mut out = text.to_owned();
+    for var in [
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AZURE_STORAGE_ACCOUNT_KEY",
+        "AZURE_STORAGE_ACCESS_KEY",
+        "AZURE_STORAGE_SAS_KEY",
+        "AZURE_CLIENT_SECRET",
+        "GOOGLE_SERVICE_ACCOUNT_KEY",
+    ] {
+        if let Ok(secret) = std::env::var(var) {
+            if secret.len() >= 4 {
+                out = out.replace(&secret, "[redacted]");
+            }
+        }
+    }
+    out
+}
+
+/// The innermost cause of an error, one line.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let t = s.to_string();
+        if !t.is_empty() {
+            text = t;
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Classifies an `object_store` error.
+fn store_error(url: &ObjectUrl, e: &object_store::Error) -> Error {
+    use object_store::Error as E;
+    let whole = redact(&e.to_string());
+    let cause = redact(&root_cause(e));
+    let lower = whole.to_ascii_lowercase();
+    let problem = match e {
+        E::NotFound { .. } => StoreProblem::NotFound,
+        E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreProblem::AccessDenied,
+        E::Precondition { .. } => StoreProblem::Changed,
+        E::AlreadyExists { .. } => StoreProblem::AlreadyExists,
+        _ if [
+            "403",
+            "401",
+            "accessdenied",
+            "invalidaccesskeyid",
+            "signaturedoesnotmatch",
+        ]
+        .iter()
+        .any(|s| lower.contains(s)) =>
+        {
+            StoreProblem::AccessDenied
+        }
+        _ if [
+            "nosuchbucket",
+            "nosuchkey",
+            "404 not found",
+            "containernotfound",
+        ]
+        .iter()
+        .any(|s| lower.contains(s)) =>
+        {
+            StoreProblem::NotFound
+        }
+        _ if ["429", "503", "slowdown", "throttl", "too many requests"]
+            .iter()
+            .any(|s| lower.contains(s)) =>
+        {
+            StoreProblem::Throttled
+        }
+        _ if [
+            "timed out",
+            "timeout",
+            "error sending request",
+            "connection refused",
+            "connect",
+            "dns error",
+        ]
+        .iter()
+        .any(|s| lower.contains(s)) =>
+        {
+            StoreProblem::Unreachable
+        }
+        _ => StoreProblem::Other,
+    };
+    let detail = match problem {
+        // The store's own words can quote the key id; the hint is what helps.
+        StoreProblem::AccessDenied => "check the credentials (AWS_ACCESS_KEY_ID and \
+             AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_ACCOUNT_KEY) \
+             and the bucket's policy"
+            .to_owned(),
+        StoreProblem::Unreachable => format!(
+            "{cause} (after retries for up to {:?}; see --io-timeout)",
+            io_options().timeout
+        ),
+        StoreProblem::Throttled => format!(
+            "retries ran out after {:?} (--io-timeout): {cause}",
+            io_options().timeout
+        ),
+        StoreProblem::Changed => {
+            "its ETag is not the one this run started with; rerun on a stable input".to_owned()
+        }
+        StoreProblem::NotFound => match xml_code(&whole) {
+            Some(code) => format!("the store says {code}"),
+            None => "no such bucket or object".to_owned(),
+        },
+        _ => cause,
+    };
+    Error::new(ErrorKind::Store {
+        problem,
+        detail: shorten(&detail),
+    })
+    .with_file(url.to_path())
+}
+
+/// At most about 300 characters of a store's words, on one line.
+fn shorten(text: &str) -> String {
+    let one_line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(300) {
+        Some((i, _)) => format!("{}…", &one_line[..i]),
+        None => one_line,
+    }
+}
+
+/// The `<Code>` of an S3/Azure XML error body, when the error quotes one.
+fn xml_code(text: &str) -> Option<&str> {
+    let start = text.find("<Code>")? + "<Code>".len();
+    let end = start + text[start..].find("</Code>")?;
+    Some(&text[start..end])
+}
+
+/// An object found by a listing or a HEAD.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    /// Where it is.
+    pub url: ObjectUrl,
+    /// Its size.
+    pub size: u64,
+    /// Its ETag (or version), which later reads are pinned to.
+    pub etag: Option<String>,
+}
+
+fn listed(url: &ObjectUrl, meta: object_store::ObjectMeta) -> Listed {
+    Listed {
+        url: ObjectUrl {
+            key: meta.location.as_ref().to_owned(),
+            ..url.clone()
+        },
+        size: meta.size,
+        etag: meta.e_tag.or(meta.version),
+    }
+}
+
+/// Every object below `url` (recursively), in key byte order.
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn list(url: &ObjectUrl) -> Result<Vec<Listed>> {
+    block_on(list_async(url))
+}
+
+pub(crate) async fn list_async(url: &ObjectUrl) -> Result<Vec<Listed>> {
+    let b = bucket(url)?;
+    let prefix = url.prefix_key()?;
+    let mut out: Vec<Listed> = request(url, async {
+        b.store.list(prefix.as_ref()).try_collect::<Vec<_>>().await
+    })
+    .await?
+    .into_iter()
+    .map(|m| listed(url, m))
+    .collect();
+    out.sort_by(|a, b| a.url.key.as_bytes().cmp(b.url.key.as_bytes()));
+    Ok(out)
+}
+
+/// The objects directly below `url` and the names of its sub-prefixes.
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn list_dir(url: &ObjectUrl) -> Result<(Vec<Listed>, Vec<String>)> {
+    block_on(list_dir_async(url))
+}
+
+pub(crate) async fn list_dir_async(url: &ObjectUrl) -> Result<(Vec<Listed>, Vec<String>)> {
+    let b = bucket(url)?;
+    let prefix = url.prefix_key()?;
+    let result = request(url, b.store.list_with_delimiter(prefix.as_ref())).await?;
+    let mut objects: Vec<Listed> = result.objects.into_iter().map(|m| listed(url, m)).collect();
+    objects.sort_by(|a, b| a.url.key.as_bytes().cmp(b.url.key.as_bytes()));
+    let dirs = result
+        .common_prefixes
+        .iter()
+        .filter_map(|p| p.filename().map(str::to_owned))
+        .collect();
+    Ok((objects, dirs))
+}
+
+/// The object's size and ETag.
+///
+/// # Errors
+///
+/// A store error naming the URL (`not found` when there is no such object).
+pub fn head(url: &ObjectUrl) -> Result<Listed> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    let meta = block_on(request(url, b.store.head(&key)))?;
+    Ok(listed(url, meta))
+}
+
+/// Bytes `range` of the object, as it was when its ETag was `etag`.
+pub(crate) async fn get_range(
+    url: &ObjectUrl,
+    range: Range<u64>,
+    etag: Option<&str>,
+) -> Result<Bytes> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    let options = GetOptions {
+        if_match: etag.map(str::to_owned),
+        range: Some(GetRange::Bounded(range)),
+        ..Default::default()
+    };
+    request(url, async {
+        b.store.get_opts(&key, options).await?.bytes().await
+    })
+    .await
+}
+
+/// The whole object.
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn read_all(url: &ObjectUrl) -> Result<Bytes> {
+    block_on(read_all_async(url))
+}
+
+pub(crate) async fn read_all_async(url: &ObjectUrl) -> Result<Bytes> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    request(url, async { b.store.get(&key).await?.bytes().await }).await
+}
+
+/// Writes a small object in one request; with `create_only`, only if nothing is there
+/// (a conditional put: `already exists` otherwise).
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn put(url: &ObjectUrl, bytes: Vec<u8>, create_only: bool) -> Result<()> {
+    block_on(put_async(url, bytes, create_only))
+}
+
+pub(crate) async fn put_async(url: &ObjectUrl, bytes: Vec<u8>, create_only: bool) -> Result<()> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    let options = PutOptions {
+        mode: if create_only {
+            PutMode::Create
+        } else {
+            PutMode::Overwrite
+        },
+        ..Default::default()
+    };
+    request(
+        url,
+        b.store.put_opts(&key, PutPayload::from(bytes), options),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Copies an object within its bucket, on the server.
+pub(crate) async fn copy(from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
+    let b = bucket(from)?;
+    let (src, dst) = (from.object_key()?, to.object_key()?);
+    request(to, b.store.copy(&src, &dst)).await
+}
+
+/// Deletes an object (a missing one is fine).
+pub(crate) async fn delete(url: &ObjectUrl) -> Result<()> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    match request(url, b.store.delete(&key)).await {
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::Store {
+                    problem: StoreProblem::NotFound,
+                    ..
+                }
+            ) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Starts a multipart upload, returning its id.
+pub(crate) async fn create_multipart(url: &ObjectUrl) -> Result<String> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    request(url, b.multipart.create_multipart(&key)).await
+}
+
+/// Uploads part `index` of an upload.
+pub(crate) async fn put_part(
+    url: &ObjectUrl,
+    id: &str,
+    index: usize,
+    data: Bytes,
+) -> Result<object_store::multipart::PartId> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    let id = id.to_owned();
+    request(url, b.multipart.put_part(&key, &id, index, data.into())).await
+}
+
+/// Completes an upload from its parts, in order.
+pub(crate) async fn complete_multipart(
+    url: &ObjectUrl,
+    id: &str,
+    parts: Vec<object_store::multipart::PartId>,
+) -> Result<()> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    let id = id.to_owned();
+    request(url, b.multipart.complete_multipart(&key, &id, parts)).await?;
+    Ok(())
+}
+
+/// Aborts an upload (one already gone is fine).
+pub(crate) async fn abort_multipart(url: &ObjectUrl, id: &str) -> Result<()> {
+    let b = bucket(url)?;
+    let key = url.object_key()?;
+    let id = id.to_owned();
+    match request(url, b.multipart.abort_multipart(&key, &id)).await {
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::Store {
+                    problem: StoreProblem::NotFound,
+                    ..
+                }
+            ) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(s: &str) -> ObjectUrl {
+        match locate(Path::new(s)).unwrap() {
+            Location::Remote(u) => u,
+            Location::Local(p) => panic!("{} is local", p.display()),
+        }
+    }
+
+    #[test]
+    fn urls_and_paths() {
+        assert_eq!(
+            locate(Path::new("out/x")).unwrap(),
+            Location::Local("out/x".into())
+        );
+        assert_eq!(
+            locate(Path::new("file:///tmp/x")).unwrap(),
+            Location::Local("/tmp/x".into())
+        );
+        let u = url("s3a://bucket/table/dt=1/");
+        assert_eq!(u.to_string(), "s3://bucket/table/dt=1");
+        assert_eq!(u.key(), "table/dt=1");
+        assert_eq!(u.join("part-0.parquet").key(), "table/dt=1/part-0.parquet");
+        assert_eq!(u.parent().to_string(), "s3://bucket/table");
+        assert_eq!(u.file_name(), "dt=1");
+        let base = url("s3://bucket/table");
+        assert_eq!(u.relative_to(&base), Some("dt=1"));
+        assert_eq!(url("s3://bucket/tablex").relative_to(&base), None);
+        assert_eq!(url("gs://b").join("a/b").to_string(), "gs://b/a/b");
+        assert_eq!(
+            url("abfss://c@acct.dfs.core.windows.net/t").to_string(),
+            "abfss://c@acct.dfs.core.windows.net/t"
+        );
+        for bad in ["http://host/x", "hdfs://nn/x", "s3://", "s3:///key"] {
+            let e = locate(Path::new(bad)).unwrap_err();
+            assert!(matches!(e.kind(), ErrorKind::InvalidOption { .. }), "{bad}");
+        }
+    }
+
+    #[test]
+    fn secrets_are_redacted() {
+        // The variable is read at redaction time; set a unique one for this test.
+        std::env::set_var("AZURE_STORAGE_SAS_KEY", "sv=2026-secret-token");
+        assert_eq!(
+            redact("GET ...?sv=2026-secret-token failed"),
+            "GET ...?[redacted] failed"
+        );
+        std::env::remove_var("AZURE_STORAGE_SAS_KEY");
+    }
+}

@@ -1,0 +1,487 @@
+//! Object storage against a real S3-protocol server on 127.0.0.1 (moto in server mode),
+//! started here (issue #13). Without moto these tests say they were skipped; `.ci/run`
+//! installs it (`scripts/s3_venv.sh`) and sets `TFSHARD_REQUIRE_SERVERS=1`, so there a
+//! missing server fails.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::{root, scratch};
+
+/// The S3 test venv (moto, boto3): `TFSHARD_S3_VENV`, else `.venv-s3` in the repo.
+fn venv() -> Option<PathBuf> {
+    let dir = std::env::var_os("TFSHARD_S3_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".venv-s3"));
+    dir.join("bin/moto_server").exists().then_some(dir)
+}
+
+struct Server {
+    endpoint: String,
+    _child: Child,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_moto(venv: &Path, extra_env: &[(&str, &str)]) -> Server {
+    let port = free_port();
+    let mut cmd = Command::new(venv.join("bin/moto_server"));
+    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().expect("start moto_server");
+    // A start-up guard, not a timing assertion.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "moto_server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Server {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        _child: child,
+    }
+}
+
+/// The shared server, or `None` (the test prints that it was skipped).
+fn server() -> Option<&'static Server> {
+    static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            let Some(venv) = venv() else {
+                if std::env::var_os("TFSHARD_REQUIRE_SERVERS").is_some() {
+                    panic!("TFSHARD_REQUIRE_SERVERS is set but moto_server is missing (scripts/s3_venv.sh)");
+                }
+                return None;
+            };
+            Some(start_moto(&venv, &[]))
+        })
+        .as_ref()
+}
+
+macro_rules! need_server {
+    () => {
+        match server() {
+            Some(s) => s,
+            None => {
+                eprintln!("skipped: no S3 server (run scripts/s3_venv.sh to install moto)");
+                return;
+            }
+        }
+    };
+}
+
+fn env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ACCESS_KEY_ID", "testing".into()),
+        ("AWS_SECRET_ACCESS_KEY", "testing-secret-key".into()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ENDPOINT_URL", endpoint.into()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+    ]
+}
+
+/// Runs the plain S3 client (scripts/s3_client.py); returns stdout.
+fn client(endpoint: &str, args: &[&str]) -> String {
+    let venv = venv().expect("checked by need_server");
+    let out = Command::new(venv.join("bin/python"))
+        .arg(root().join("scripts/s3_client.py"))
+        .args(args)
+        .envs(env(endpoint))
+        .output()
+        .expect("run s3_client.py");
+    assert!(
+        out.status.success(),
+        "s3_client {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs tfshard against `endpoint`; returns (exit code, stdout, stderr).
+fn tfshard_at(endpoint: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(args)
+        .envs(env(endpoint))
+        .env("TMPDIR", scratch_tmp())
+        .output()
+        .expect("run tfshard");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn scratch_tmp() -> PathBuf {
+    let dir = root().join("target/test-scratch/store-tmp");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A fresh bucket for one test.
+fn bucket(s: &Server, name: &str) -> String {
+    client(&s.endpoint, &["mb", name]);
+    name.to_owned()
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .filter(|(n, _)| !n.ends_with(".manifest.json"))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn s3_to_s3_disk_to_s3_and_s3_to_disk_write_the_same_shards() {
+    let s = need_server!();
+    let b = bucket(s, "roundtrip");
+    let table = root().join("testdata/hive");
+    client(
+        &s.endpoint,
+        &["put-dir", table.to_str().unwrap(), &b, "tables/hive"],
+    );
+    let small = ["--target-shard-size", "2KiB"];
+
+    // The reference: disk to disk.
+    let local = scratch("s3-local");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            &[
+                "convert",
+                "parquet",
+                table.to_str().unwrap(),
+                "-o",
+                local.to_str().unwrap(),
+            ][..],
+            &small,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let want = files(&local);
+    assert!(want.len() > 1, "several shards");
+
+    let src = format!("s3://{b}/tables/hive");
+    for (input, output, name) in [
+        (src.clone(), format!("s3://{b}/out/s3-s3"), "s3-s3"),
+        (
+            table.to_str().unwrap().to_owned(),
+            format!("s3://{b}/out/disk-s3"),
+            "disk-s3",
+        ),
+        (
+            format!("s3a://{b}/tables/hive/"),
+            scratch("s3-disk").to_str().unwrap().to_owned(),
+            "s3-disk",
+        ),
+    ] {
+        let (code, out, err) = tfshard_at(
+            &s.endpoint,
+            &[
+                &["convert", "parquet", &input, "-o", &output, "--json"][..],
+                &small,
+            ]
+            .concat(),
+        );
+        assert_eq!(code, 0, "{name}: {err}");
+        let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(summary["records"], 24, "{name}");
+        let got_dir = if output.starts_with("s3://") {
+            let d = scratch(&format!("s3-get-{name}"));
+            let prefix = output.trim_start_matches(&format!("s3://{b}/"));
+            client(&s.endpoint, &["get-dir", &b, prefix, d.to_str().unwrap()]);
+            d
+        } else {
+            PathBuf::from(&output)
+        };
+        assert_eq!(
+            files(&got_dir),
+            want,
+            "{name}: shards differ from the disk run"
+        );
+        // Nothing but the shards and the manifest: no temporaries left behind.
+        let manifest: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(got_dir.join("data.manifest.json")).unwrap())
+                .unwrap();
+        assert_eq!(manifest["shards"].as_array().unwrap().len(), want.len());
+        if input.starts_with("s3") {
+            assert!(
+                manifest["inputs"][0]["etag"].is_string(),
+                "{name}: inputs record ETags"
+            );
+            assert!(manifest["inputs"][0]["path"]
+                .as_str()
+                .unwrap()
+                .starts_with("s3://"));
+        }
+    }
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(!keys.contains("tfshard-tmp"), "temporaries left: {keys}");
+    assert_eq!(
+        client(&s.endpoint, &["uploads", &b]),
+        "",
+        "pending multipart uploads"
+    );
+
+    // Readers on the store.
+    let out = format!("s3://{b}/out/s3-s3");
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &["verify", &out, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        stdout.contains("\"ok\":true") || stdout.contains("\"ok\": true"),
+        "{stdout}"
+    );
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &["inspect", &out, "--limit", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(stdout.lines().count(), 2);
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &["schema", &out]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("\"city\""), "{stdout}");
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &["bench", &out, "--json", "--epochs", "1"]);
+    assert_eq!(code, 0, "{err}");
+    let bench: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(bench["records"], 24);
+
+    // A corrupted object: verify names it and exits 1.
+    let first = client(&s.endpoint, &["ls", &b, "out/s3-s3/data-00000"]);
+    let key = first.lines().next().unwrap();
+    client(&s.endpoint, &["flip", &b, key, "20"]);
+    let (code, stdout, _) = tfshard_at(&s.endpoint, &["verify", &out, "--json"]);
+    assert_eq!(code, 1);
+    assert!(stdout.contains("data-00000"), "{stdout}");
+    assert!(
+        stdout.contains("CRC mismatch") || stdout.contains("crc32c mismatch"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn store_errors_are_one_clear_line() {
+    let s = need_server!();
+    let small = root().join("testdata/small.parquet");
+    let small = small.to_str().unwrap();
+
+    // A missing bucket.
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            "s3://no-such-bucket/t/",
+            "-o",
+            scratch("s3-err").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("s3://no-such-bucket/t") && err.contains("not found"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!err.contains("testing-secret-key"));
+
+    // An output that is not empty.
+    let b = bucket(s, "errors");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &["convert", "parquet", small, "-o", &format!("s3://{b}/o")],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &["convert", "parquet", small, "-o", &format!("s3://{b}/o")],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not empty"), "{err}");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            small,
+            "-o",
+            &format!("s3://{b}/o"),
+            "--overwrite",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+
+    // A stopped server: nothing listens on the port.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let (code, _, err) = tfshard_at(
+        &dead,
+        &[
+            "convert",
+            "parquet",
+            "s3://b/t/",
+            "-o",
+            scratch("s3-dead").to_str().unwrap(),
+            "--io-timeout",
+            "2s",
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot reach endpoint"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // A server that accepts connections and never answers.
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for c in silent.incoming().take(64) {
+            conns.push(c);
+        }
+    });
+    let (code, _, err) = tfshard_at(&endpoint, &["verify", "s3://b/out/", "--io-timeout", "2s"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot reach endpoint"), "{err}");
+    drop(held);
+}
+
+#[test]
+fn two_runs_racing_for_one_output_publish_once() {
+    let s = need_server!();
+    let b = bucket(s, "race");
+    let small = root().join("testdata/small.parquet");
+    let out = format!("s3://{b}/out");
+    let spawn = || {
+        Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+            .args([
+                "convert",
+                "parquet",
+                small.to_str().unwrap(),
+                "-o",
+                &out,
+                "--target-shard-size",
+                "1KiB",
+            ])
+            .envs(env(&s.endpoint))
+            .env("TMPDIR", scratch_tmp())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, c) = (spawn(), spawn());
+    let (a, c) = (a.wait_with_output().unwrap(), c.wait_with_output().unwrap());
+    let codes = [a.status.code(), c.status.code()];
+    assert!(
+        codes.contains(&Some(0)) && codes.contains(&Some(1)),
+        "{codes:?}"
+    );
+    let loser = if a.status.code() == Some(1) { &a } else { &c };
+    let err = String::from_utf8_lossy(&loser.stderr);
+    assert!(
+        err.contains("another run is publishing") || err.contains("not empty"),
+        "{err}"
+    );
+    let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
+    assert_eq!(code, 0, "{err}");
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(!keys.contains("tfshard-tmp"), "{keys}");
+    assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
+}
+
+/// A Parquet file of `rows` rows of `bytes` random bytes each (incompressible, so the
+/// shards are as large as the values).
+fn blob_table(path: &Path, rows: usize, bytes: usize) {
+    use std::sync::Arc;
+    let mut seed = 0x9e3779b97f4a7c15u64;
+    let values: Vec<Vec<u8>> = (0..rows)
+        .map(|_| {
+            (0..bytes)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
+                })
+                .collect()
+        })
+        .collect();
+    let array = arrow_array::BinaryArray::from_iter_values(values.iter().map(|v| v.as_slice()));
+    let batch = arrow_array::RecordBatch::try_from_iter([(
+        "blob",
+        Arc::new(array) as arrow_array::ArrayRef,
+    )])
+    .unwrap();
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+#[test]
+fn sigterm_during_an_upload_leaves_nothing() {
+    let s = need_server!();
+    let b = bucket(s, "sigterm");
+    let input = scratch("s3-sigterm-in").join("blobs.parquet");
+    blob_table(&input, 96, 512 << 10);
+    let out = format!("s3://{b}/out");
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args([
+            "convert",
+            "parquet",
+            input.to_str().unwrap(),
+            "-o",
+            &out,
+            "--target-shard-size",
+            "24MiB",
+        ])
+        .envs(env(&s.endpoint))
+        .env("TMPDIR", scratch_tmp())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until a multipart upload has started (its id is recorded under the run's
+    // temporary folder), then interrupt. A hang guard, not a timing assertion.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+        if keys.contains("/uploads/") {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended ({status}) before an upload started");
+        }
+        assert!(Instant::now() < deadline, "no upload started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(143),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(client(&s.endpoint, &["ls", &b, "out/"]), "", "objects left");
+    assert_eq!(
+        client(&s.endpoint, &["uploads", &b]),
+        "",
+        "pending multipart uploads"
+    );
+}
