@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Creates (once) the git-ignored .venv-s3 with moto's S3 server and boto3 from PyPI, and
 # prints its folder. The object-store tests (tests/cli/store.rs) start `moto_server` from
-# here on 127.0.0.1; scripts/s3_client.py is their plain client. Kept apart from .venv:
+# here on 127.0.0.1; scripts/s3_client.py is their plain client (scripts/az_client.py,
+# with azure-storage-blob, the Azure tests'). Kept apart from .venv:
 # TensorFlow and these pin different packages.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="${TFSHARD_S3_VENV:-$root/.venv-s3}"
-pins=("moto[server]==5.2.5" boto3==1.44.8 botocore==1.44.8 Flask==3.1.3 Werkzeug==3.1.9)
-check='import moto, boto3
-assert (moto.__version__, boto3.__version__) == ("5.2.5", "1.44.8")'
+pins=("moto[server]==5.2.5" boto3==1.44.8 botocore==1.44.8 Flask==3.1.3 Werkzeug==3.1.9
+  azure-storage-blob==12.31.1 azure-core==1.41.0)
+check='import moto, boto3, azure.storage.blob as blob
+assert (moto.__version__, boto3.__version__, blob.__version__) == ("5.2.5", "1.44.8", "12.31.1")'
 if ! "$venv/bin/python" -c "$check" >/dev/null 2>&1; then
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
   "$venv/bin/pip" install --quiet --disable-pip-version-check "${pins[@]}" >&2

@@ -48,6 +48,7 @@ pub mod convert;
 pub mod dataset;
 pub mod error;
 pub mod example;
+pub mod failpoint;
 mod hash;
 pub mod manifest;
 pub mod pipeline;

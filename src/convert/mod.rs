@@ -539,6 +539,7 @@ fn run(
     progress: &dyn Progress,
 ) -> Result<ConvertSummary> {
     let started = Instant::now();
+    crate::failpoint::hit("convert:planned")?;
     // A store output: shards are staged locally, then uploaded and copied into place.
     let remote = match store::locate(&options.output)? {
         Location::Local(_) => None,
@@ -553,11 +554,17 @@ fn run(
         Some(r) => r.staging().to_path_buf(),
         None => options.output.clone(),
     };
-    let outs = OutputDir::prepare_all(
+    let mut outs = OutputDir::prepare_all(
         &local_dir,
         &options.prefixes(),
         options.overwrite || remote.is_some(),
     )?;
+    if let Some(remote) = &remote {
+        for out in &mut outs {
+            let hook = remote.close_hook(out.prefix());
+            out.set_close_hook(hook);
+        }
+    }
     progress.set_total(source.total_units());
     let mut report: &dyn Progress = progress;
     let (shards, ()) = route::write_outputs(options, &outs, source.estimated_bytes(), |router| {
@@ -571,6 +578,7 @@ fn run(
         .map(|split| source.manifest(options, split.iter().map(|s| s.records).sum()))
         .collect();
     options.cancel.check()?;
+    crate::failpoint::hit("convert:written")?;
     let paths = match &remote {
         Some(remote) => remote.commit(
             &shards,

@@ -175,6 +175,11 @@ fn shard_options(options: &ConvertOptions, out: &OutputDir, plan: Plan) -> Shard
         max_records: options.max_records,
         index: options.index,
         plan,
+        // A --min-shards run may write an output twice; only the last pass is final.
+        on_close: match options.min_shards {
+            None => out.close_hook().cloned(),
+            Some(_) => None,
+        },
     }
 }
 

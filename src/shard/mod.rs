@@ -18,7 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{Manifest, ShardInfo};
 use crate::tfrecord::Compression;
 
-pub use writer::{ClosedShard, Plan, ShardOptions, ShardWriter};
+pub use writer::{CloseHook, ClosedShard, Plan, ShardOptions, ShardWriter};
 
 /// The output folder of one prefix, with its temporary folder (removed on drop).
 #[derive(Debug)]
@@ -26,6 +26,8 @@ pub struct OutputDir {
     dir: PathBuf,
     prefix: String,
     tmp: PathBuf,
+    /// Called with each completed shard (a store output starts its upload).
+    on_close: Option<CloseHook>,
 }
 
 fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -60,6 +62,7 @@ impl OutputDir {
             dir: dir.to_path_buf(),
             prefix: prefix.to_owned(),
             tmp,
+            on_close: None,
         })
     }
 
@@ -84,6 +87,16 @@ impl OutputDir {
             .iter()
             .map(|p| OutputDir::prepare(dir, p, true))
             .collect()
+    }
+
+    /// Calls `hook` with each shard as it is completed.
+    pub fn set_close_hook(&mut self, hook: CloseHook) {
+        self.on_close = Some(hook);
+    }
+
+    /// The hook for completed shards, if any.
+    pub fn close_hook(&self) -> Option<&CloseHook> {
+        self.on_close.as_ref()
     }
 
     /// The prefix of this output's files.

@@ -54,6 +54,30 @@ pub struct ShardOptions {
     pub index: bool,
     /// How to cut.
     pub plan: Plan,
+    /// Called with each shard as it closes (only when every closed shard is final).
+    pub on_close: Option<CloseHook>,
+}
+
+/// What a shard writer calls with each shard it completes (a store output's uploads).
+#[derive(Clone)]
+pub struct CloseHook(std::sync::Arc<dyn Fn(&ClosedShard) + Send + Sync>);
+
+impl CloseHook {
+    /// Wraps a function.
+    pub fn new(f: impl Fn(&ClosedShard) + Send + Sync + 'static) -> CloseHook {
+        CloseHook(std::sync::Arc::new(f))
+    }
+
+    /// Calls the hook.
+    pub fn call(&self, shard: &ClosedShard) {
+        (self.0)(shard)
+    }
+}
+
+impl std::fmt::Debug for CloseHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CloseHook")
+    }
 }
 
 /// A finished shard, still under its temporary name.
@@ -206,6 +230,9 @@ impl ShardWriter {
             bytes,
             crc32c: crc,
         });
+        if let Some(hook) = &self.options.on_close {
+            hook.call(self.closed.last().expect("pushed just above"));
+        }
         Ok(())
     }
 
@@ -413,6 +440,7 @@ mod tests {
             max_records: None,
             index: false,
             plan,
+            on_close: None,
         }
     }
 

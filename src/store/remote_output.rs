@@ -20,9 +20,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
 
 use super::{
     abort_multipart, block_on, complete_multipart, copy, create_multipart, delete, list,
@@ -32,7 +34,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{Manifest, ShardInfo};
 use crate::progress::CancelToken;
 use crate::shard::name;
-use crate::shard::ClosedShard;
+use crate::shard::{CloseHook, ClosedShard};
 use crate::tfrecord::Compression;
 
 /// Bytes per uploaded part (S3 allows 10,000 parts: objects up to 80 GB).
@@ -44,6 +46,18 @@ pub const MAX_COPY_BYTES: u64 = 5 << 30;
 
 /// One run's output in a store.
 pub(crate) struct RemoteOutput {
+    shared: Arc<Shared>,
+    /// Uploads started, by local file: as each shard closes, or at the commit.
+    tasks: Arc<Mutex<Vec<Upload>>>,
+    claimed: AtomicBool,
+    committed: AtomicBool,
+}
+
+/// A staged file and the task uploading it.
+type Upload = (PathBuf, JoinHandle<Result<()>>);
+
+/// What the upload tasks share with the run.
+struct Shared {
     out: ObjectUrl,
     prefixes: Vec<String>,
     run: String,
@@ -51,8 +65,10 @@ pub(crate) struct RemoteOutput {
     staging: PathBuf,
     /// Multipart uploads started and not yet completed or aborted.
     open_uploads: Mutex<Vec<(ObjectUrl, String)>>,
-    claimed: AtomicBool,
-    committed: AtomicBool,
+    /// Part buffers in flight, across every upload of the run.
+    parts: Semaphore,
+    /// Set when the run fails or is interrupted: uploads stop at their next part.
+    stop: AtomicBool,
 }
 
 impl RemoteOutput {
@@ -87,19 +103,25 @@ impl RemoteOutput {
         let staging = base.join(format!(".tfshard-staging-{run}"));
         std::fs::create_dir_all(&staging).map_err(|e| Error::from(e).with_file(&staging))?;
         let output = RemoteOutput {
-            out,
-            prefixes: prefixes.to_vec(),
-            run,
-            overwrite,
-            staging,
-            open_uploads: Mutex::new(Vec::new()),
+            shared: Arc::new(Shared {
+                out,
+                prefixes: prefixes.to_vec(),
+                run,
+                overwrite,
+                staging,
+                open_uploads: Mutex::new(Vec::new()),
+                parts: Semaphore::new(PARTS_IN_FLIGHT),
+                stop: AtomicBool::new(false),
+            }),
+            tasks: Default::default(),
             claimed: AtomicBool::new(false),
             committed: AtomicBool::new(false),
         };
         if overwrite {
             // A killed run's leftovers: abort its recorded uploads, delete its objects.
             for prefix in prefixes {
-                output.clear_tmp(&output.out.join(&name::tmp_dir_name(prefix)))?;
+                let tmp = output.shared.out.join(&name::tmp_dir_name(prefix));
+                output.shared.clear_tmp(&tmp)?;
             }
         }
         Ok(output)
@@ -107,17 +129,180 @@ impl RemoteOutput {
 
     /// The local folder the run writes its shards to before they are uploaded.
     pub(crate) fn staging(&self) -> &Path {
-        &self.staging
+        &self.shared.staging
     }
 
+    /// What to do when a shard of output `prefix` is complete: start its upload at once,
+    /// while the run writes the next one.
+    pub(crate) fn close_hook(&self, prefix: &str) -> CloseHook {
+        let shared = self.shared.clone();
+        let tasks = self.tasks.clone();
+        let prefix = prefix.to_owned();
+        CloseHook::new(move |shard: &ClosedShard| {
+            let mut tasks = tasks.lock().unwrap_or_else(|p| p.into_inner());
+            for local in std::iter::once(&shard.path).chain(&shard.idx_path) {
+                tasks.push((local.clone(), shared.start_upload(&prefix, local)));
+            }
+        })
+    }
+
+    fn claim_url(&self) -> ObjectUrl {
+        let s = &self.shared;
+        s.out
+            .join(&name::tmp_dir_name(&s.prefixes[0]))
+            .join("publishing")
+    }
+
+    /// Waits for the upload of `local` (starting it if no hook did).
+    async fn uploaded(&self, prefix: &str, local: &Path) -> Result<()> {
+        let task = {
+            let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+            match tasks.iter().position(|(p, _)| p == local) {
+                Some(i) => tasks.swap_remove(i).1,
+                None => self.shared.start_upload(prefix, local),
+            }
+        };
+        task.await
+            .map_err(|e| Error::from(std::io::Error::other(e)))?
+    }
+
+    /// Publishes every output of the run (see the module docs). Returns the manifests'
+    /// URLs, in `prefixes` order.
+    ///
+    /// # Errors
+    ///
+    /// A store error naming the URL; another run publishing to the same output.
+    pub(crate) fn commit(
+        &self,
+        shards: &[Vec<ClosedShard>],
+        compression: Compression,
+        manifests: &mut [Manifest],
+        cancel: &CancelToken,
+    ) -> Result<Vec<PathBuf>> {
+        let s = &*self.shared;
+        for shard in shards.iter().flatten() {
+            if shard.bytes > MAX_COPY_BYTES {
+                return Err(Error::invalid_option(
+                    "target-shard-size",
+                    format!(
+                        "a shard of {} bytes cannot be copied in one request on a store (at \
+                         most 5 GiB); use a smaller --target-shard-size",
+                        shard.bytes
+                    ),
+                ));
+            }
+        }
+        if !s.overwrite {
+            match put(&self.claim_url(), s.run.clone().into_bytes(), true) {
+                Ok(()) => self.claimed.store(true, Ordering::SeqCst),
+                Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
+                    return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // 2. Every shard uploaded under the run's temporary folder.
+        block_on(async {
+            let mut waits = Vec::new();
+            for (prefix, split) in s.prefixes.iter().zip(shards) {
+                for shard in split {
+                    for local in std::iter::once(&shard.path).chain(&shard.idx_path) {
+                        waits.push(self.uploaded(prefix, local));
+                    }
+                }
+            }
+            futures_util::future::try_join_all(waits).await
+        })?;
+        cancel.check()?;
+        crate::failpoint::hit("store:uploaded")?;
+        // 3-5. Old manifests go, new shards are copied into place, stale shards go.
+        block_on(async {
+            if s.overwrite {
+                for prefix in &s.prefixes {
+                    delete(&s.out.join(&name::manifest_name(prefix))).await?;
+                }
+            }
+            let mut pairs = Vec::new();
+            for (prefix, split) in s.prefixes.iter().zip(shards) {
+                for (i, shard) in split.iter().enumerate() {
+                    let final_name = name::shard_name(prefix, i, split.len(), compression);
+                    pairs.push((s.temporary(prefix, &shard.path), s.out.join(&final_name)));
+                    if let Some(idx) = &shard.idx_path {
+                        let final_idx = s.out.join(&format!("{final_name}.idx"));
+                        pairs.push((s.temporary(prefix, idx), final_idx));
+                    }
+                }
+            }
+            futures_util::future::try_join_all(pairs.iter().map(|(from, to)| copy(from, to)))
+                .await?;
+            if s.overwrite {
+                let (objects, _) = list_dir_async(&s.out).await?;
+                for (prefix, split) in s.prefixes.iter().zip(shards) {
+                    let fresh: Vec<String> = (0..split.len())
+                        .map(|i| name::shard_name(prefix, i, split.len(), compression))
+                        .collect();
+                    for o in &objects {
+                        let n = o.url.file_name();
+                        let stem = n.strip_suffix(".idx").unwrap_or(n);
+                        if name::is_own_shard(prefix, n) && !fresh.iter().any(|f| f == stem) {
+                            delete(&o.url).await?;
+                        }
+                    }
+                }
+            }
+            for prefix in &s.prefixes {
+                for o in list_async(&s.run_dir(prefix)).await? {
+                    delete(&o.url).await?;
+                }
+            }
+            Ok::<(), Error>(())
+        })?;
+        crate::failpoint::hit("store:copied")?;
+        // 6. The manifests: the commit point.
+        let mut paths = Vec::new();
+        for ((prefix, split), manifest) in s.prefixes.iter().zip(shards).zip(manifests.iter_mut()) {
+            fill_shards(manifest, prefix, split, compression);
+            let url = s.out.join(&name::manifest_name(prefix));
+            let mut json = serde_json::to_vec_pretty(&*manifest)
+                .map_err(|e| Error::from(std::io::Error::other(e)))?;
+            json.push(b'\n');
+            match put(&url, json, !s.overwrite) {
+                Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
+                    return Err(Error::new(ErrorKind::OutputClaimed).with_file(url.to_path()))
+                }
+                other => other?,
+            }
+            paths.push(url.to_path());
+        }
+        self.committed.store(true, Ordering::SeqCst);
+        if self.claimed.swap(false, Ordering::SeqCst) {
+            let _ = block_on(delete(&self.claim_url()));
+        }
+        Ok(paths)
+    }
+}
+
+impl Shared {
     fn run_dir(&self, prefix: &str) -> ObjectUrl {
         self.out.join(&name::tmp_dir_name(prefix)).join(&self.run)
     }
 
-    fn claim_url(&self) -> ObjectUrl {
-        self.out
-            .join(&name::tmp_dir_name(&self.prefixes[0]))
-            .join("publishing")
+    /// Where the upload of a staged file goes.
+    fn temporary(&self, prefix: &str, local: &Path) -> ObjectUrl {
+        let file = local.file_name().unwrap_or_default().to_string_lossy();
+        self.run_dir(prefix).join(&file)
+    }
+
+    fn start_upload(self: &Arc<Self>, prefix: &str, local: &Path) -> JoinHandle<Result<()>> {
+        let this = self.clone();
+        let (prefix, local) = (prefix.to_owned(), local.to_path_buf());
+        super::spawn(async move {
+            let target = this.temporary(&prefix, &local);
+            this.upload(&prefix, &local, &target).await?;
+            // Uploaded: the staged copy is no longer needed.
+            let _ = std::fs::remove_file(&local);
+            Ok(())
+        })
     }
 
     /// Aborts the uploads recorded under `tmp` and deletes every object there.
@@ -145,8 +330,9 @@ impl RemoteOutput {
         })
     }
 
-    /// Uploads one local file to `target` in parts, in parallel.
-    async fn upload(&self, local: &Path, target: &ObjectUrl, cancel: &CancelToken) -> Result<()> {
+    /// Uploads one local file to `target`: one request when small, else in parts, as
+    /// many in flight as the run's part budget allows.
+    async fn upload(&self, prefix: &str, local: &Path, target: &ObjectUrl) -> Result<()> {
         let at = |e: std::io::Error| Error::from(e).with_file(local);
         let size = std::fs::metadata(local).map_err(at)?.len();
         if size < PART_BYTES as u64 {
@@ -161,27 +347,29 @@ impl RemoteOutput {
             .push((target.clone(), id.clone()));
         // Recorded in the run's temporary folder, so a later run can abort it too.
         let record = self
-            .run_dir(&self.prefix_of(target))
+            .run_dir(prefix)
             .join("uploads")
             .join(target.file_name());
         let body = format!("{}\n{id}", target.key());
         super::put_async(&record, body.into_bytes(), false).await?;
+        crate::failpoint::hit("store:uploading")?;
         let parts = size.div_ceil(PART_BYTES as u64) as usize;
-        let mut done = Vec::with_capacity(parts);
-        let mut file = std::fs::File::open(local).map_err(at)?;
-        for batch_start in (0..parts).step_by(PARTS_IN_FLIGHT) {
-            cancel.check()?;
-            let batch: Vec<usize> =
-                (batch_start..(batch_start + PARTS_IN_FLIGHT).min(parts)).collect();
-            let mut futures = Vec::with_capacity(batch.len());
-            for &index in &batch {
-                let mut buf =
-                    vec![0u8; PART_BYTES.min((size - (index * PART_BYTES) as u64) as usize)];
-                std::io::Read::read_exact(&mut file, &mut buf).map_err(at)?;
-                futures.push(put_part(target, &id, index, Bytes::from(buf)));
+        let file = std::fs::File::open(local).map_err(at)?;
+        let sends = (0..parts).map(|index| {
+            let file = &file;
+            let id = &id;
+            async move {
+                let _permit = self.parts.acquire().await.expect("never closed");
+                if self.stop.load(Ordering::SeqCst) {
+                    return Err(Error::new(ErrorKind::Interrupted));
+                }
+                let offset = (index * PART_BYTES) as u64;
+                let mut buf = vec![0u8; PART_BYTES.min((size - offset) as usize)];
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, offset).map_err(at)?;
+                put_part(target, id, index, Bytes::from(buf)).await
             }
-            done.extend(futures_util::future::try_join_all(futures).await?);
-        }
+        });
+        let done = futures_util::future::try_join_all(sends).await?;
         complete_multipart(target, &id, done).await?;
         self.open_uploads
             .lock()
@@ -189,144 +377,6 @@ impl RemoteOutput {
             .retain(|(_, i)| *i != id);
         delete(&record).await?;
         Ok(())
-    }
-
-    fn prefix_of(&self, target: &ObjectUrl) -> String {
-        self.prefixes
-            .iter()
-            .find(|p| {
-                target
-                    .relative_to(&self.out)
-                    .is_some_and(|rel| rel.starts_with(&name::tmp_dir_name(p)))
-            })
-            .unwrap_or(&self.prefixes[0])
-            .clone()
-    }
-
-    /// Publishes every output of the run (see the module docs). Returns the manifests'
-    /// URLs, in `prefixes` order.
-    ///
-    /// # Errors
-    ///
-    /// A store error naming the URL; another run publishing to the same output.
-    pub(crate) fn commit(
-        &self,
-        shards: &[Vec<ClosedShard>],
-        compression: Compression,
-        manifests: &mut [Manifest],
-        cancel: &CancelToken,
-    ) -> Result<Vec<PathBuf>> {
-        if !self.overwrite {
-            let claim = self.claim_url();
-            match put(&claim, self.run.clone().into_bytes(), true) {
-                Ok(()) => self.claimed.store(true, Ordering::SeqCst),
-                Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
-                    return Err(Error::new(ErrorKind::OutputClaimed).with_file(self.out.to_path()))
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        // 2. Upload under the run's temporary folder.
-        let mut temporaries: Vec<Vec<(ObjectUrl, Option<ObjectUrl>)>> = Vec::new();
-        block_on(async {
-            for (prefix, split) in self.prefixes.iter().zip(shards) {
-                let dir = self.run_dir(prefix);
-                let mut uploads = Vec::new();
-                let mut names = Vec::new();
-                for shard in split {
-                    if shard.bytes > MAX_COPY_BYTES {
-                        return Err(Error::invalid_option(
-                            "target-shard-size",
-                            format!(
-                                "a shard of {} bytes cannot be copied in one request on a \
-                                 store (at most 5 GiB); use a smaller --target-shard-size",
-                                shard.bytes
-                            ),
-                        ));
-                    }
-                    let file = shard.path.file_name().unwrap_or_default().to_string_lossy();
-                    let tmp = dir.join(&file);
-                    uploads.push((shard.path.clone(), tmp.clone()));
-                    let idx = shard.idx_path.as_ref().map(|p| {
-                        let t = dir.join(&p.file_name().unwrap_or_default().to_string_lossy());
-                        uploads.push((p.clone(), t.clone()));
-                        t
-                    });
-                    names.push((tmp, idx));
-                }
-                // Files one after another; each one's parts in parallel.
-                for (local, target) in &uploads {
-                    self.upload(local, target, cancel).await?;
-                }
-                temporaries.push(names);
-            }
-            Ok(())
-        })?;
-        cancel.check()?;
-        // 3-5. Old manifests go, new shards are copied into place, stale shards go.
-        block_on(async {
-            if self.overwrite {
-                for prefix in &self.prefixes {
-                    delete(&self.out.join(&name::manifest_name(prefix))).await?;
-                }
-            }
-            let mut pairs = Vec::new();
-            for ((prefix, split), tmps) in self.prefixes.iter().zip(shards).zip(&temporaries) {
-                for (i, (tmp, idx)) in tmps.iter().enumerate() {
-                    let final_name = name::shard_name(prefix, i, split.len(), compression);
-                    pairs.push((tmp.clone(), self.out.join(&final_name)));
-                    if let Some(idx) = idx {
-                        pairs.push((idx.clone(), self.out.join(&format!("{final_name}.idx"))));
-                    }
-                }
-            }
-            futures_util::future::try_join_all(pairs.iter().map(|(from, to)| copy(from, to)))
-                .await?;
-            if self.overwrite {
-                let (objects, _) = list_dir_async(&self.out).await?;
-                for (prefix, split) in self.prefixes.iter().zip(shards) {
-                    let fresh: Vec<String> = (0..split.len())
-                        .map(|i| name::shard_name(prefix, i, split.len(), compression))
-                        .collect();
-                    for o in &objects {
-                        let n = o.url.file_name();
-                        let stem = n.strip_suffix(".idx").unwrap_or(n);
-                        if name::is_own_shard(prefix, n) && !fresh.iter().any(|f| f == stem) {
-                            delete(&o.url).await?;
-                        }
-                    }
-                }
-            }
-            for prefix in &self.prefixes {
-                for o in list_async(&self.run_dir(prefix)).await? {
-                    delete(&o.url).await?;
-                }
-            }
-            Ok::<(), Error>(())
-        })?;
-        // 6. The manifests: the commit point.
-        let mut paths = Vec::new();
-        for ((prefix, split), manifest) in
-            self.prefixes.iter().zip(shards).zip(manifests.iter_mut())
-        {
-            fill_shards(manifest, prefix, split, compression);
-            let url = self.out.join(&name::manifest_name(prefix));
-            let mut json = serde_json::to_vec_pretty(&*manifest)
-                .map_err(|e| Error::from(std::io::Error::other(e)))?;
-            json.push(b'\n');
-            match put(&url, json, !self.overwrite) {
-                Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
-                    return Err(Error::new(ErrorKind::OutputClaimed).with_file(url.to_path()))
-                }
-                other => other?,
-            }
-            paths.push(url.to_path());
-        }
-        self.committed.store(true, Ordering::SeqCst);
-        if self.claimed.swap(false, Ordering::SeqCst) {
-            let _ = block_on(delete(&self.claim_url()));
-        }
-        Ok(paths)
     }
 }
 
@@ -369,29 +419,36 @@ fn run_id() -> String {
 
 impl Drop for RemoteOutput {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.staging);
-        if self.committed.load(Ordering::SeqCst) {
-            return;
-        }
-        // Failed or interrupted: abort what we started, delete what we wrote.
-        let uploads =
-            std::mem::take(&mut *self.open_uploads.lock().unwrap_or_else(|p| p.into_inner()));
-        block_on(async {
-            for (url, id) in &uploads {
-                let _ = abort_multipart(url, id).await;
+        let s = &*self.shared;
+        if !self.committed.load(Ordering::SeqCst) {
+            // Failed or interrupted: let the uploads stop at their next part (so every
+            // upload started is recorded), abort them, delete what we wrote.
+            s.stop.store(true, Ordering::SeqCst);
+            let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|p| p.into_inner()));
+            let uploads = block_on(async {
+                for (_, task) in tasks {
+                    let _ = task.await;
+                }
+                std::mem::take(&mut *s.open_uploads.lock().unwrap_or_else(|p| p.into_inner()))
+            });
+            block_on(async {
+                for (url, id) in &uploads {
+                    let _ = abort_multipart(url, id).await;
+                }
+            });
+            for prefix in &s.prefixes {
+                if let Ok(objects) = list(&s.run_dir(prefix)) {
+                    block_on(async {
+                        for o in &objects {
+                            let _ = delete(&o.url).await;
+                        }
+                    });
+                }
             }
-        });
-        for prefix in &self.prefixes {
-            if let Ok(objects) = list(&self.run_dir(prefix)) {
-                block_on(async {
-                    for o in &objects {
-                        let _ = delete(&o.url).await;
-                    }
-                });
+            if self.claimed.load(Ordering::SeqCst) {
+                let _ = block_on(delete(&self.claim_url()));
             }
         }
-        if self.claimed.load(Ordering::SeqCst) {
-            let _ = block_on(delete(&self.claim_url()));
-        }
+        let _ = std::fs::remove_dir_all(&s.staging);
     }
 }

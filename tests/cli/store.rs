@@ -485,3 +485,370 @@ fn sigterm_during_an_upload_leaves_nothing() {
         "pending multipart uploads"
     );
 }
+
+/// Runs tfshard with failure points set; returns (exit code, stderr).
+fn tfshard_with_failpoints(endpoint: &str, failpoints: &str, args: &[&str]) -> (i32, String) {
+    let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(args)
+        .envs(env(endpoint))
+        .env("TMPDIR", scratch_tmp())
+        .env("TFSHARD_FAILPOINTS", failpoints)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_input_replaced_during_the_run_is_an_error() {
+    let s = need_server!();
+    let b = bucket(s, "replaced");
+    let inputs = scratch("s3-replaced-in");
+    std::fs::copy(
+        root().join("testdata/small.parquet"),
+        inputs.join("a.parquet"),
+    )
+    .unwrap();
+    client(
+        &s.endpoint,
+        &["put-dir", inputs.to_str().unwrap(), &b, "in"],
+    );
+    let gate = scratch("s3-replaced-gate").join("go");
+    let out = scratch("s3-replaced-out");
+    let child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args([
+            "convert",
+            "parquet",
+            &format!("s3://{b}/in"),
+            "-o",
+            out.to_str().unwrap(),
+        ])
+        .envs(env(&s.endpoint))
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("convert:planned=wait:{}", gate.display()),
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The footers are read (and their ETags taken); now the object changes.
+    let reached = gate.with_extension("reached");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !reached.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the run never reached the failure point"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let other = scratch("s3-replaced-other");
+    let hive_file = std::fs::read_dir(root().join("testdata/hive/year=2020"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("part-0.parquet");
+    std::fs::copy(hive_file, other.join("a.parquet")).unwrap();
+    client(&s.endpoint, &["put-dir", other.to_str().unwrap(), &b, "in"]);
+    std::fs::write(&gate, "").unwrap();
+    let output = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("s3://{b}/in/a.parquet")) && err.contains("changed during the run"),
+        "{err}"
+    );
+    assert!(!out.join("data.manifest.json").exists());
+}
+
+#[test]
+fn a_killed_upload_is_aborted_by_the_next_overwrite_run() {
+    let s = need_server!();
+    let b = bucket(s, "killed");
+    let input = scratch("s3-killed-in").join("blobs.parquet");
+    blob_table(&input, 24, 512 << 10);
+    let out = format!("s3://{b}/out");
+    let args = ["convert", "parquet", input.to_str().unwrap(), "-o", &out];
+    // Killed with an upload started: a pending upload, objects only under the hidden prefix.
+    let (code, err) = tfshard_with_failpoints(&s.endpoint, "store:uploading=exit", &args);
+    assert_eq!(code, 137, "{err}");
+    assert_eq!(client(&s.endpoint, &["uploads", &b]).lines().count(), 1);
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(
+        keys.lines()
+            .all(|k| k.starts_with("out/.data.tfshard-tmp/")),
+        "{keys}"
+    );
+    // Killed after the copies: final-named shards, no manifest (readers start from it).
+    let (code, err) = tfshard_with_failpoints(
+        &s.endpoint,
+        "store:copied=exit",
+        &[&args[..], &["--overwrite"]].concat(),
+    );
+    assert_eq!(code, 137, "{err}");
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(keys.contains("out/data-00000-of-00001.tfrecord"), "{keys}");
+    assert!(!keys.contains("manifest"), "{keys}");
+    // The rerun with --overwrite finishes the job and aborts what the killed runs left.
+    let (code, _, err) = tfshard_at(&s.endpoint, &[&args[..], &["--overwrite"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(client(&s.endpoint, &["uploads", &b]), "", "pending uploads");
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert_eq!(
+        keys,
+        "out/data-00000-of-00001.tfrecord\nout/data.manifest.json\n"
+    );
+    let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn throttling_that_outlasts_the_retries_is_one_line() {
+    let s = need_server!();
+    let _ = s;
+    // A server that answers every request with S3's SlowDown.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                while matches!(conn.read(&mut buf), Ok(n) if n > 0) {
+                    let body = "<?xml version=\"1.0\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+                    let reply = format!("HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    if conn.write_all(reply.as_bytes()).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let (code, _, err) = tfshard_at(&endpoint, &["verify", "s3://b/out/", "--io-timeout", "2s"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("s3://b/out") && err.contains("throttled"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn wrong_credentials_are_access_denied_and_never_printed() {
+    let Some(venv) = venv() else {
+        eprintln!("skipped: no S3 server (run scripts/s3_venv.sh to install moto)");
+        return;
+    };
+    // A server of its own that checks signatures after the first three requests (the
+    // bucket and an IAM user with a key, made here).
+    let s = start_moto(&venv, &[("INITIAL_NO_AUTH_ACTION_COUNT", "3")]);
+    client(&s.endpoint, &["mb", "authed"]);
+    let key = client(&s.endpoint, &["create-key"]);
+    let (id, _secret) = key.trim().split_once(' ').unwrap();
+    let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(["verify", "s3://authed/out/"])
+        .envs(env(&s.endpoint))
+        .env("AWS_ACCESS_KEY_ID", id)
+        .env("AWS_SECRET_ACCESS_KEY", "wrong-secret-value-123")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("s3://authed/out") && err.contains("access denied"),
+        "{err}"
+    );
+    assert!(err.contains("check the credentials"), "{err}");
+    assert!(!err.contains("wrong-secret-value-123"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+// ---- Azure, against Azurite (npm) ----
+
+/// `azurite-blob`: `TFSHARD_AZURITE`, else `.azurite/node_modules/.bin/azurite-blob`.
+fn azurite_bin() -> Option<PathBuf> {
+    let bin = std::env::var_os("TFSHARD_AZURITE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".azurite/node_modules/.bin/azurite-blob"));
+    bin.exists().then_some(bin)
+}
+
+fn azurite() -> Option<&'static Server> {
+    static SERVER: OnceLock<Option<Server>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            let (Some(bin), Some(_)) = (azurite_bin(), venv()) else {
+                if std::env::var_os("TFSHARD_REQUIRE_SERVERS").is_some() {
+                    panic!("TFSHARD_REQUIRE_SERVERS is set but Azurite is missing (scripts/azurite.sh)");
+                }
+                return None;
+            };
+            let port = free_port();
+            let dir = scratch("azurite-data");
+            let child = Command::new(bin)
+                .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--location"])
+                .arg(&dir)
+                .args(["--silent", "--skipApiVersionCheck", "--loose"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start azurite-blob");
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "azurite did not start");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Some(Server {
+                endpoint: format!("http://127.0.0.1:{port}"),
+                _child: child,
+            })
+        })
+        .as_ref()
+}
+
+fn az_env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("AZURE_STORAGE_USE_EMULATOR", "true".into()),
+        ("AZURITE_BLOB_STORAGE_URL", endpoint.into()),
+    ]
+}
+
+fn az_client(endpoint: &str, args: &[&str]) -> String {
+    let out = Command::new(venv().unwrap().join("bin/python"))
+        .arg(root().join("scripts/az_client.py"))
+        .args(args)
+        .envs(az_env(endpoint))
+        .output()
+        .expect("run az_client.py");
+    assert!(
+        out.status.success(),
+        "az_client {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn tfshard_az(endpoint: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(args)
+        .envs(az_env(endpoint))
+        .env("TMPDIR", scratch_tmp())
+        .output()
+        .expect("run tfshard");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn azure_round_trip_readers_and_errors() {
+    let Some(s) = azurite() else {
+        eprintln!("skipped: no Azurite (run scripts/azurite.sh to install it)");
+        return;
+    };
+    az_client(&s.endpoint, &["mb", "tables"]);
+    let table = root().join("testdata/hive");
+    az_client(
+        &s.endpoint,
+        &["put-dir", table.to_str().unwrap(), "tables", "hive"],
+    );
+    let small = ["--target-shard-size", "2KiB"];
+    let local = scratch("az-local");
+    let (code, _, err) = tfshard_az(
+        &s.endpoint,
+        &[
+            &[
+                "convert",
+                "parquet",
+                table.to_str().unwrap(),
+                "-o",
+                local.to_str().unwrap(),
+            ][..],
+            &small,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+
+    // Azure to Azure, byte-identical to the disk run.
+    let (code, _, err) = tfshard_az(
+        &s.endpoint,
+        &[
+            &[
+                "convert",
+                "parquet",
+                "az://tables/hive",
+                "-o",
+                "az://tables/out",
+            ][..],
+            &small,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let got = scratch("az-got");
+    az_client(
+        &s.endpoint,
+        &["get-dir", "tables", "out", got.to_str().unwrap()],
+    );
+    assert_eq!(files(&got), files(&local));
+    let keys = az_client(&s.endpoint, &["ls", "tables", "out/"]);
+    assert!(!keys.contains("tfshard-tmp"), "{keys}");
+
+    // Readers, and a second run racing the same output fails cleanly.
+    let (code, _, err) = tfshard_az(&s.endpoint, &["verify", "az://tables/out"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = tfshard_az(&s.endpoint, &["inspect", "az://tables/out", "--limit", "1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"city\""), "{out}");
+    let (code, _, err) = tfshard_az(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            "az://tables/hive",
+            "-o",
+            "az://tables/out",
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not empty"), "{err}");
+    let (code, _, err) = tfshard_az(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            "az://tables/hive",
+            "-o",
+            "az://tables/out",
+            "--overwrite",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = tfshard_az(&s.endpoint, &["verify", "az://tables/out"]);
+    assert_eq!(code, 0, "{err}");
+
+    // A missing container.
+    let (code, _, err) = tfshard_az(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            "az://nope/t",
+            "-o",
+            scratch("az-err").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("az://nope/t") && err.contains("not found"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Object-store performance (issue #13), against moto's S3 server on 127.0.0.1, beside a
+# plain object_store client moving the same bytes through the same server in the same
+# run (examples/s3_plain.rs):
+#
+#   convert S3 -> S3 of the standard table  vs  GET the inputs + multipart PUT as many bytes
+#   bench from S3 (one epoch)               vs  GET of the shards, 16 ranges in flight
+#   peak RSS, convert S3 -> S3              vs  the same conversion disk -> disk
+#
+#   scripts/bench_s3.sh            (RUNS=3 by default; prints medians and ratios)
+set -euo pipefail
+source "$(dirname "$0")/bench_data.sh"
+runs=${RUNS:-3}
+[ -d "$data/standard-2000000" ] || "$python" scripts/make_standard_table.py "$data/standard-2000000"
+cargo build --release --quiet --example s3_plain
+plain=$root/target/release/examples/s3_plain
+s3venv=$(scripts/s3_venv.sh)
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$s3venv/bin/moto_server" -H 127.0.0.1 -p "$port" >/dev/null 2>&1 &
+moto=$!
+trap 'kill $moto 2>/dev/null || true' EXIT
+export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1 \
+  AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ALLOW_HTTP=true
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+s3="$s3venv/bin/python scripts/s3_client.py"
+$s3 mb bench
+$s3 put-dir "$data/standard-2000000" bench standard
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+json() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"; }
+
+out_bytes=$("$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet --json | json bytes)
+conv=(); base=(); benchr=(); getr=()
+for i in $(seq "$runs"); do
+  t0=$(now); "$plain" get s3://bench/standard >/dev/null; "$plain" put s3://bench/plain/blob "$out_bytes" >/dev/null; t1=$(now)
+  base+=("$(echo "$t1 - $t0" | bc -l)")
+  t0=$(now); "$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet; t1=$(now)
+  conv+=("$(echo "$t1 - $t0" | bc -l)")
+  getr+=("$("$plain" get s3://bench/out | json bytes_per_sec)")
+  benchr+=("$("$bin" bench s3://bench/out --epochs 1 --json --quiet | json bytes_per_sec)")
+done
+c=$(printf '%s\n' "${conv[@]}" | median); b=$(printf '%s\n' "${base[@]}" | median)
+g=$(printf '%s\n' "${getr[@]}" | median); r=$(printf '%s\n' "${benchr[@]}" | median)
+printf 'convert S3->S3, standard table (%s MB of shards): %.2f s; plain GET+PUT %.2f s; ratio %.2f (goal <= 1.5)\n' \
+  "$((out_bytes / 1000000))" "$c" "$b" "$(echo "$c / $b" | bc -l)"
+printf 'bench from S3: %.0f MB/s; plain GET of the shards %.0f MB/s; ratio %.2f (goal >= 0.8)\n' \
+  "$(echo "$r / 1000000" | bc -l)" "$(echo "$g / 1000000" | bc -l)" "$(echo "$r / $g" | bc -l)"
+rss_s3=$( { /usr/bin/time -f %M "$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet; } 2>&1 | tail -1)
+rss_disk=$( { /usr/bin/time -f %M "$bin" convert parquet "$data/standard-2000000" -o "$data/out-s3cmp" --overwrite --quiet; } 2>&1 | tail -1)
+printf 'peak RSS, convert S3->S3 %d MiB; disk->disk %d MiB; ratio %.2f (goal <= 1.5)\n' \
+  "$((rss_s3 / 1024))" "$((rss_disk / 1024))" "$(echo "$rss_s3 / $rss_disk" | bc -l)"

@@ -1,0 +1,75 @@
+//! Deterministic failure points for tests: named places in a run where a test can make
+//! the process stop, fail or wait, switched on by the `TFSHARD_FAILPOINTS` environment
+//! variable. Unset (always, outside tests), every point is one relaxed load.
+//!
+//! `TFSHARD_FAILPOINTS="NAME=ACTION;NAME=ACTION"`, where ACTION is
+//!
+//! - `exit`: the process ends at once with code 137, as if killed (no cleanup runs);
+//! - `error`: the run fails there with an injected I/O error;
+//! - `wait:PATH`: the run creates `PATH.reached`, then waits until `PATH` exists (the
+//!   test does something at exactly this point, then lets the run go on).
+//!
+//! The points: `convert:planned` (every input opened, nothing written yet),
+//! `convert:written` (every shard written, nothing published), `store:uploading` (a
+//! multipart upload started and recorded, no part sent), `store:uploaded` (every
+//! shard uploaded to a store, nothing copied), `store:copied` (copied into place, no
+//! manifest yet).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone)]
+enum Action {
+    Exit,
+    Error,
+    Wait(PathBuf),
+}
+
+fn points() -> &'static [(String, Action)] {
+    static POINTS: OnceLock<Vec<(String, Action)>> = OnceLock::new();
+    POINTS.get_or_init(|| {
+        let Ok(spec) = std::env::var("TFSHARD_FAILPOINTS") else {
+            return Vec::new();
+        };
+        spec.split(';')
+            .filter_map(|entry| {
+                let (name, action) = entry.split_once('=')?;
+                let action = match action {
+                    "exit" => Action::Exit,
+                    "error" => Action::Error,
+                    a => Action::Wait(PathBuf::from(a.strip_prefix("wait:")?)),
+                };
+                Some((name.trim().to_owned(), action))
+            })
+            .collect()
+    })
+}
+
+/// Passes the failure point `name`.
+///
+/// # Errors
+///
+/// An injected error, when the point's action is `error`.
+pub fn hit(name: &str) -> Result<()> {
+    let Some((_, action)) = points().iter().find(|(n, _)| n == name) else {
+        return Ok(());
+    };
+    match action {
+        Action::Exit => std::process::exit(137),
+        Action::Error => Err(Error::from(std::io::Error::other(format!(
+            "injected failure at {name}"
+        )))),
+        Action::Wait(path) => {
+            let mut reached = path.clone().into_os_string();
+            reached.push(".reached");
+            let _ = std::fs::write(&reached, name);
+            while !path.exists() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ok(())
+        }
+    }
+}
