@@ -6,8 +6,9 @@
 //!
 //! - `exit`: the process ends at once with code 137, as if killed (no cleanup runs);
 //! - `error`: the run fails there with an injected I/O error;
-//! - `wait:PATH`: the run creates `PATH.reached`, then waits until `PATH` exists (the
-//!   test does something at exactly this point, then lets the run go on).
+//! - `wait:PATH`: the first time the run passes the point, it creates `PATH.reached`,
+//!   then waits until `PATH` exists (the test does something at exactly this point, then
+//!   lets the run go on); later passes go straight on.
 //!
 //! The points: `convert:planned` (every input opened, nothing written yet),
 //! `convert:written` (every shard written, nothing published), `store:uploading` (a
@@ -63,6 +64,14 @@ pub fn hit(name: &str) -> Result<()> {
             "injected failure at {name}"
         )))),
         Action::Wait(path) => {
+            static WAITED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+            {
+                let mut waited = WAITED.lock().unwrap_or_else(|p| p.into_inner());
+                if waited.iter().any(|n| n == name) {
+                    return Ok(());
+                }
+                waited.push(name.to_owned());
+            }
             let mut reached = path.clone().into_os_string();
             reached.push(".reached");
             let _ = std::fs::write(&reached, name);

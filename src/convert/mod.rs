@@ -561,8 +561,8 @@ fn run(
     )?;
     if let Some(remote) = &remote {
         for out in &mut outs {
-            let hook = remote.close_hook(out.prefix());
-            out.set_close_hook(hook);
+            let hook = remote.shard_hook(out.prefix());
+            out.set_shard_hook(hook);
         }
     }
     progress.set_total(source.total_units());

@@ -176,8 +176,8 @@ fn shard_options(options: &ConvertOptions, out: &OutputDir, plan: Plan) -> Shard
         index: options.index,
         plan,
         // A --min-shards run may write an output twice; only the last pass is final.
-        on_close: match options.min_shards {
-            None => out.close_hook().cloned(),
+        events: match options.min_shards {
+            None => out.shard_hook().cloned(),
             Some(_) => None,
         },
     }

@@ -18,7 +18,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{Manifest, ShardInfo};
 use crate::tfrecord::Compression;
 
-pub use writer::{CloseHook, ClosedShard, Plan, ShardOptions, ShardWriter};
+pub use writer::{ClosedShard, Plan, ShardEvents, ShardHook, ShardOptions, ShardWriter};
 
 /// The output folder of one prefix, with its temporary folder (removed on drop).
 #[derive(Debug)]
@@ -26,8 +26,8 @@ pub struct OutputDir {
     dir: PathBuf,
     prefix: String,
     tmp: PathBuf,
-    /// Called with each completed shard (a store output starts its upload).
-    on_close: Option<CloseHook>,
+    /// Told about each shard as it is written (a store output streams it up).
+    events: Option<ShardHook>,
 }
 
 fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -62,7 +62,7 @@ impl OutputDir {
             dir: dir.to_path_buf(),
             prefix: prefix.to_owned(),
             tmp,
-            on_close: None,
+            events: None,
         })
     }
 
@@ -89,14 +89,14 @@ impl OutputDir {
             .collect()
     }
 
-    /// Calls `hook` with each shard as it is completed.
-    pub fn set_close_hook(&mut self, hook: CloseHook) {
-        self.on_close = Some(hook);
+    /// Tells `hook` about each shard as it is written.
+    pub fn set_shard_hook(&mut self, hook: ShardHook) {
+        self.events = Some(hook);
     }
 
-    /// The hook for completed shards, if any.
-    pub fn close_hook(&self) -> Option<&CloseHook> {
-        self.on_close.as_ref()
+    /// The shard hook, if any.
+    pub fn shard_hook(&self) -> Option<&ShardHook> {
+        self.events.as_ref()
     }
 
     /// The prefix of this output's files.

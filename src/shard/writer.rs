@@ -54,29 +54,57 @@ pub struct ShardOptions {
     pub index: bool,
     /// How to cut.
     pub plan: Plan,
-    /// Called with each shard as it closes (only when every closed shard is final).
-    pub on_close: Option<CloseHook>,
+    /// Told about each shard as it is written (only when every closed shard is final).
+    /// Its shards are staged copies: they are not synced to disk.
+    pub events: Option<ShardHook>,
 }
 
-/// What a shard writer calls with each shard it completes (a store output's uploads).
+/// What a shard writer tells about each shard as it writes it: a store output streams
+/// each shard's parts up while the rest of it is still being written.
+pub trait ShardEvents: Send + Sync {
+    /// A shard file was created; the returned function is called with the bytes written
+    /// to the file so far, each time more reach it.
+    fn opened(&self, path: &Path) -> Box<dyn FnMut(u64) + Send>;
+    /// The shard is complete (its file closed, every byte written).
+    fn closed(&self, shard: &ClosedShard);
+}
+
+/// A shared [`ShardEvents`] handler.
 #[derive(Clone)]
-pub struct CloseHook(std::sync::Arc<dyn Fn(&ClosedShard) + Send + Sync>);
+pub struct ShardHook(std::sync::Arc<dyn ShardEvents>);
 
-impl CloseHook {
-    /// Wraps a function.
-    pub fn new(f: impl Fn(&ClosedShard) + Send + Sync + 'static) -> CloseHook {
-        CloseHook(std::sync::Arc::new(f))
-    }
-
-    /// Calls the hook.
-    pub fn call(&self, shard: &ClosedShard) {
-        (self.0)(shard)
+impl ShardHook {
+    /// Wraps a handler.
+    pub fn new(events: impl ShardEvents + 'static) -> ShardHook {
+        ShardHook(std::sync::Arc::new(events))
     }
 }
 
-impl std::fmt::Debug for CloseHook {
+impl std::fmt::Debug for ShardHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("CloseHook")
+        f.write_str("ShardHook")
+    }
+}
+
+/// A shard file that reports the bytes that reached it.
+struct Reported {
+    file: File,
+    written: u64,
+    report: Option<Box<dyn FnMut(u64) + Send>>,
+}
+
+impl Write for Reported {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.file.write(buf)?;
+        self.written += n as u64;
+        if let Some(report) = &mut self.report {
+            report(self.written);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
     }
 }
 
@@ -97,7 +125,7 @@ pub struct ClosedShard {
 
 /// Counts and checksums the bytes that reach the file.
 struct Sink {
-    file: BufWriter<File>,
+    file: BufWriter<Reported>,
     bytes: u64,
     crc: u32,
 }
@@ -173,6 +201,12 @@ impl ShardWriter {
             self.options.compression.suffix()
         ));
         let file = File::create(&path).map_err(io_at(&path))?;
+        let report = self.options.events.as_ref().map(|e| e.0.opened(&path));
+        let file = Reported {
+            file,
+            written: 0,
+            report,
+        };
         let sink = Sink {
             file: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
             bytes: 0,
@@ -206,14 +240,17 @@ impl ShardWriter {
         let at = io_at(&path);
         let sink = shard.encoder.finish().map_err(&at)?;
         let Sink { file, bytes, crc } = sink;
-        let file = file.into_inner().map_err(|e| at(e.into_error()))?;
+        let file = file.into_inner().map_err(|e| at(e.into_error()))?.file;
         // Durable before the rename that publishes it; the flush to disk overlaps with
-        // writing the next shard, and finish() waits for every one.
-        let sync_path = path.clone();
-        self.syncs.push(std::thread::spawn(move || {
-            file.sync_all()
-                .map_err(|e| Error::from(e).with_file(sync_path))
-        }));
+        // writing the next shard, and finish() waits for every one. (A staged copy for
+        // a store needs no fsync: the store has it once uploaded.)
+        if self.options.events.is_none() {
+            let sync_path = path.clone();
+            self.syncs.push(std::thread::spawn(move || {
+                file.sync_all()
+                    .map_err(|e| Error::from(e).with_file(sync_path))
+            }));
+        }
         let idx_path = match shard.idx {
             Some((idx_path, mut w)) => {
                 w.flush().map_err(io_at(&idx_path))?;
@@ -230,8 +267,10 @@ impl ShardWriter {
             bytes,
             crc32c: crc,
         });
-        if let Some(hook) = &self.options.on_close {
-            hook.call(self.closed.last().expect("pushed just above"));
+        if let Some(events) = &self.options.events {
+            events
+                .0
+                .closed(self.closed.last().expect("pushed just above"));
         }
         Ok(())
     }
@@ -440,7 +479,7 @@ mod tests {
             max_records: None,
             index: false,
             plan,
-            on_close: None,
+            events: None,
         }
     }
 

@@ -10,7 +10,9 @@
 //! 2. uploads every shard (multipart, parts in parallel) under
 //!    `{out}/.{prefix}.tfshard-tmp/{run}/`, recording each upload id there first;
 //! 3. with `--overwrite`, deletes the old manifests;
-//! 4. copies each shard server-side to its final `-of-N` name;
+//! 4. copies each shard server-side to its final `-of-N` name (a shard above 5 GiB, which
+//!    CopyObject cannot copy and `object_store` has no multipart copy for, is uploaded a
+//!    second time to its final name from the staged file);
 //! 5. with `--overwrite`, deletes the prefix's stale shards;
 //! 6. deletes the temporaries, then writes each manifest (a conditional put without
 //!    `--overwrite`) — the commit point — and releases the claim.
@@ -21,9 +23,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::{
@@ -34,15 +37,25 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{Manifest, ShardInfo};
 use crate::progress::CancelToken;
 use crate::shard::name;
-use crate::shard::{CloseHook, ClosedShard};
+use crate::shard::{ClosedShard, ShardEvents, ShardHook};
 use crate::tfrecord::Compression;
 
 /// Bytes per uploaded part (S3 allows 10,000 parts: objects up to 80 GB).
 pub const PART_BYTES: usize = 8 << 20;
 /// Parts in flight per run at most (bounds upload memory to 32 MiB).
 const PARTS_IN_FLIGHT: usize = 4;
-/// The largest object S3's CopyObject copies in one request.
+/// The largest object S3's CopyObject copies in one request. `object_store` has no
+/// multipart copy (UploadPartCopy), so a larger shard is uploaded a second time, to its
+/// final name, from the staged file (kept until the commit for that reason).
+/// `TFSHARD_MAX_COPY_BYTES` lowers it, for tests.
 pub const MAX_COPY_BYTES: u64 = 5 << 30;
+
+fn max_copy_bytes() -> u64 {
+    std::env::var("TFSHARD_MAX_COPY_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(MAX_COPY_BYTES)
+}
 
 /// One run's output in a store.
 pub(crate) struct RemoteOutput {
@@ -66,7 +79,7 @@ struct Shared {
     /// Multipart uploads started and not yet completed or aborted.
     open_uploads: Mutex<Vec<(ObjectUrl, String)>>,
     /// Part buffers in flight, across every upload of the run.
-    parts: Semaphore,
+    parts: Arc<Semaphore>,
     /// Set when the run fails or is interrupted: uploads stop at their next part.
     stop: AtomicBool,
 }
@@ -110,7 +123,7 @@ impl RemoteOutput {
                 overwrite,
                 staging,
                 open_uploads: Mutex::new(Vec::new()),
-                parts: Semaphore::new(PARTS_IN_FLIGHT),
+                parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
                 stop: AtomicBool::new(false),
             }),
             tasks: Default::default(),
@@ -132,17 +145,14 @@ impl RemoteOutput {
         &self.shared.staging
     }
 
-    /// What to do when a shard of output `prefix` is complete: start its upload at once,
-    /// while the run writes the next one.
-    pub(crate) fn close_hook(&self, prefix: &str) -> CloseHook {
-        let shared = self.shared.clone();
-        let tasks = self.tasks.clone();
-        let prefix = prefix.to_owned();
-        CloseHook::new(move |shard: &ClosedShard| {
-            let mut tasks = tasks.lock().unwrap_or_else(|p| p.into_inner());
-            for local in std::iter::once(&shard.path).chain(&shard.idx_path) {
-                tasks.push((local.clone(), shared.start_upload(&prefix, local)));
-            }
+    /// Streams each shard of output `prefix` up while it is written: its parts go as
+    /// soon as the staged file holds them, and the upload completes when it closes.
+    pub(crate) fn shard_hook(&self, prefix: &str) -> ShardHook {
+        ShardHook::new(Stager {
+            shared: self.shared.clone(),
+            prefix: prefix.to_owned(),
+            tasks: self.tasks.clone(),
+            senders: Mutex::new(Vec::new()),
         })
     }
 
@@ -180,18 +190,6 @@ impl RemoteOutput {
         cancel: &CancelToken,
     ) -> Result<Vec<PathBuf>> {
         let s = &*self.shared;
-        for shard in shards.iter().flatten() {
-            if shard.bytes > MAX_COPY_BYTES {
-                return Err(Error::invalid_option(
-                    "target-shard-size",
-                    format!(
-                        "a shard of {} bytes cannot be copied in one request on a store (at \
-                         most 5 GiB); use a smaller --target-shard-size",
-                        shard.bytes
-                    ),
-                ));
-            }
-        }
         if !s.overwrite {
             match put(&self.claim_url(), s.run.clone().into_bytes(), true) {
                 Ok(()) => self.claimed.store(true, Ordering::SeqCst),
@@ -223,10 +221,16 @@ impl RemoteOutput {
                 }
             }
             let mut pairs = Vec::new();
+            let mut reuploads = Vec::new();
             for (prefix, split) in s.prefixes.iter().zip(shards) {
                 for (i, shard) in split.iter().enumerate() {
                     let final_name = name::shard_name(prefix, i, split.len(), compression);
-                    pairs.push((s.temporary(prefix, &shard.path), s.out.join(&final_name)));
+                    let target = s.out.join(&final_name);
+                    if shard.bytes > max_copy_bytes() {
+                        reuploads.push((prefix.clone(), shard.path.clone(), target));
+                    } else {
+                        pairs.push((s.temporary(prefix, &shard.path), target));
+                    }
                     if let Some(idx) = &shard.idx_path {
                         let final_idx = s.out.join(&format!("{final_name}.idx"));
                         pairs.push((s.temporary(prefix, idx), final_idx));
@@ -235,6 +239,9 @@ impl RemoteOutput {
             }
             futures_util::future::try_join_all(pairs.iter().map(|(from, to)| copy(from, to)))
                 .await?;
+            for (prefix, local, target) in &reuploads {
+                s.upload(prefix, local, target).await?;
+            }
             if s.overwrite {
                 let (objects, _) = list_dir_async(&s.out).await?;
                 for (prefix, split) in s.prefixes.iter().zip(shards) {
@@ -293,14 +300,38 @@ impl Shared {
         self.run_dir(prefix).join(&file)
     }
 
+    fn start_stream(
+        self: &Arc<Self>,
+        prefix: &str,
+        local: &Path,
+        staged: watch::Receiver<Staged>,
+    ) -> JoinHandle<Result<()>> {
+        let this = self.clone();
+        let (prefix, local) = (prefix.to_owned(), local.to_path_buf());
+        super::spawn(async move {
+            let target = this.temporary(&prefix, &local);
+            this.stream(&prefix, &local, &target, staged).await?;
+            this.staged_done(&local);
+            Ok(())
+        })
+    }
+
+    /// Removes a staged file once uploaded, unless it is too large to copy on the server
+    /// and goes up again under its final name.
+    fn staged_done(&self, local: &Path) {
+        let size = std::fs::metadata(local).map(|m| m.len()).unwrap_or(0);
+        if size <= max_copy_bytes() {
+            let _ = std::fs::remove_file(local);
+        }
+    }
+
     fn start_upload(self: &Arc<Self>, prefix: &str, local: &Path) -> JoinHandle<Result<()>> {
         let this = self.clone();
         let (prefix, local) = (prefix.to_owned(), local.to_path_buf());
         super::spawn(async move {
             let target = this.temporary(&prefix, &local);
             this.upload(&prefix, &local, &target).await?;
-            // Uploaded: the staged copy is no longer needed.
-            let _ = std::fs::remove_file(&local);
+            this.staged_done(&local);
             Ok(())
         })
     }
@@ -330,46 +361,83 @@ impl Shared {
         })
     }
 
-    /// Uploads one local file to `target`: one request when small, else in parts, as
-    /// many in flight as the run's part budget allows.
+    /// Uploads one complete local file to `target`.
     async fn upload(&self, prefix: &str, local: &Path, target: &ObjectUrl) -> Result<()> {
         let at = |e: std::io::Error| Error::from(e).with_file(local);
         let size = std::fs::metadata(local).map_err(at)?.len();
-        if size < PART_BYTES as u64 {
-            // One request: S3 needs parts of 5 MiB but the last.
-            let bytes = std::fs::read(local).map_err(at)?;
-            return super::put_async(target, bytes, false).await;
-        }
-        let id = create_multipart(target).await?;
-        self.open_uploads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((target.clone(), id.clone()));
-        // Recorded in the run's temporary folder, so a later run can abort it too.
-        let record = self
-            .run_dir(prefix)
-            .join("uploads")
-            .join(target.file_name());
-        let body = format!("{}\n{id}", target.key());
-        super::put_async(&record, body.into_bytes(), false).await?;
-        crate::failpoint::hit("store:uploading")?;
-        let parts = size.div_ceil(PART_BYTES as u64) as usize;
-        let file = std::fs::File::open(local).map_err(at)?;
-        let sends = (0..parts).map(|index| {
-            let file = &file;
-            let id = &id;
-            async move {
-                let _permit = self.parts.acquire().await.expect("never closed");
-                if self.stop.load(Ordering::SeqCst) {
-                    return Err(Error::new(ErrorKind::Interrupted));
-                }
-                let offset = (index * PART_BYTES) as u64;
-                let mut buf = vec![0u8; PART_BYTES.min((size - offset) as usize)];
-                std::os::unix::fs::FileExt::read_exact_at(file, &mut buf, offset).map_err(at)?;
-                put_part(target, id, index, Bytes::from(buf)).await
-            }
+        let (_tx, rx) = watch::channel(Staged {
+            written: size,
+            closed: true,
         });
-        let done = futures_util::future::try_join_all(sends).await?;
+        self.stream(prefix, local, target, rx).await
+    }
+
+    /// Uploads a staged file to `target` as it grows: each full part as soon as the file
+    /// holds it (as many in flight as the run's part budget allows), the rest when the
+    /// file is closed. A file that ends smaller than one part goes up in one request.
+    async fn stream(
+        &self,
+        prefix: &str,
+        local: &Path,
+        target: &ObjectUrl,
+        mut staged: watch::Receiver<Staged>,
+    ) -> Result<()> {
+        let at = |e: std::io::Error| Error::from(e).with_file(local);
+        let part = PART_BYTES as u64;
+        let mut upload: Option<(String, ObjectUrl)> = None;
+        let mut parts: Vec<JoinHandle<Result<object_store::multipart::PartId>>> = Vec::new();
+        let mut sent = 0u64;
+        let file = Arc::new(std::fs::File::open(local).map_err(at)?);
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return Err(Error::new(ErrorKind::Interrupted));
+            }
+            let Staged { written, closed } = *staged.borrow_and_update();
+            if closed && upload.is_none() && written < part {
+                // One request: S3 needs parts of 5 MiB but the last.
+                let bytes = std::fs::read(local).map_err(at)?;
+                return super::put_async(target, bytes, false).await;
+            }
+            while written >= sent + part || (closed && written > sent) {
+                if upload.is_none() {
+                    let id = create_multipart(target).await?;
+                    self.open_uploads
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((target.clone(), id.clone()));
+                    // Recorded in the run's temporary folder: a later run can abort it.
+                    let record = self
+                        .run_dir(prefix)
+                        .join("uploads")
+                        .join(target.file_name());
+                    let body = format!("{}\n{id}", target.key());
+                    super::put_async(&record, body.into_bytes(), false).await?;
+                    crate::failpoint::hit("store:uploading")?;
+                    upload = Some((id, record));
+                }
+                let (id, _) = upload.as_ref().expect("started just above");
+                let range = sent..(sent + part).min(written);
+                parts.push(self.send_part(&file, local, target, id, parts.len(), range));
+                sent = (sent + part).min(written);
+            }
+            if closed {
+                break;
+            }
+            // Woken by the writer, or every 100 ms to see whether the run has stopped.
+            let wait = tokio::time::timeout(Duration::from_millis(100), staged.changed());
+            if let Ok(Err(_)) = wait.await {
+                // The writer went away without closing the shard: the run failed.
+                return Err(Error::new(ErrorKind::Interrupted));
+            }
+        }
+        let (id, record) = upload.expect("a file of a part or more started an upload");
+        let mut done = Vec::with_capacity(parts.len());
+        for p in parts {
+            done.push(
+                p.await
+                    .map_err(|e| Error::from(std::io::Error::other(e)))??,
+            );
+        }
         complete_multipart(target, &id, done).await?;
         self.open_uploads
             .lock()
@@ -377,6 +445,96 @@ impl Shared {
             .retain(|(_, i)| *i != id);
         delete(&record).await?;
         Ok(())
+    }
+
+    /// Sends bytes `range` of the staged file as part `index`, once a part buffer is
+    /// free. Buffers are anonymous maps, returned to the system when the part is sent.
+    fn send_part(
+        &self,
+        file: &Arc<std::fs::File>,
+        local: &Path,
+        target: &ObjectUrl,
+        id: &str,
+        index: usize,
+        range: std::ops::Range<u64>,
+    ) -> JoinHandle<Result<object_store::multipart::PartId>> {
+        let parts = self.parts.clone();
+        let (file, local, target, id) = (
+            file.clone(),
+            local.to_path_buf(),
+            target.clone(),
+            id.to_owned(),
+        );
+        super::spawn(async move {
+            let _permit = parts.acquire().await.expect("never closed");
+            let at = |e: std::io::Error| Error::from(e).with_file(&local);
+            let mut buf =
+                memmap2::MmapMut::map_anon((range.end - range.start) as usize).map_err(at)?;
+            std::os::unix::fs::FileExt::read_exact_at(&*file, &mut buf, range.start).map_err(at)?;
+            let bytes = Bytes::from_owner(buf.make_read_only().map_err(at)?);
+            put_part(&target, &id, index, bytes).await
+        })
+    }
+}
+
+/// How much of a staged shard is on disk, and whether it is complete.
+#[derive(Debug, Clone, Copy)]
+struct Staged {
+    written: u64,
+    closed: bool,
+}
+
+/// The store output's side of the shard writers: starts each shard's upload when the
+/// shard is created, and tells it how far the file has grown.
+struct Stager {
+    shared: Arc<Shared>,
+    prefix: String,
+    tasks: Arc<Mutex<Vec<Upload>>>,
+    senders: Mutex<Vec<(PathBuf, Arc<watch::Sender<Staged>>)>>,
+}
+
+impl ShardEvents for Stager {
+    fn opened(&self, path: &Path) -> Box<dyn FnMut(u64) + Send> {
+        let (tx, rx) = watch::channel(Staged {
+            written: 0,
+            closed: false,
+        });
+        let tx = Arc::new(tx);
+        self.senders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((path.to_path_buf(), tx.clone()));
+        let task = self.shared.start_stream(&self.prefix, path, rx);
+        self.tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((path.to_path_buf(), task));
+        Box::new(move |written| {
+            tx.send_modify(|s| s.written = written);
+        })
+    }
+
+    fn closed(&self, shard: &ClosedShard) {
+        let sender = {
+            let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
+            senders
+                .iter()
+                .position(|(p, _)| *p == shard.path)
+                .map(|i| senders.swap_remove(i).1)
+        };
+        if let Some(tx) = sender {
+            tx.send_modify(|s| {
+                s.written = shard.bytes;
+                s.closed = true;
+            });
+        }
+        if let Some(idx) = &shard.idx_path {
+            let task = self.shared.start_upload(&self.prefix, idx);
+            self.tasks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((idx.clone(), task));
+        }
     }
 }
 

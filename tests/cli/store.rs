@@ -329,6 +329,28 @@ fn store_errors_are_one_clear_line() {
     );
     assert_eq!(code, 0, "{err}");
 
+    // A Delta table on the store: refused, naming the prefix.
+    let delta = root().join("testdata/delta-table");
+    client(
+        &s.endpoint,
+        &["put-dir", delta.to_str().unwrap(), &b, "delta"],
+    );
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            &format!("s3://{b}/delta"),
+            "-o",
+            scratch("s3-delta").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("s3://{b}/delta")) && err.contains("Delta Lake"),
+        "{err}"
+    );
+
     // A stopped server: nothing listens on the port.
     let dead = format!("http://127.0.0.1:{}", free_port());
     let (code, _, err) = tfshard_at(
@@ -441,6 +463,9 @@ fn sigterm_during_an_upload_leaves_nothing() {
     let input = scratch("s3-sigterm-in").join("blobs.parquet");
     blob_table(&input, 96, 512 << 10);
     let out = format!("s3://{b}/out");
+    // The run stops right after its first multipart upload has started (and its id is
+    // recorded); SIGTERM comes then.
+    let gate = scratch("s3-sigterm-gate").join("go");
     let mut child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
         .args([
             "convert",
@@ -453,25 +478,30 @@ fn sigterm_during_an_upload_leaves_nothing() {
         ])
         .envs(env(&s.endpoint))
         .env("TMPDIR", scratch_tmp())
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("store:uploading=wait:{}", gate.display()),
+        )
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until a multipart upload has started (its id is recorded under the run's
-    // temporary folder), then interrupt. A hang guard, not a timing assertion.
+    let reached = gate.with_extension("reached");
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let keys = client(&s.endpoint, &["ls", &b, "out/"]);
-        if keys.contains("/uploads/") {
-            break;
-        }
+    while !reached.exists() {
         if let Ok(Some(status)) = child.try_wait() {
             panic!("the run ended ({status}) before an upload started");
         }
-        assert!(Instant::now() < deadline, "no upload started");
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("no upload started");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+    let pending = client(&s.endpoint, &["uploads", &b]).lines().count();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    std::fs::write(&gate, "").unwrap();
     let output = child.wait_with_output().unwrap();
+    assert!(pending >= 1, "an upload was pending when the signal came");
     assert_eq!(
         output.status.code(),
         Some(143),
@@ -536,11 +566,12 @@ fn an_input_replaced_during_the_run_is_an_error() {
     // The footers are read (and their ETags taken); now the object changes.
     let reached = gate.with_extension("reached");
     let deadline = Instant::now() + Duration::from_secs(120);
+    let mut child = child;
     while !reached.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the run never reached the failure point"
-        );
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run never reached the failure point");
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
     let other = scratch("s3-replaced-other");
@@ -851,4 +882,52 @@ fn azure_round_trip_readers_and_errors() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+#[test]
+fn a_shard_too_large_to_copy_goes_up_again_under_its_final_name() {
+    let s = need_server!();
+    let b = bucket(s, "large");
+    let small = root().join("testdata/small.parquet");
+    let local = scratch("s3-large-local");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            small.to_str().unwrap(),
+            "-o",
+            local.to_str().unwrap(),
+            "--target-shard-size",
+            "128KiB",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    // Shards above 100 KB count as "above the copy limit" here.
+    let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args([
+            "convert",
+            "parquet",
+            small.to_str().unwrap(),
+            "-o",
+            &format!("s3://{b}/out"),
+            "--target-shard-size",
+            "128KiB",
+        ])
+        .envs(env(&s.endpoint))
+        .env("TMPDIR", scratch_tmp())
+        .env("TFSHARD_MAX_COPY_BYTES", "100000")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = scratch("s3-large-got");
+    client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+    assert_eq!(files(&got), files(&local));
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(!keys.contains("tfshard-tmp"), "{keys}");
 }
