@@ -5,6 +5,7 @@
 //! ```text
 //! s3_plain get URL                  # GETs every object below URL, 16 ranged requests in flight
 //! s3_plain put URL BYTES            # multipart PUT of BYTES bytes, 8 MiB parts, 4 in flight
+//! s3_plain copy URL                 # server-side copy of every object below URL to KEY.copy
 //! ```
 //!
 //! Prints one JSON line: `{"bytes", "seconds", "bytes_per_sec"}`.
@@ -67,6 +68,24 @@ async fn put(url: &str, bytes: u64) -> u64 {
     bytes
 }
 
+async fn copy(url: &str) -> u64 {
+    let (s3, prefix) = store(url);
+    let objects: Vec<_> = s3.list(Some(&prefix)).try_collect().await.unwrap();
+    let copies = objects.iter().map(|o| {
+        let to = Path::from(format!("{}.copy", o.location));
+        let s3 = s3.clone();
+        async move {
+            s3.copy(&o.location, &to).await.unwrap();
+            s3.delete(&to).await.unwrap();
+            o.size
+        }
+    });
+    futures_util::future::join_all(copies)
+        .await
+        .into_iter()
+        .sum()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -78,6 +97,7 @@ fn main() {
     let bytes = match args.first().map(String::as_str) {
         Some("get") => runtime.block_on(get(&args[1])),
         Some("put") => runtime.block_on(put(&args[1], args[2].parse().unwrap())),
+        Some("copy") => runtime.block_on(copy(&args[1])),
         _ => {
             eprintln!("usage: s3_plain get URL | s3_plain put URL BYTES");
             std::process::exit(2);

@@ -46,7 +46,18 @@ printf 'convert S3->S3, standard table (%s MB of shards): %.2f s; plain GET+PUT 
   "$((out_bytes / 1000000))" "$c" "$b" "$(echo "$c / $b" | bc -l)"
 printf 'bench from S3: %.0f MB/s; plain GET of the shards %.0f MB/s; ratio %.2f (goal >= 0.8)\n' \
   "$(echo "$r / 1000000" | bc -l)" "$(echo "$g / 1000000" | bc -l)" "$(echo "$r / $g" | bc -l)"
-rss_s3=$( { /usr/bin/time -f %M "$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet; } 2>&1 | tail -1)
-rss_disk=$( { /usr/bin/time -f %M "$bin" convert parquet "$data/standard-2000000" -o "$data/out-s3cmp" --overwrite --quiet; } 2>&1 | tail -1)
-printf 'peak RSS, convert S3->S3 %d MiB; disk->disk %d MiB; ratio %.2f (goal <= 1.5)\n' \
-  "$((rss_s3 / 1024))" "$((rss_disk / 1024))" "$(echo "$rss_s3 / $rss_disk" | bc -l)"
+rss() { { /usr/bin/time -f %M "$bin" convert parquet "$@" --overwrite --quiet; } 2>&1 | tail -1; }
+rss_read=$(rss s3://bench/standard -o "$data/out-s3disk")
+rss_s3=$(rss s3://bench/standard -o s3://bench/out)
+rss_disk=$(rss "$data/standard-2000000" -o "$data/out-s3cmp")
+printf 'peak RSS, convert S3->disk (the Parquet reader) %d MiB; disk->disk %d MiB; ratio %.2f (goal <= 1.5)\n' \
+  "$((rss_read / 1024))" "$((rss_disk / 1024))" "$(echo "$rss_read / $rss_disk" | bc -l)"
+printf 'peak RSS, convert S3->S3 %d MiB (with 16 MiB of upload parts); ratio %.2f\n' \
+  "$((rss_s3 / 1024))" "$(echo "$rss_s3 / $rss_disk" | bc -l)"
+printf '  the store copying the same shards for the plain client: %.2f s\n' \
+  "$("$plain" copy s3://bench/out | json seconds)"
+# Where the S3->S3 time goes: stop the run after each phase (failure points).
+for phase in convert:written store:uploaded store:copied; do
+  t0=$(now); TFSHARD_FAILPOINTS="$phase=exit" "$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet || true; t1=$(now)
+  printf '  S3->S3 until %-15s %.2f s\n' "$phase" "$(echo "$t1 - $t0" | bc -l)"
+done

@@ -418,6 +418,35 @@ pub enum ErrorKind {
         /// What the store said, or the hint that helps (never a secret).
         detail: String,
     },
+    /// `finalize` found parts missing or incomplete (no part manifest).
+    #[error(
+        "{}",
+        if missing.is_empty() {
+            "a part shard the finalize plan moves is gone; rerun the workers".to_owned()
+        } else {
+            format!(
+                "parts missing or incomplete: worker{} {} of {count}; rerun {} and finalize again",
+                if missing.len() == 1 { "" } else { "s" },
+                missing.iter().map(u64::to_string).collect::<Vec<_>>().join(", "),
+                if missing.len() == 1 { "it" } else { "them" }
+            )
+        }
+    )]
+    PartsMissing {
+        /// The worker indices whose parts are missing.
+        missing: Vec<u64>,
+        /// Workers in all.
+        count: u64,
+    },
+    /// Parts that cannot be one set (different options, inputs, schemas, versions).
+    #[error("parts disagree: {detail}")]
+    PartsDisagree {
+        /// What differs.
+        detail: String,
+    },
+    /// `finalize` on a folder with no `--num-workers` parts.
+    #[error("no worker parts here (nothing under .PREFIX.tfshard-parts/): run the workers first")]
+    NoParts,
     /// Another run holds the output's publishing claim, or published first.
     #[error(
         "another run is publishing to this output (or one was killed while publishing): \

@@ -49,6 +49,7 @@ pub mod dataset;
 pub mod error;
 pub mod example;
 pub mod failpoint;
+pub mod finalize;
 mod hash;
 pub mod manifest;
 pub mod pipeline;

@@ -90,6 +90,22 @@ pub struct Manifest {
     pub records: u64,
     /// Bytes on disk of all shards.
     pub bytes: u64,
+    /// For a worker's part (`--num-workers`): which worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerInfo>,
+    /// For a worker's part: the row groups it covers, `[first, end)` in the run's order
+    /// of every row group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_groups: Option<[u64; 2]>,
+}
+
+/// A part manifest's `worker`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    /// The worker's index.
+    pub index: u64,
+    /// Workers in all.
+    pub count: u64,
 }
 
 impl Manifest {

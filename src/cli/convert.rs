@@ -10,7 +10,7 @@ use serde_json::json;
 use super::{output, CliError, CliResult, Common};
 use tfshard::convert::{
     ConvertOptions, ConvertSummary, Converter, ImageOptions, Labels, OnError, Partitioning,
-    ShuffleOptions, DEFAULT_SHUFFLE_MEMORY,
+    ShuffleOptions, WorkerShare, DEFAULT_SHUFFLE_MEMORY,
 };
 use tfshard::example::encode::EncodeOptions;
 use tfshard::example::RecordType;
@@ -253,6 +253,12 @@ pub struct ParquetArgs {
     /// Hive partition features: auto (when every file has the same keys), hive (required) or none.
     #[arg(long, value_enum, default_value_t = PartitioningFlag::Auto)]
     pub partitioning: PartitioningFlag,
+    /// Spread the conversion over N workers (machines); each converts its share of the row groups into a part; then run `tfshard finalize`.
+    #[arg(long, value_name = "N", requires = "worker_index")]
+    pub num_workers: Option<u64>,
+    /// This worker's index, 0 to N-1 (e.g. $JOB_COMPLETION_INDEX).
+    #[arg(long, value_name = "I", requires = "num_workers")]
+    pub worker_index: Option<u64>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -348,6 +354,9 @@ impl ParquetArgs {
             split_key: options.encode.split_key.clone(),
         };
         options.partition_base = self.partition_base.clone();
+        if let (Some(count), Some(index)) = (self.num_workers, self.worker_index) {
+            options.worker = Some(WorkerShare { count, index });
+        }
         options.partitioning = match self.partitioning {
             PartitioningFlag::Auto => Partitioning::Auto,
             PartitioningFlag::Hive => Partitioning::Hive,

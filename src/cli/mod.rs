@@ -4,6 +4,7 @@
 
 mod bench;
 mod convert;
+mod finalize;
 mod inspect;
 pub mod output;
 mod schema;
@@ -121,6 +122,11 @@ enum Command {
         after_help = "Examples:\n  tfshard schema out/\n  tfshard schema out/ --format python"
     )]
     Schema(schema::SchemaArgs),
+    /// Publish the parts of `convert --num-workers N` runs as one shard set with one manifest.
+    #[command(
+        after_help = "Example:\n  for i in 0 1 2; do tfshard convert parquet t/ -o out/ --num-workers 3 --worker-index $i; done\n  tfshard finalize out/"
+    )]
+    Finalize(finalize::FinalizeArgs),
 }
 
 /// Flags every command takes.
@@ -296,6 +302,10 @@ pub fn run() -> CliResult {
         }
         Command::Bench(args) => {
             args.common.setup_threads()?;
+            args.run()
+        }
+        Command::Finalize(args) => {
+            args.common.setup_io()?;
             args.run()
         }
         Command::Schema(args) => {

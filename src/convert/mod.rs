@@ -38,7 +38,7 @@ use crate::example::encode::EncodeOptions;
 use crate::example::RecordType;
 use crate::manifest::{self, InputInfo, Manifest, MANIFEST_VERSION};
 use crate::progress::{CancelToken, Progress};
-use crate::shard::OutputDir;
+use crate::shard::{name, OutputDir};
 pub use crate::source::hive::Partitioning;
 use crate::store::{self, remote_output::RemoteOutput, Location};
 use crate::tfrecord::Compression;
@@ -114,6 +114,41 @@ pub struct ConvertOptions {
     /// `--tmp-dir` for a run whose output is a store URL: where shards are staged
     /// before upload (default `$TMPDIR`).
     pub staging_dir: Option<PathBuf>,
+    /// `--num-workers N --worker-index I`: convert worker I's share of the row groups
+    /// into a part that `tfshard finalize` publishes with the others.
+    pub worker: Option<WorkerShare>,
+}
+
+/// One worker's share of a run spread over `count` machines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkerShare {
+    /// Workers in all (N).
+    pub count: u64,
+    /// This worker (0 ≤ I < N).
+    pub index: u64,
+}
+
+impl WorkerShare {
+    /// Whether a row group whose first byte is at `start` of `total` bytes (selected
+    /// columns, compressed, counted in input order) is this worker's: `start` in
+    /// [I·B/N, (I+1)·B/N). With no bytes at all, worker 0 takes everything.
+    pub fn takes(&self, start: u64, total: u64) -> bool {
+        if total == 0 {
+            return self.index == 0;
+        }
+        let (s, b, n, i) = (
+            u128::from(start),
+            u128::from(total),
+            u128::from(self.count),
+            u128::from(self.index),
+        );
+        s * n >= i * b && s * n < (i + 1) * b
+    }
+
+    /// `{I:05}-of-{N:05}`: the part's folder name.
+    pub fn part_name(&self) -> String {
+        format!("{:05}-of-{:05}", self.index, self.count)
+    }
 }
 
 /// `--shuffle-memory` and `--tmp-dir`: they bound the shuffle, never change its output.
@@ -149,6 +184,7 @@ impl ConvertOptions {
             partition_base: None,
             partitioning: Partitioning::Auto,
             staging_dir: None,
+            worker: None,
         }
     }
 
@@ -223,6 +259,33 @@ impl ConvertOptions {
                 "index",
                 "it describes byte offsets in uncompressed shards; it cannot be used with compression".into(),
             );
+        }
+        if let Some(w) = self.worker {
+            if w.count == 0 {
+                return invalid("num-workers", "must be at least 1".into());
+            }
+            if w.index >= w.count {
+                return invalid(
+                    "worker-index",
+                    format!("{} is not below --num-workers {}", w.index, w.count),
+                );
+            }
+            if self.shuffle.is_some() {
+                return invalid(
+                    "num-workers",
+                    "--shuffle needs every record in one run: shuffle with the engine, or \
+                     convert on one machine"
+                        .into(),
+                );
+            }
+            if self.min_shards.is_some() {
+                return invalid(
+                    "num-workers",
+                    "--min-shards needs the global total, which no worker knows: drop it, or \
+                     convert on one machine"
+                        .into(),
+                );
+            }
         }
         if let Some(shuffle) = &self.shuffle {
             if shuffle.memory_bytes < MIN_SHUFFLE_MEMORY {
@@ -323,6 +386,8 @@ impl ConvertOptions {
             shards: vec![],
             records: 0,
             bytes: 0,
+            worker: None,
+            row_groups: None,
         }
     }
 }
@@ -343,6 +408,10 @@ pub(crate) trait Source {
     ) -> Result<()>;
     /// The manifest of one output holding `records` records, from what `produce` saw.
     fn manifest(&self, options: &ConvertOptions, records: u64) -> Manifest;
+    /// For a worker: the row groups it converts, `[first, end)` in the run's order.
+    fn worker_range(&self) -> Option<[u64; 2]> {
+        None
+    }
     /// Inputs left out (images with `--on-error skip`).
     fn skipped(&self) -> u64 {
         0
@@ -521,6 +590,12 @@ impl ConverterBuilder {
         options.validate()?;
         if let Input::Images(images) = &input {
             images.validate(&options)?;
+            if options.worker.is_some() {
+                return Err(Error::invalid_option(
+                    "num-workers",
+                    "workers share a table's row groups; an image folder converts on one machine",
+                ));
+            }
         }
         let pool = crate::progress::thread_pool(options.threads, "convert")?;
         Ok(Converter {
@@ -540,28 +615,60 @@ fn run(
 ) -> Result<ConvertSummary> {
     let started = Instant::now();
     crate::failpoint::hit("convert:planned")?;
+    let prefixes = options.prefixes();
+    let location = store::locate(&options.output)?;
+    if let Some(worker) = options.worker {
+        // A worker publishes nothing: its part goes to a hidden folder that finalize
+        // reads. The output itself must not hold a published set.
+        crate::finalize::check_empty(&options.output, &prefixes)?;
+        let _ = worker;
+    }
     // A store output: shards are staged locally, then uploaded and copied into place.
-    let remote = match store::locate(&options.output)? {
-        Location::Local(_) => None,
-        Location::Remote(url) => Some(RemoteOutput::prepare(
-            url,
-            &options.prefixes(),
+    // A worker's part is its own output, one per prefix, under the parts folder.
+    let remote: Vec<RemoteOutput> = match (&location, options.worker) {
+        (Location::Local(_), _) => Vec::new(),
+        (Location::Remote(url), None) => vec![RemoteOutput::prepare(
+            url.clone(),
+            &prefixes,
             options.overwrite,
             options.staging_dir.as_deref(),
-        )?),
+            false,
+        )?],
+        (Location::Remote(url), Some(worker)) => prefixes
+            .iter()
+            .map(|p| {
+                let part = url.join(&name::parts_dir_name(p)).join(&worker.part_name());
+                let p = std::slice::from_ref(p);
+                RemoteOutput::prepare(part, p, true, options.staging_dir.as_deref(), true)
+            })
+            .collect::<Result<_>>()?,
     };
-    let local_dir = match &remote {
-        Some(r) => r.staging().to_path_buf(),
-        None => options.output.clone(),
+    let mut outs = match (remote.as_slice(), options.worker) {
+        ([], None) => OutputDir::prepare_all(&options.output, &prefixes, options.overwrite)?,
+        ([], Some(worker)) => prefixes
+            .iter()
+            .map(|p| {
+                let dir = options
+                    .output
+                    .join(name::parts_dir_name(p))
+                    .join(worker.part_name());
+                OutputDir::prepare_part(&dir, p)
+            })
+            .collect::<Result<_>>()?,
+        ([one], None) => OutputDir::prepare_all(one.staging(), &prefixes, true)?,
+        (parts, _) => parts
+            .iter()
+            .zip(&prefixes)
+            .map(|(r, p)| OutputDir::prepare(r.staging(), p, true))
+            .collect::<Result<_>>()?,
     };
-    let mut outs = OutputDir::prepare_all(
-        &local_dir,
-        &options.prefixes(),
-        options.overwrite || remote.is_some(),
-    )?;
-    if let Some(remote) = &remote {
-        for out in &mut outs {
-            let hook = remote.shard_hook(out.prefix());
+    for (i, out) in outs.iter_mut().enumerate() {
+        let hook = match remote.as_slice() {
+            [] => None,
+            [one] if options.worker.is_none() => Some(one.shard_hook(out.prefix())),
+            parts => Some(parts[i].shard_hook(out.prefix())),
+        };
+        if let Some(hook) = hook {
             out.set_shard_hook(hook);
         }
     }
@@ -575,18 +682,40 @@ fn run(
     })?;
     let mut manifests: Vec<Manifest> = shards
         .iter()
-        .map(|split| source.manifest(options, split.iter().map(|s| s.records).sum()))
+        .map(|split| {
+            let mut m = source.manifest(options, split.iter().map(|s| s.records).sum());
+            if let Some(w) = options.worker {
+                m.worker = Some(manifest::WorkerInfo {
+                    index: w.index,
+                    count: w.count,
+                });
+                m.row_groups = source.worker_range();
+            }
+            m
+        })
         .collect();
     options.cancel.check()?;
     crate::failpoint::hit("convert:written")?;
-    let paths = match &remote {
-        Some(remote) => remote.commit(
+    let paths = match remote.as_slice() {
+        [] => crate::shard::commit_all(&outs, &shards, options.compression, &mut manifests)?,
+        [one] if options.worker.is_none() => one.commit(
             &shards,
             options.compression,
             &mut manifests,
             &options.cancel,
         )?,
-        None => crate::shard::commit_all(&outs, &shards, options.compression, &mut manifests)?,
+        parts => {
+            let mut paths = Vec::new();
+            for (i, part) in parts.iter().enumerate() {
+                paths.extend(part.commit(
+                    &shards[i..=i],
+                    options.compression,
+                    &mut manifests[i..=i],
+                    &options.cancel,
+                )?);
+            }
+            paths
+        }
     };
     let splits: Vec<SplitSummary> = outs
         .iter()

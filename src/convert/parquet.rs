@@ -84,6 +84,11 @@ pub(crate) struct ParquetSource {
     units: Vec<Unit>,
     /// What the last pass saw (a second pass for `--min-shards` sees the same).
     pass: Option<Pass>,
+    /// A worker's row groups, `[first, end)` in the run's order of every row group.
+    range: Option<[u64; 2]>,
+    /// The index in the whole run of this run's first record (rows before a worker's
+    /// share).
+    first_record: u64,
 }
 
 impl ParquetSource {
@@ -107,11 +112,53 @@ impl ParquetSource {
                 first_row += rows;
             }
         }
+        let mut range = None;
+        let mut first_record = 0;
+        if let Some(worker) = options.worker {
+            // Every worker reads the same footers in the same order: one agreed plan.
+            let bytes: Vec<u64> = units
+                .iter()
+                .map(|u| inputs[u.input].selected_bytes(u.row_group, plan.roots()))
+                .collect();
+            let total: u64 = bytes.iter().sum();
+            let mut start = 0u64;
+            let mut mine = Vec::new();
+            let mut first = None;
+            for (i, (unit, size)) in units.iter().zip(&bytes).enumerate() {
+                if worker.takes(start, total) {
+                    first.get_or_insert(i as u64);
+                    mine.push(*unit);
+                }
+                start += size;
+            }
+            // An empty share sits where the next worker's starts.
+            let first = first.unwrap_or_else(|| {
+                let cut = (u128::from(total) * u128::from(worker.index + 1))
+                    .div_ceil(u128::from(worker.count.max(1)));
+                let mut start = 0u128;
+                bytes
+                    .iter()
+                    .take_while(|&&b| {
+                        let before = start;
+                        start += u128::from(b);
+                        before < cut
+                    })
+                    .count() as u64
+            });
+            range = Some([first, first + mine.len() as u64]);
+            first_record = units[..first as usize]
+                .iter()
+                .map(|u| inputs[u.input].row_group_rows()[u.row_group])
+                .sum();
+            units = mine;
+        }
         Ok(ParquetSource {
             inputs,
             plan,
             units,
             pass: None,
+            range,
+            first_record,
         })
     }
 }
@@ -133,8 +180,13 @@ impl Source for ParquetSource {
         router: &mut Router,
         progress: &dyn Progress,
     ) -> Result<()> {
+        router.start_at(self.first_record);
         self.pass = Some(self.write_pass(options, router, progress)?);
         Ok(())
+    }
+
+    fn worker_range(&self) -> Option<[u64; 2]> {
+        self.range
     }
 
     fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {

@@ -54,6 +54,12 @@ impl<'a> Router<'a> {
         }
     }
 
+    /// Numbers the records from `index` on: a worker's first record has the index it
+    /// has in the whole run, so position-based splits assign it as one machine would.
+    pub(crate) fn start_at(&mut self, index: u64) {
+        self.next_index = index;
+    }
+
     /// Routes one framed record.
     pub(crate) fn put(&mut self, framed: &[u8], key: Option<u64>) -> Result<()> {
         let index = self.next_index;

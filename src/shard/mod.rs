@@ -66,6 +66,34 @@ impl OutputDir {
         })
     }
 
+    /// Prepares a worker's part folder: replaced as a whole (a retried worker's part
+    /// is the same), with a temporary folder unique to this attempt, so two copies of
+    /// one worker running at once never share one.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error naming the folder.
+    pub fn prepare_part(dir: &Path, prefix: &str) -> Result<OutputDir> {
+        fs::create_dir_all(dir).map_err(io_at(dir))?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let attempt = format!(
+            "{}-{nanos:x}-{:x}",
+            name::tmp_dir_name(prefix),
+            std::process::id()
+        );
+        let tmp = dir.join(attempt);
+        fs::create_dir(&tmp).map_err(io_at(&tmp))?;
+        Ok(OutputDir {
+            dir: dir.to_path_buf(),
+            prefix: prefix.to_owned(),
+            tmp,
+            events: None,
+        })
+    }
+
     /// Prepares one output per prefix in the same folder (`--split`): the emptiness
     /// check ignores every one of this run's temporary folders.
     ///

@@ -21,6 +21,11 @@ pub fn tmp_dir_name(prefix: &str) -> String {
     format!(".{prefix}.tfshard-tmp")
 }
 
+/// `.{prefix}.tfshard-parts`: where workers put their parts for `finalize`.
+pub fn parts_dir_name(prefix: &str) -> String {
+    format!(".{prefix}.tfshard-parts")
+}
+
 /// Whether `name` is a shard (or its `.idx`) of `prefix`, of any count and compression:
 /// what `--overwrite` may delete.
 pub fn is_own_shard(prefix: &str, name: &str) -> bool {

@@ -352,6 +352,25 @@ impl ParquetInput {
         self.partitions = (columns, index);
     }
 
+    /// Compressed bytes of row group `row_group`'s column chunks under `roots` (indices
+    /// of [`ParquetInput::table_schema`]; partition columns take no bytes).
+    pub fn selected_bytes(&self, row_group: usize, roots: &[usize]) -> u64 {
+        let file_columns = self.schema().fields().len();
+        let mask = ProjectionMask::roots(
+            self.metadata.parquet_schema(),
+            roots.iter().copied().filter(|&r| r < file_columns),
+        );
+        self.metadata
+            .metadata()
+            .row_group(row_group)
+            .columns()
+            .iter()
+            .enumerate()
+            .filter(|(leaf, _)| mask.leaf_included(*leaf))
+            .map(|(_, c)| c.compressed_size().max(0) as u64)
+            .sum()
+    }
+
     /// The file's columns, then the partition columns.
     pub fn table_schema(&self) -> Schema {
         let mut fields: Vec<arrow_schema::FieldRef> =

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::TryStreamExt;
+use futures_util::{StreamExt, TryStreamExt};
 use object_store::multipart::MultipartStore;
 use object_store::path::Path as Key;
 use object_store::{
@@ -644,10 +644,45 @@ pub(crate) async fn get_range(
         ..Default::default()
     };
     request(url, async {
-        b.store.get_opts(&key, options).await?.bytes().await
+        let result = b.store.get_opts(&key, options).await?;
+        let len = (result.range.end - result.range.start) as usize;
+        if len < MAPPED_READ_BYTES {
+            return result.bytes().await;
+        }
+        // Large reads land in an anonymous map, given back to the system when dropped:
+        // from the heap they stayed in the I/O threads' malloc arenas (peak RSS).
+        let failed =
+            |source: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic {
+                store: "tfshard",
+                source,
+            };
+        let mut map = memmap2::MmapMut::map_anon(len).map_err(|e| failed(Box::new(e)))?;
+        let mut at = 0;
+        let mut stream = result.into_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk?;
+            let end = at + chunk.len();
+            if end > len {
+                return Err(failed(
+                    "the store sent more bytes than the range asked".into(),
+                ));
+            }
+            map[at..end].copy_from_slice(&chunk);
+            at = end;
+        }
+        if at != len {
+            return Err(failed(
+                format!("the store sent {at} of the {len} bytes asked").into(),
+            ));
+        }
+        let map = map.make_read_only().map_err(|e| failed(Box::new(e)))?;
+        Ok(Bytes::from_owner(map))
     })
     .await
 }
+
+/// Reads of at least this many bytes go to an anonymous map rather than the heap.
+const MAPPED_READ_BYTES: usize = 1 << 20;
 
 /// The whole object.
 ///
@@ -698,6 +733,24 @@ pub(crate) async fn copy(from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
     let b = bucket(from)?;
     let (src, dst) = (from.object_key()?, to.object_key()?);
     request(to, b.store.copy(&src, &dst)).await
+}
+
+/// Copies an object within its bucket, on the server (blocking).
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn copy_object(from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
+    block_on(copy(from, to))
+}
+
+/// Deletes an object; a missing one is fine (blocking).
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn delete_object(url: &ObjectUrl) -> Result<()> {
+    block_on(delete(url))
 }
 
 /// Deletes an object (a missing one is fine).

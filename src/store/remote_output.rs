@@ -42,8 +42,9 @@ use crate::tfrecord::Compression;
 
 /// Bytes per uploaded part (S3 allows 10,000 parts: objects up to 80 GB).
 pub const PART_BYTES: usize = 8 << 20;
-/// Parts in flight per run at most (bounds upload memory to 32 MiB).
-const PARTS_IN_FLIGHT: usize = 4;
+/// Parts in flight per run at most (bounds upload memory to 16 MiB; moto, like a real
+/// store, takes parts no faster with more in flight from one client on two cores).
+const PARTS_IN_FLIGHT: usize = 2;
 /// The largest object S3's CopyObject copies in one request. `object_store` has no
 /// multipart copy (UploadPartCopy), so a larger shard is uploaded a second time, to its
 /// final name, from the staged file (kept until the commit for that reason).
@@ -90,14 +91,22 @@ impl RemoteOutput {
     ///
     /// # Errors
     ///
-    /// `output folder is not empty`, a store error, or a local I/O error.
+    /// `output folder is not empty`, a store error, or a local I/O error. A `part` (a
+    /// worker's) is written with `overwrite` semantics and no claim, and leaves other
+    /// runs' temporaries alone.
     pub(crate) fn prepare(
         out: ObjectUrl,
         prefixes: &[String],
         overwrite: bool,
         tmp_dir: Option<&Path>,
+        part: bool,
     ) -> Result<RemoteOutput> {
-        let (objects, dirs) = list_dir(&out)?;
+        let (objects, dirs) = if part {
+            // A worker's part: replaced as a whole by a retried worker.
+            (Vec::new(), Vec::new())
+        } else {
+            list_dir(&out)?
+        };
         let hidden = |n: &str| {
             prefixes
                 .iter()
@@ -130,8 +139,9 @@ impl RemoteOutput {
             claimed: AtomicBool::new(false),
             committed: AtomicBool::new(false),
         };
-        if overwrite {
+        if overwrite && !part {
             // A killed run's leftovers: abort its recorded uploads, delete its objects.
+            // (Not for a part: a copy of the same worker may be running beside it.)
             for prefix in prefixes {
                 let tmp = output.shared.out.join(&name::tmp_dir_name(prefix));
                 output.shared.clear_tmp(&tmp)?;

@@ -11,6 +11,7 @@ mod roundtrip;
 mod shuffle;
 mod store;
 mod verify;
+mod workers;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

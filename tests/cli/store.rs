@@ -931,3 +931,74 @@ fn a_shard_too_large_to_copy_goes_up_again_under_its_final_name() {
     let keys = client(&s.endpoint, &["ls", &b, "out/"]);
     assert!(!keys.contains("tfshard-tmp"), "{keys}");
 }
+
+#[test]
+fn workers_meet_in_the_bucket_and_finalize_there() {
+    let s = need_server!();
+    let b = bucket(s, "workers");
+    let table = root().join("testdata/hive");
+    client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
+    let size = ["--target-shard-size", "600B"];
+    let local = scratch("s3-workers-local");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            &[
+                "convert",
+                "parquet",
+                table.to_str().unwrap(),
+                "-o",
+                local.to_str().unwrap(),
+            ][..],
+            &size,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let out = format!("s3://{b}/w");
+    for i in ["2", "0", "1"] {
+        let (code, _, err) = tfshard_at(
+            &s.endpoint,
+            &[
+                &[
+                    "convert",
+                    "parquet",
+                    &format!("s3://{b}/t"),
+                    "-o",
+                    &out,
+                    "--num-workers",
+                    "3",
+                    "--worker-index",
+                    i,
+                ][..],
+                &size,
+            ]
+            .concat(),
+        );
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &["finalize", &out, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("\"workers\":3"), "{stdout}");
+    let keys = client(&s.endpoint, &["ls", &b, "w/"]);
+    assert!(
+        !keys.contains("tfshard-parts") && !keys.contains("tfshard-tmp"),
+        "{keys}"
+    );
+    let got = scratch("s3-workers-got");
+    client(&s.endpoint, &["get-dir", &b, "w", got.to_str().unwrap()]);
+    let concat = |dir: &Path| -> Vec<u8> {
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("data.manifest.json")).unwrap())
+                .unwrap();
+        m["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| std::fs::read(dir.join(s["file"].as_str().unwrap())).unwrap())
+            .collect()
+    };
+    assert_eq!(concat(&got), concat(&local));
+    let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
+    assert_eq!(code, 0, "{err}");
+}

@@ -1,0 +1,73 @@
+//! `tfshard finalize OUT`: publishes the parts of `--num-workers` runs as one set.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{output, CliResult, Common};
+
+/// Arguments of `finalize`.
+#[derive(Args, Debug)]
+pub struct FinalizeArgs {
+    /// The output folder (or URL) the workers wrote their parts to.
+    pub output: PathBuf,
+    /// Finalize only this prefix (or split) [default: every prefix with parts].
+    #[arg(long, value_name = "NAME")]
+    pub prefix: Option<String>,
+    /// Replace an existing set of the same prefix.
+    #[arg(long)]
+    pub overwrite: bool,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+impl FinalizeArgs {
+    /// Finalizes and reports.
+    pub fn run(&self) -> CliResult {
+        let (sets, seconds) =
+            tfshard::finalize::finalize(&self.output, self.prefix.as_deref(), self.overwrite)?;
+        let records: u64 = sets.iter().map(|s| s.records).sum();
+        let shards: u64 = sets.iter().map(|s| s.shards).sum();
+        let bytes: u64 = sets.iter().map(|s| s.bytes).sum();
+        let workers = sets.first().map_or(0, |s| s.workers);
+        if self.common.json {
+            let single = sets.len() == 1;
+            let mut value = json!({
+                "output": self.output,
+                "manifest": if single { json!(sets[0].manifest) } else { json!(null) },
+                "records": records,
+                "shards": shards,
+                "bytes": bytes,
+                "seconds": seconds,
+                "workers": workers,
+            });
+            if !single {
+                value["splits"] = sets
+                    .iter()
+                    .map(|s| {
+                        (
+                            s.prefix.clone(),
+                            json!({"manifest": s.manifest, "records": s.records, "shards": s.shards, "bytes": s.bytes}),
+                        )
+                    })
+                    .collect::<serde_json::Map<_, _>>()
+                    .into();
+            }
+            output::print_json(&value)?;
+        } else if !self.common.quiet {
+            for s in &sets {
+                eprintln!(
+                    "finalized {} records in {} shard{} ({:.1} MB) from {} workers: {}",
+                    s.records,
+                    s.shards,
+                    if s.shards == 1 { "" } else { "s" },
+                    s.bytes as f64 / 1e6,
+                    s.workers,
+                    s.manifest.display()
+                );
+            }
+        }
+        Ok(())
+    }
+}

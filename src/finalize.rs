@@ -1,0 +1,482 @@
+//! `tfshard finalize OUT`: publishes the parts that `--num-workers N` runs left under
+//! `OUT/.{prefix}.tfshard-parts/` as one `{prefix}-{i:05}-of-{total:05}` set with one
+//! manifest (DESIGN.md, "Many machines"), on disk or on a store.
+//!
+//! 1. Every part of every prefix is read (its part manifest: the part is complete) and
+//!    checked against part 0: the tool version, options, record type, compression,
+//!    inputs (paths, sizes, ETags) and feature kinds and types must agree. A missing or
+//!    incomplete part is an error naming the worker indices; nothing is published.
+//! 2. A plan is recorded (`.{prefix}.tfshard-parts/finalize.json`: the moves and the
+//!    manifest), so that a rerun after a failure midway completes the same set.
+//! 3. With `--overwrite` the old manifest goes, then the old shards.
+//! 4. The part shards are renamed (copied, on a store) to their final names, in worker
+//!    order; shard data is never read: the manifest comes from the part manifests.
+//! 5. The manifests are written (every prefix's, after every prefix's shards: all
+//!    splits are one commit), then the parts folders are deleted.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::FeatureSpec;
+use crate::manifest::{self, InputInfo, Manifest, ShardInfo};
+use crate::shard::name;
+use crate::store::{self, Location};
+use crate::tfrecord::Compression;
+
+/// What `finalize` published for one prefix.
+#[derive(Debug, Clone, Serialize)]
+pub struct FinalizedSet {
+    /// The prefix (or split name).
+    pub prefix: String,
+    /// The manifest written.
+    pub manifest: PathBuf,
+    /// Records in the set.
+    pub records: u64,
+    /// Shards in the set.
+    pub shards: u64,
+    /// Bytes on disk.
+    pub bytes: u64,
+    /// Workers whose parts it joins.
+    pub workers: u64,
+}
+
+/// The plan of one prefix, recorded before anything moves.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Plan {
+    /// Part shard (relative to the output) → final name.
+    moves: Vec<(String, String)>,
+    manifest: Manifest,
+}
+
+/// Whether `output` may receive a worker's part: nothing in it but hidden temporaries
+/// and parts of `prefixes` (a folder or prefix that does not exist yet is fine).
+///
+/// # Errors
+///
+/// `output folder is not empty`, or an I/O or store error.
+pub fn check_empty(output: &Path, prefixes: &[String]) -> Result<()> {
+    let ours = |n: &str| {
+        prefixes
+            .iter()
+            .any(|p| n == name::tmp_dir_name(p) || n == name::parts_dir_name(p))
+    };
+    let names: Vec<String> = match store::locate(output)? {
+        Location::Local(dir) => match std::fs::read_dir(&dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(Error::from(e).with_file(output)),
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect(),
+        },
+        Location::Remote(url) => {
+            let (objects, dirs) = store::list_dir(&url)?;
+            objects
+                .iter()
+                .map(|o| o.url.file_name().to_owned())
+                .chain(dirs)
+                .collect()
+        }
+    };
+    if names.iter().any(|n| !ours(n)) {
+        return Err(Error::new(ErrorKind::OutputExists).with_file(output));
+    }
+    Ok(())
+}
+
+/// The output, local or in a store, as finalize works on it.
+enum Out {
+    Local(PathBuf),
+    Remote(store::ObjectUrl),
+}
+
+impl Out {
+    fn path(&self, rel: &str) -> PathBuf {
+        match self {
+            Out::Local(d) => d.join(rel),
+            Out::Remote(u) => u.join(rel).to_path(),
+        }
+    }
+
+    /// Names of the entries directly in `rel` (files and folders).
+    fn names(&self, rel: &str) -> Result<Vec<String>> {
+        match self {
+            Out::Local(d) => {
+                let dir = d.join(rel);
+                match std::fs::read_dir(&dir) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+                    Err(e) => Err(Error::from(e).with_file(&dir)),
+                    Ok(entries) => Ok(entries
+                        .filter_map(|e| e.ok())
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()),
+                }
+            }
+            Out::Remote(u) => {
+                let (objects, dirs) = store::list_dir(&u.join(rel))?;
+                Ok(objects
+                    .iter()
+                    .map(|o| o.url.file_name().to_owned())
+                    .chain(dirs)
+                    .collect())
+            }
+        }
+    }
+
+    fn exists(&self, rel: &str) -> Result<bool> {
+        match self {
+            Out::Local(d) => Ok(d.join(rel).exists()),
+            Out::Remote(u) => match store::head(&u.join(rel)) {
+                Ok(_) => Ok(true),
+                Err(e) if is_not_found(&e) => Ok(false),
+                Err(e) => Err(e),
+            },
+        }
+    }
+
+    fn read(&self, rel: &str) -> Result<Vec<u8>> {
+        store::paths::read(&self.path(rel))
+    }
+
+    /// Writes a small file whole: a temporary then a rename on disk, one put on a
+    /// store (with `create_only`, only if absent).
+    fn write(&self, rel: &str, bytes: Vec<u8>, create_only: bool) -> Result<()> {
+        match self {
+            Out::Local(d) => {
+                let path = d.join(rel);
+                if create_only && path.exists() {
+                    return Err(Error::new(ErrorKind::OutputExists).with_file(&path));
+                }
+                let tmp = path.with_file_name(format!(
+                    ".{}.tfshard-write",
+                    path.file_name().unwrap_or_default().to_string_lossy()
+                ));
+                let write = || -> std::io::Result<()> {
+                    use std::io::Write;
+                    let mut f = std::fs::File::create(&tmp)?;
+                    f.write_all(&bytes)?;
+                    f.sync_all()?;
+                    std::fs::rename(&tmp, &path)
+                };
+                write().map_err(|e| Error::from(e).with_file(&path))
+            }
+            Out::Remote(u) => store::put(&u.join(rel), bytes, create_only),
+        }
+    }
+
+    /// Moves `from` to `to` (rename; server-side copy on a store, the source deleted
+    /// with the parts folder).
+    fn place(&self, from: &str, to: &str) -> Result<()> {
+        match self {
+            Out::Local(d) => std::fs::rename(d.join(from), d.join(to))
+                .map_err(|e| Error::from(e).with_file(d.join(to))),
+            Out::Remote(u) => store::copy_object(&u.join(from), &u.join(to)),
+        }
+    }
+
+    fn delete(&self, rel: &str) -> Result<()> {
+        match self {
+            Out::Local(d) => match std::fs::remove_file(d.join(rel)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(Error::from(e).with_file(d.join(rel)))
+                }
+                _ => Ok(()),
+            },
+            Out::Remote(u) => store::delete_object(&u.join(rel)),
+        }
+    }
+
+    fn delete_tree(&self, rel: &str) -> Result<()> {
+        match self {
+            Out::Local(d) => match std::fs::remove_dir_all(d.join(rel)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(Error::from(e).with_file(d.join(rel)))
+                }
+                _ => Ok(()),
+            },
+            Out::Remote(u) => {
+                for o in store::list(&u.join(rel))? {
+                    store::delete_object(&o.url)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn is_not_found(e: &Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::Store {
+            problem: store::StoreProblem::NotFound,
+            ..
+        }
+    )
+}
+
+/// Reads and checks every part of `prefix`; returns its plan (recorded, or new).
+fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
+    let parts_dir = name::parts_dir_name(prefix);
+    let plan_file = format!("{parts_dir}/finalize.json");
+    if out.exists(&plan_file)? {
+        // A finalize that stopped midway: complete the plan it recorded.
+        let bytes = out.read(&plan_file)?;
+        let plan: Plan = serde_json::from_slice(&bytes).map_err(|e| {
+            Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.path(&plan_file))
+        })?;
+        let workers = plan.manifest.worker.map(|w| w.count).unwrap_or(0);
+        return Ok((plan, workers));
+    }
+    let mut count = None;
+    for n in out.names(&parts_dir)? {
+        let Some((_, of)) = n.split_once("-of-") else {
+            continue;
+        };
+        let Ok(of) = of.parse::<u64>() else { continue };
+        match count {
+            None => count = Some(of),
+            Some(c) if c != of => {
+                return Err(Error::new(ErrorKind::PartsDisagree {
+                    detail: format!("parts of {c} and of {of} workers are both present"),
+                })
+                .with_file(out.path(&parts_dir)))
+            }
+            _ => {}
+        }
+    }
+    let count =
+        count.ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.path(&parts_dir)))?;
+    let manifest_name = name::manifest_name(prefix);
+    let mut parts: Vec<Manifest> = Vec::new();
+    let mut missing = Vec::new();
+    for i in 0..count {
+        let rel = format!("{parts_dir}/{i:05}-of-{count:05}/{manifest_name}");
+        match out.read(&rel) {
+            Ok(bytes) => {
+                let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
+                    Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.path(&rel))
+                })?;
+                parts.push(m);
+            }
+            Err(e)
+                if is_not_found(&e)
+                    || matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound) =>
+            {
+                missing.push(i)
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(
+            Error::new(ErrorKind::PartsMissing { missing, count }).with_file(out.path(&parts_dir))
+        );
+    }
+    let first = &parts[0];
+    for (i, m) in parts.iter().enumerate() {
+        let disagree = |what: &str| {
+            Err(Error::new(ErrorKind::PartsDisagree {
+                detail: format!("worker {i}'s {what} differ from worker 0's"),
+            })
+            .with_file(out.path(&parts_dir)))
+        };
+        if m.worker.map(|w| (w.index, w.count)) != Some((i as u64, count)) {
+            return disagree("worker index and count");
+        }
+        if m.tfshard_version != first.tfshard_version {
+            return disagree("tfshard version");
+        }
+        if m.options != first.options
+            || m.record_type != first.record_type
+            || m.compression != first.compression
+        {
+            return disagree("options");
+        }
+        let key = |v: &[InputInfo]| -> Vec<(String, u64, Option<String>)> {
+            v.iter()
+                .map(|x| (x.path.clone(), x.bytes, x.etag.clone()))
+                .collect()
+        };
+        if key(&m.inputs) != key(&first.inputs) {
+            return disagree("inputs (paths, sizes or ETags)");
+        }
+        let kinds = |v: &[FeatureSpec]| -> Vec<FeatureSpec> {
+            v.iter()
+                .map(|f| FeatureSpec {
+                    shape: None,
+                    ..f.clone()
+                })
+                .collect()
+        };
+        if kinds(&m.features) != kinds(&first.features) {
+            return disagree("feature kinds and types");
+        }
+    }
+    // One manifest from the parts: rows summed per input, shapes merged over the parts
+    // that hold records, shards in worker order.
+    let mut merged = first.clone();
+    for (k, input) in merged.inputs.iter_mut().enumerate() {
+        input.rows = parts.iter().map(|m| m.inputs[k].rows).sum();
+    }
+    let holding: Vec<&Manifest> = parts.iter().filter(|m| m.records > 0).collect();
+    for (k, feature) in merged.features.iter_mut().enumerate() {
+        let mut shapes = holding.iter().map(|m| &m.features[k].shape);
+        feature.shape = match shapes.next() {
+            None => None,
+            Some(s) => {
+                if shapes.all(|o| o == s) {
+                    s.clone()
+                } else {
+                    None
+                }
+            }
+        };
+    }
+    let compression = Compression::from_name(&first.compression).unwrap_or(Compression::None);
+    let mut sources: Vec<(String, &ShardInfo)> = Vec::new();
+    for (i, m) in parts.iter().enumerate() {
+        for s in m.shards.iter().filter(|s| s.records > 0) {
+            sources.push((format!("{parts_dir}/{i:05}-of-{count:05}/{}", s.file), s));
+        }
+    }
+    if sources.is_empty() {
+        // Every part empty: the one empty shard of the zero-row rule, from worker 0.
+        let empty = parts[0]
+            .shards
+            .first()
+            .ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.path(&parts_dir)))?;
+        sources.push((
+            format!("{parts_dir}/00000-of-{count:05}/{}", empty.file),
+            empty,
+        ));
+    }
+    let total = sources.len();
+    let mut moves = Vec::with_capacity(total);
+    merged.shards.clear();
+    for (i, (from, info)) in sources.into_iter().enumerate() {
+        let file = name::shard_name(prefix, i, total, compression);
+        merged.shards.push(ShardInfo {
+            file: file.clone(),
+            ..info.clone()
+        });
+        moves.push((from, file));
+    }
+    merged.records = merged.shards.iter().map(|s| s.records).sum();
+    merged.bytes = merged.shards.iter().map(|s| s.bytes).sum();
+    merged.created = manifest::now_rfc3339();
+    merged.row_groups = None;
+    merged.worker = Some(manifest::WorkerInfo { index: 0, count });
+    Ok((
+        Plan {
+            moves,
+            manifest: merged,
+        },
+        count,
+    ))
+}
+
+/// Publishes the parts in `output` (every prefix that has parts, or `prefix` alone).
+///
+/// # Errors
+///
+/// No parts; a missing or incomplete part (naming the worker indices); parts that
+/// disagree; an existing set without `overwrite`; an I/O or store error. Nothing is
+/// published unless every prefix's parts are complete.
+pub fn finalize(
+    output: &Path,
+    prefix: Option<&str>,
+    overwrite: bool,
+) -> Result<(Vec<FinalizedSet>, f64)> {
+    let started = Instant::now();
+    let out = match store::locate(output)? {
+        Location::Local(d) => Out::Local(d),
+        Location::Remote(u) => Out::Remote(u),
+    };
+    let prefixes: Vec<String> = match prefix {
+        Some(p) => vec![p.to_owned()],
+        None => {
+            let mut found: Vec<String> = out
+                .names("")?
+                .into_iter()
+                .filter_map(|n| {
+                    n.strip_prefix('.')
+                        .and_then(|r| r.strip_suffix(".tfshard-parts"))
+                        .map(str::to_owned)
+                })
+                .collect();
+            found.sort();
+            found
+        }
+    };
+    if prefixes.is_empty() {
+        return Err(Error::new(ErrorKind::NoParts).with_file(output));
+    }
+    // 1-2. Every prefix planned (and checked) before anything moves.
+    let mut plans = Vec::with_capacity(prefixes.len());
+    for p in &prefixes {
+        let (plan, workers) = plan_prefix(&out, p)?;
+        let plan_file = format!("{}/finalize.json", name::parts_dir_name(p));
+        if !out.exists(&plan_file)? {
+            let manifest_rel = name::manifest_name(p);
+            if !overwrite && out.exists(&manifest_rel)? {
+                return Err(Error::new(ErrorKind::OutputExists).with_file(output));
+            }
+            let json = serde_json::to_vec_pretty(&plan)
+                .map_err(|e| Error::from(std::io::Error::other(e)))?;
+            out.write(&plan_file, json, false)?;
+        }
+        plans.push((p.clone(), plan, workers));
+    }
+    crate::failpoint::hit("finalize:planned")?;
+    // 3-4. Old sets go (with --overwrite), part shards move into place.
+    for (p, plan, _) in &plans {
+        if overwrite {
+            out.delete(&name::manifest_name(p))?;
+            let fresh: Vec<&String> = plan.moves.iter().map(|(_, to)| to).collect();
+            for n in out.names("")? {
+                let stem = n.strip_suffix(".idx").unwrap_or(&n);
+                if name::is_own_shard(p, &n) && !fresh.iter().any(|f| *f == stem) {
+                    out.delete(&n)?;
+                }
+            }
+        }
+        for (from, to) in &plan.moves {
+            // A rerun: what a stopped finalize moved is already in place.
+            if out.exists(from)? {
+                out.place(from, to)?;
+                crate::failpoint::hit("finalize:moved")?;
+            } else if !out.exists(to)? {
+                return Err(Error::new(ErrorKind::PartsMissing {
+                    missing: Vec::new(),
+                    count: 0,
+                })
+                .with_file(out.path(from)));
+            }
+        }
+    }
+    // 5. The manifests (the commit point), then the parts folders go.
+    let mut sets = Vec::with_capacity(plans.len());
+    for (p, plan, workers) in &plans {
+        let mut manifest = plan.manifest.clone();
+        manifest.worker = None;
+        let mut json = serde_json::to_vec_pretty(&manifest)
+            .map_err(|e| Error::from(std::io::Error::other(e)))?;
+        json.push(b'\n');
+        out.write(&name::manifest_name(p), json, false)?;
+        sets.push(FinalizedSet {
+            prefix: p.clone(),
+            manifest: out.path(&name::manifest_name(p)),
+            records: manifest.records,
+            shards: manifest.shards.len() as u64,
+            bytes: manifest.bytes,
+            workers: *workers,
+        });
+    }
+    for (p, _, _) in &plans {
+        out.delete_tree(&name::parts_dir_name(p))?;
+    }
+    Ok((sets, started.elapsed().as_secs_f64()))
+}

@@ -1,0 +1,274 @@
+//! Many machines: `--num-workers N --worker-index I`, then `finalize` (issue #14).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::{root, run, scratch};
+
+/// The Hive test table: 15 files of one row group each.
+fn table() -> PathBuf {
+    root().join("testdata/hive")
+}
+
+fn convert(out: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args: Vec<String> = vec![
+        "convert".into(),
+        "parquet".into(),
+        table().display().to_string(),
+        "-o".into(),
+        out.display().to_string(),
+        "--target-shard-size".into(),
+        "600B".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let (code, _, err) = run(&args);
+    (code, err)
+}
+
+fn manifest(path: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The shards' bytes, concatenated in manifest order: for plain TFRecord, every framed
+/// record in order.
+fn records(dir: &Path, prefix: &str) -> Vec<u8> {
+    let m = manifest(&dir.join(format!("{prefix}.manifest.json")));
+    let mut all = Vec::new();
+    for s in m["shards"].as_array().unwrap() {
+        all.extend(std::fs::read(dir.join(s["file"].as_str().unwrap())).unwrap());
+    }
+    all
+}
+
+/// Strips what legitimately differs between two manifests of the same records.
+fn comparable(mut m: Value) -> Value {
+    let o = m.as_object_mut().unwrap();
+    o.remove("created");
+    o.remove("shards");
+    m
+}
+
+#[test]
+fn workers_in_any_order_then_finalize_equal_one_machine() {
+    let one = scratch("workers-one");
+    let (code, err) = convert(&one, &[]);
+    assert_eq!(code, 0, "{err}");
+    let single = manifest(&one.join("data.manifest.json"));
+    let single_shards = single["shards"].as_array().unwrap().len();
+    // 15 row groups: N = 20 leaves some workers with nothing.
+    for n in [1u64, 2, 3, 5, 20] {
+        let out = scratch(&format!("workers-{n}"));
+        for i in (0..n).rev() {
+            let (code, err) = convert(
+                &out,
+                &[
+                    "--num-workers",
+                    &n.to_string(),
+                    "--worker-index",
+                    &i.to_string(),
+                ],
+            );
+            assert_eq!(code, 0, "N={n} I={i}: {err}");
+        }
+        // Every shard but each worker's last is filled by the size rule.
+        let mut largest_frame = 0u64;
+        for part in 0..n {
+            let m = manifest(&out.join(format!(
+                ".data.tfshard-parts/{part:05}-of-{n:05}/data.manifest.json"
+            )));
+            assert_eq!(m["worker"]["index"], part);
+            let shards = m["shards"].as_array().unwrap();
+            for s in shards {
+                assert!(
+                    s["bytes"].as_u64().unwrap() <= 600,
+                    "N={n}: a shard above the target"
+                );
+                if s["records"].as_u64().unwrap() == 1 {
+                    largest_frame = largest_frame.max(s["bytes"].as_u64().unwrap());
+                }
+            }
+            for s in &shards[..shards.len().saturating_sub(1)] {
+                assert!(
+                    s["bytes"].as_u64().unwrap() + 200 > 600,
+                    "N={n} worker {part}: a shard not filled: {s}"
+                );
+            }
+        }
+        let (code, out_json, err) = run(["finalize".as_ref(), out.as_os_str(), "--json".as_ref()]);
+        assert_eq!(code, 0, "N={n}: {err}");
+        let summary: Value = serde_json::from_str(&out_json).unwrap();
+        assert_eq!(summary["workers"], n);
+        assert_eq!(summary["records"], 24);
+        assert_eq!(
+            records(&out, "data"),
+            records(&one, "data"),
+            "N={n}: records differ"
+        );
+        let finalized = manifest(&out.join("data.manifest.json"));
+        assert_eq!(
+            comparable(finalized.clone()),
+            comparable(single.clone()),
+            "N={n}"
+        );
+        let shards = finalized["shards"].as_array().unwrap().len();
+        assert!(
+            shards < single_shards + n as usize,
+            "N={n}: {shards} shards"
+        );
+        assert!(
+            !out.join(".data.tfshard-parts").exists(),
+            "N={n}: parts left"
+        );
+        let (code, _, err) = run(["verify".as_ref(), out.as_os_str()]);
+        assert_eq!(code, 0, "N={n}: {err}");
+    }
+}
+
+#[test]
+fn a_retried_or_duplicated_worker_leaves_one_part() {
+    let one = scratch("workers-dup-one");
+    assert_eq!(convert(&one, &[]).0, 0);
+    let out = scratch("workers-dup");
+    let w1 = ["--num-workers", "2", "--worker-index", "1"];
+    assert_eq!(convert(&out, &w1).0, 0);
+    assert_eq!(convert(&out, &w1).0, 0, "a retried worker");
+    // Two copies of worker 0 at once.
+    let spawn = || {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+            .args(["convert", "parquet"])
+            .arg(table())
+            .arg("-o")
+            .arg(&out)
+            .args([
+                "--target-shard-size",
+                "600B",
+                "--num-workers",
+                "2",
+                "--worker-index",
+                "0",
+            ])
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn(), spawn());
+    assert!(a.wait().unwrap().success());
+    assert!(b.wait().unwrap().success());
+    let (code, _, err) = run(["finalize".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(records(&out, "data"), records(&one, "data"));
+}
+
+#[test]
+fn finalize_with_a_part_missing_publishes_nothing() {
+    let out = scratch("workers-missing");
+    for i in ["0", "2"] {
+        assert_eq!(
+            convert(&out, &["--num-workers", "4", "--worker-index", i]).0,
+            0
+        );
+    }
+    let (code, _, err) = run(["finalize".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("workers 1, 3 of 4"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, [".data.tfshard-parts"], "published something");
+    // No parts at all.
+    let (code, _, err) = run(["finalize".as_ref(), scratch("workers-none").as_os_str()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no worker parts"), "{err}");
+}
+
+#[test]
+fn finalize_killed_midway_completes_on_rerun() {
+    let one = scratch("workers-kill-one");
+    assert_eq!(convert(&one, &[]).0, 0);
+    let out = scratch("workers-kill");
+    for i in 0..3 {
+        assert_eq!(
+            convert(
+                &out,
+                &["--num-workers", "3", "--worker-index", &i.to_string()]
+            )
+            .0,
+            0
+        );
+    }
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .arg("finalize")
+        .arg(&out)
+        .env("TFSHARD_FAILPOINTS", "finalize:moved=exit")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(137));
+    assert!(!out.join("data.manifest.json").exists());
+    let (code, _, err) = run(["finalize".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(records(&out, "data"), records(&one, "data"));
+    let (code, _, err) = run(["verify".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn splits_with_workers_finalize_together() {
+    let one = scratch("workers-split-one");
+    let split = ["--split", "train=0.7,test=0.3", "--seed", "5"];
+    assert_eq!(convert(&one, &split).0, 0);
+    let out = scratch("workers-split");
+    for i in 0..3 {
+        let i = i.to_string();
+        let args = [&split[..], &["--num-workers", "3", "--worker-index", &i]].concat();
+        assert_eq!(convert(&out, &args).0, 0);
+    }
+    let (code, stdout, err) = run(["finalize".as_ref(), out.as_os_str(), "--json".as_ref()]);
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert!(
+        summary["manifest"].is_null() && summary["splits"]["train"]["records"].is_u64(),
+        "{summary}"
+    );
+    for prefix in ["train", "test"] {
+        assert_eq!(records(&out, prefix), records(&one, prefix), "{prefix}");
+    }
+}
+
+#[test]
+fn worker_flags_that_cannot_work_are_usage_errors() {
+    let out = scratch("workers-usage");
+    for (extra, needle) in [
+        (
+            vec!["--num-workers", "2", "--worker-index", "0", "--shuffle"],
+            "shuffle with the engine",
+        ),
+        (
+            vec![
+                "--num-workers",
+                "2",
+                "--worker-index",
+                "0",
+                "--min-shards",
+                "4",
+            ],
+            "global total",
+        ),
+        (
+            vec!["--num-workers", "2", "--worker-index", "2"],
+            "not below --num-workers 2",
+        ),
+        (vec!["--num-workers", "2"], "--worker-index"),
+    ] {
+        let (code, err) = convert(&out, &extra);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+    }
+    // A worker does not write into a folder that holds a published set.
+    let published = scratch("workers-published");
+    assert_eq!(convert(&published, &[]).0, 0);
+    let (code, err) = convert(&published, &["--num-workers", "2", "--worker-index", "0"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not empty"), "{err}");
+}
