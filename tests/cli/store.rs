@@ -1002,3 +1002,105 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
     let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
     assert_eq!(code, 0, "{err}");
 }
+
+// ---- Engines: the Spark and Ray recipes, converting from and to the bucket ----
+
+/// An engine's venv python: `TFSHARD_{SPARK,RAY}_VENV`, else `.venv-{spark,ray}`.
+fn engine_python(engine: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os(format!("TFSHARD_{}_VENV", engine.to_uppercase()))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(format!(".venv-{engine}")));
+    let python = dir.join("bin/python");
+    if python.exists() {
+        return Some(python);
+    }
+    if std::env::var_os("TFSHARD_REQUIRE_SERVERS").is_some() {
+        panic!("TFSHARD_REQUIRE_SERVERS is set but .venv-{engine} is missing (scripts/engines_venv.sh)");
+    }
+    None
+}
+
+fn engine_recipe(engine: &str) {
+    let s = need_server!();
+    let Some(python) = engine_python(engine) else {
+        eprintln!("skipped: no {engine} venv (run scripts/engines_venv.sh)");
+        return;
+    };
+    let b = bucket(s, &format!("engine-{engine}"));
+    let table = root().join("testdata/hive");
+    client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
+    let local = scratch(&format!("{engine}-local"));
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            table.to_str().unwrap(),
+            "-o",
+            local.to_str().unwrap(),
+            "--target-shard-size",
+            "600B",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let recipe = root().join(format!("examples/engines/{engine}_convert.py"));
+    let out = Command::new(python)
+        .arg(recipe)
+        .args([
+            &format!("s3://{b}/t"),
+            &format!("s3://{b}/out"),
+            "--workers",
+            "3",
+            "--local",
+            "--tfshard",
+        ])
+        .arg(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(["--", "--target-shard-size", "600B"])
+        .envs(env(&s.endpoint))
+        .env("TMPDIR", scratch_tmp())
+        .env("SPARK_LOCAL_IP", "127.0.0.1")
+        .env("RAY_USAGE_STATS_ENABLED", "0")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{engine}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("{}");
+    let summary: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(summary["workers"], 3, "{summary}");
+    let got = scratch(&format!("{engine}-got"));
+    client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+    let concat = |dir: &Path| -> Vec<u8> {
+        let m: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("data.manifest.json")).unwrap())
+                .unwrap();
+        m["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|s| std::fs::read(dir.join(s["file"].as_str().unwrap())).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        concat(&got),
+        concat(&local),
+        "{engine}: records differ from one machine's"
+    );
+}
+
+#[test]
+fn spark_recipe_equals_one_machine() {
+    engine_recipe("spark");
+}
+
+#[test]
+fn ray_recipe_equals_one_machine() {
+    engine_recipe("ray");
+}

@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""Convert a Parquet table with tfshard on a Ray cluster: one `ray.remote` task per
+worker index, then `tfshard finalize`. Ray only launches the binary; the workers share
+nothing but the output (a bucket, or a shared folder).
+
+    python ray_convert.py INPUT OUTPUT --workers 8 [-- extra convert flags]
+    python ray_convert.py INPUT OUTPUT --workers 2 --local   # ray.init(num_cpus=2) on 127.0.0.1
+
+`tfshard` must be on every node's PATH (`pip install` the wheel in the runtime
+environment, or ship it), or named with --tfshard.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input")
+    p.add_argument("output")
+    p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--tfshard", default="tfshard")
+    p.add_argument("--local", action="store_true", help="a local Ray with 2 CPUs on 127.0.0.1")
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = p.parse_args(argv[: len(argv) - len(extra) - (1 if extra or "--" in argv else 0)])
+    args.extra = extra
+
+    import ray
+
+    if args.local:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False,
+                 log_to_driver=False, runtime_env={"env_vars": dict(os.environ)})
+    else:
+        ray.init()
+
+    # Ray retries a task whose process dies; a retried worker rewrites the same part.
+    @ray.remote(max_retries=3)
+    def convert(index):
+        cmd = [args.tfshard, "convert", "parquet", args.input, "-o", args.output,
+               "--num-workers", str(args.workers), "--worker-index", str(index), "--quiet", *args.extra]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"worker {index}: exit {done.returncode}: {done.stderr.strip()}")
+        return index
+
+    try:
+        done = ray.get([convert.remote(i) for i in range(args.workers)])
+        assert sorted(done) == list(range(args.workers)), done
+    finally:
+        ray.shutdown()
+    out = subprocess.run([args.tfshard, "finalize", args.output, "--json"], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"finalize: exit {out.returncode}: {out.stderr.strip()}")
+    print(json.dumps(json.loads(out.stdout)))
+
+
+if __name__ == "__main__":
+    main()
