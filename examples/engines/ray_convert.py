@@ -12,6 +12,7 @@ environment, or ship it), or named with --tfshard.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -21,7 +22,9 @@ def main():
     p.add_argument("input")
     p.add_argument("output")
     p.add_argument("--workers", type=int, required=True)
-    p.add_argument("--tfshard", default="tfshard")
+    # The wheel (`pip install tfshard-*.whl`) puts the binary beside the environment's python.
+    beside = os.path.join(os.path.dirname(sys.executable), "tfshard")
+    p.add_argument("--tfshard", default=shutil.which("tfshard") or beside)
     p.add_argument("--local", action="store_true", help="a local Ray with 2 CPUs on 127.0.0.1")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []

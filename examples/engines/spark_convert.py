@@ -13,6 +13,7 @@ named with --tfshard. Object-store credentials come from the executors' environm
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -32,7 +33,9 @@ def main():
     p.add_argument("input")
     p.add_argument("output")
     p.add_argument("--workers", type=int, required=True)
-    p.add_argument("--tfshard", default="tfshard")
+    # The wheel (`pip install tfshard-*.whl`) puts the binary beside the environment's python.
+    beside = os.path.join(os.path.dirname(sys.executable), "tfshard")
+    p.add_argument("--tfshard", default=shutil.which("tfshard") or beside)
     p.add_argument("--local", action="store_true", help="run Spark in local[2] on 127.0.0.1")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []

@@ -272,3 +272,62 @@ fn worker_flags_that_cannot_work_are_usage_errors() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("not empty"), "{err}");
 }
+
+/// The wheel `scripts/build_wheel.sh` built (`.ci/run` builds it before the tests).
+fn built_wheel() -> Option<PathBuf> {
+    let dir = root().join("target/wheels");
+    let mut wheels: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "whl"))
+        .collect();
+    wheels.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+    wheels.pop()
+}
+
+#[test]
+fn pip_installing_the_wheel_puts_tfshard_on_path() {
+    let Some(wheel) = built_wheel() else {
+        if std::env::var_os("TFSHARD_REQUIRE_SERVERS").is_some() {
+            panic!("no wheel in target/wheels (scripts/build_wheel.sh --debug)");
+        }
+        eprintln!("skipped: no wheel (run scripts/build_wheel.sh --debug)");
+        return;
+    };
+    let venv = scratch("wheel-venv");
+    let ok = |c: &mut std::process::Command| {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{c:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    ok(std::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv));
+    ok(std::process::Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--no-index", "--no-deps"])
+        .arg(&wheel));
+    let version = ok(std::process::Command::new(venv.join("bin/tfshard")).arg("--version"));
+    assert_eq!(
+        version.trim(),
+        format!("tfshard {}", env!("CARGO_PKG_VERSION"))
+    );
+    // On PATH, as an engine's task finds it.
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = scratch("wheel-out");
+    ok(std::process::Command::new("tfshard")
+        .env("PATH", path)
+        .args(["convert", "parquet"])
+        .arg(root().join("testdata/small.parquet"))
+        .arg("-o")
+        .arg(&out)
+        .arg("--quiet"));
+    assert!(out.join("data.manifest.json").exists());
+}

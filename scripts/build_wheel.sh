@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the pip-installable wheel (maturin, binary bindings) into target/wheels/ and
+# prints its path. maturin comes from PyPI into the git-ignored .venv-maturin.
+#
+#   scripts/build_wheel.sh            # release build, the wheel to ship
+#   scripts/build_wheel.sh --debug    # the dev profile (what the tests use: no second build)
+#
+# The wheel is tagged for the glibc symbols it uses (manylinux_2_34 from this Debian 12
+# machine): it installs on Linux x86_64 with glibc 2.34 or newer. For older systems
+# (manylinux2014, glibc 2.17), build it inside quay.io/pypa/manylinux2014_x86_64.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+venv="$root/.venv-maturin"
+if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q "^maturin 1.16.0$"; then
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" >&2
+  "$venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0 >&2
+fi
+profile=(--release)
+[ "${1:-}" = "--debug" ] && profile=(--profile dev)
+out=$("$venv/bin/maturin" build "${profile[@]}" --quiet --out target/wheels 2>&1 | tee /dev/stderr | grep -o '[^ ]*\.whl' | tail -1)
+echo "$out"
