@@ -418,6 +418,12 @@ pub enum ErrorKind {
         /// What the store said, or the hint that helps (never a secret).
         detail: String,
     },
+    /// `--resume` found a journal written for other inputs or options.
+    #[error("cannot resume: the earlier run differs: {difference} (rerun without --resume, with --overwrite)")]
+    ResumeMismatch {
+        /// The first difference.
+        difference: String,
+    },
     /// `finalize` found parts missing or incomplete (no part manifest).
     #[error(
         "{}",

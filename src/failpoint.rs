@@ -11,6 +11,9 @@
 //!   lets the run go on); later passes go straight on.
 //!
 //! The points: `convert:planned` (every input opened, nothing written yet),
+//! `shard:journaled` (a shard complete and journaled, with `--resume`),
+//! `commit:placed` (the shards renamed to their final names, no manifest yet),
+//! `finalize:planned` and `finalize:moved` (a part shard moved into place),
 //! `convert:written` (every shard written, nothing published), `store:uploading` (a
 //! multipart upload started and recorded, no part sent), `store:uploaded` (every
 //! shard uploaded to a store, nothing copied), `store:copied` (copied into place, no

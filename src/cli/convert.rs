@@ -144,6 +144,9 @@ pub struct ShardFlags {
     /// Replace this prefix's shards and manifest in a non-empty output folder.
     #[arg(long)]
     pub overwrite: bool,
+    /// Reuse the shards an interrupted or killed run finished (checked by size and CRC32C), and keep this run's if it is interrupted.
+    #[arg(long)]
+    pub resume: bool,
     /// Also write an NVIDIA DALI index ({shard}.idx) per shard (uncompressed only).
     #[arg(long)]
     pub index: bool,
@@ -334,6 +337,7 @@ impl ShardFlags {
         };
         options.index = self.index;
         options.overwrite = self.overwrite;
+        options.resume = self.resume;
         Ok(())
     }
 }

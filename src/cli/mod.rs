@@ -56,7 +56,13 @@ impl CliError {
             CliError::Failed => 1,
             CliError::Data(err) => {
                 if let tfshard::error::ErrorKind::Interrupted = err.kind() {
-                    eprintln!("tfshard: interrupted; temporary files removed");
+                    if resume_requested() {
+                        eprintln!(
+                            "tfshard: interrupted; finished shards kept: rerun with --resume"
+                        );
+                    } else {
+                        eprintln!("tfshard: interrupted; temporary files removed");
+                    }
                     let signal = signal_received().load(std::sync::atomic::Ordering::Relaxed);
                     // (SIGINT's code when the run was cancelled some other way.)
                     return 128 + if signal == 0 { 2 } else { signal as u8 };
@@ -80,6 +86,11 @@ fn signal_received() -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
     static SIGNAL: std::sync::OnceLock<std::sync::Arc<std::sync::atomic::AtomicUsize>> =
         std::sync::OnceLock::new();
     SIGNAL.get_or_init(Default::default).clone()
+}
+
+/// Whether the command line asked for `--resume` (for the interrupted message).
+fn resume_requested() -> bool {
+    std::env::args().any(|a| a == "--resume")
 }
 
 /// Result of a command.

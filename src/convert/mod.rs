@@ -117,6 +117,9 @@ pub struct ConvertOptions {
     /// `--num-workers N --worker-index I`: convert worker I's share of the row groups
     /// into a part that `tfshard finalize` publishes with the others.
     pub worker: Option<WorkerShare>,
+    /// `--resume`: reuse the shards an interrupted run finished (its journal), and keep
+    /// this run's finished shards and journal if it fails or is interrupted.
+    pub resume: bool,
 }
 
 /// One worker's share of a run spread over `count` machines.
@@ -185,6 +188,7 @@ impl ConvertOptions {
             partitioning: Partitioning::Auto,
             staging_dir: None,
             worker: None,
+            resume: false,
         }
     }
 
@@ -258,6 +262,12 @@ impl ConvertOptions {
             return invalid(
                 "index",
                 "it describes byte offsets in uncompressed shards; it cannot be used with compression".into(),
+            );
+        }
+        if self.resume && store::is_url(&self.output) {
+            return invalid(
+                "resume",
+                "a store output cannot resume yet: rerun without --resume (add --overwrite)".into(),
             );
         }
         if let Some(w) = self.worker {
@@ -644,7 +654,12 @@ fn run(
             .collect::<Result<_>>()?,
     };
     let mut outs = match (remote.as_slice(), options.worker) {
-        ([], None) => OutputDir::prepare_all(&options.output, &prefixes, options.overwrite)?,
+        ([], None) => OutputDir::prepare_all(
+            &options.output,
+            &prefixes,
+            options.overwrite,
+            options.resume,
+        )?,
         ([], Some(worker)) => prefixes
             .iter()
             .map(|p| {
@@ -652,10 +667,10 @@ fn run(
                     .output
                     .join(name::parts_dir_name(p))
                     .join(worker.part_name());
-                OutputDir::prepare_part(&dir, p)
+                OutputDir::prepare_part(&dir, p, options.resume)
             })
             .collect::<Result<_>>()?,
-        ([one], None) => OutputDir::prepare_all(one.staging(), &prefixes, true)?,
+        ([one], None) => OutputDir::prepare_all(one.staging(), &prefixes, true, false)?,
         (parts, _) => parts
             .iter()
             .zip(&prefixes)
@@ -670,6 +685,25 @@ fn run(
         };
         if let Some(hook) = hook {
             out.set_shard_hook(hook);
+        }
+    }
+    if options.resume {
+        // What the output depends on besides the records: the journal's header.
+        let described = source.manifest(options, 0);
+        let inputs: Vec<serde_json::Value> = described
+            .inputs
+            .iter()
+            .map(|i| json!({"path": i.path, "bytes": i.bytes, "etag": i.etag}))
+            .collect();
+        for out in &mut outs {
+            out.begin_resume(json!({
+                "prefix": out.prefix(),
+                "options": described.options,
+                "record_type": described.record_type,
+                "compression": described.compression,
+                "inputs": inputs,
+                "tfshard_version": env!("CARGO_PKG_VERSION"),
+            }))?;
         }
     }
     progress.set_total(source.total_units());

@@ -182,6 +182,10 @@ fn shard_options(options: &ConvertOptions, out: &OutputDir, plan: Plan) -> Shard
         index: options.index,
         plan,
         // A --min-shards run may write an output twice; only the last pass is final.
+        journal: match plan {
+            Plan::Fill => out.resume_state().map(|(header, _)| header.clone()),
+            Plan::Even { .. } => None,
+        },
         events: match options.min_shards {
             None => out.shard_hook().cloned(),
             Some(_) => None,
@@ -201,7 +205,15 @@ fn write_shards<T>(
     let writers = |plans: &[Plan]| -> Vec<ShardWriter> {
         outs.iter()
             .zip(plans)
-            .map(|(out, &plan)| ShardWriter::new(shard_options(options, out, plan)))
+            .map(|(out, &plan)| {
+                let shard_options = shard_options(options, out, plan);
+                match (plan, out.resume_state()) {
+                    (Plan::Fill, Some((_, finished))) => {
+                        ShardWriter::resuming(shard_options, finished.to_vec())
+                    }
+                    _ => ShardWriter::new(shard_options),
+                }
+            })
             .collect()
     };
     let finish = |writers: Vec<ShardWriter>| -> Result<(Vec<u64>, Vec<Vec<ClosedShard>>)> {

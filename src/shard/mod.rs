@@ -7,6 +7,7 @@
 //! before the commit leaves the old output valid; the guard removes the temporaries on
 //! every exit.
 
+pub mod journal;
 pub mod name;
 pub mod scatter;
 pub mod writer;
@@ -28,6 +29,14 @@ pub struct OutputDir {
     tmp: PathBuf,
     /// Told about each shard as it is written (a store output streams it up).
     events: Option<ShardHook>,
+    /// `--resume`: the temporary folder outlives a failed or interrupted run, and this
+    /// is what an earlier run journaled there.
+    resume: Option<Option<journal::Journal>>,
+    /// Set once the commit has published this output.
+    committed: std::cell::Cell<bool>,
+    /// `--resume`, once checked: the journal header of this run and the finished shards
+    /// it reuses.
+    resume_state: Option<(std::sync::Arc<serde_json::Value>, Vec<ClosedShard>)>,
 }
 
 fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
@@ -43,6 +52,21 @@ impl OutputDir {
     ///
     /// `output folder is not empty`, or an I/O error naming the folder.
     pub fn prepare(dir: &Path, prefix: &str, overwrite: bool) -> Result<OutputDir> {
+        OutputDir::prepare_resumable(dir, prefix, overwrite, false)
+    }
+
+    /// [`OutputDir::prepare`]; with `resume`, an earlier run's temporary folder and
+    /// journal are kept for [`OutputDir::resumed`], and this run's outlives a failure.
+    ///
+    /// # Errors
+    ///
+    /// As [`OutputDir::prepare`].
+    pub fn prepare_resumable(
+        dir: &Path,
+        prefix: &str,
+        overwrite: bool,
+        resume: bool,
+    ) -> Result<OutputDir> {
         fs::create_dir_all(dir).map_err(io_at(dir))?;
         let tmp_name = name::tmp_dir_name(prefix);
         if !overwrite {
@@ -54,15 +78,25 @@ impl OutputDir {
             }
         }
         let tmp = dir.join(&tmp_name);
-        if tmp.exists() {
-            fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
+        let journal = if resume {
+            journal::Journal::read(&tmp)
+        } else {
+            None
+        };
+        if journal.is_none() {
+            if tmp.exists() {
+                fs::remove_dir_all(&tmp).map_err(io_at(&tmp))?;
+            }
+            fs::create_dir(&tmp).map_err(io_at(&tmp))?;
         }
-        fs::create_dir(&tmp).map_err(io_at(&tmp))?;
         Ok(OutputDir {
             dir: dir.to_path_buf(),
             prefix: prefix.to_owned(),
             tmp,
             events: None,
+            resume: resume.then_some(journal),
+            committed: Default::default(),
+            resume_state: None,
         })
     }
 
@@ -73,7 +107,13 @@ impl OutputDir {
     /// # Errors
     ///
     /// An I/O error naming the folder.
-    pub fn prepare_part(dir: &Path, prefix: &str) -> Result<OutputDir> {
+    pub fn prepare_part(dir: &Path, prefix: &str, resume: bool) -> Result<OutputDir> {
+        if resume {
+            // A resumed worker finds its journal under the usual name (so two copies of
+            // one worker must not both resume at once).
+            fs::create_dir_all(dir).map_err(io_at(dir))?;
+            return OutputDir::prepare_resumable(dir, prefix, true, true);
+        }
         fs::create_dir_all(dir).map_err(io_at(dir))?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -91,6 +131,9 @@ impl OutputDir {
             prefix: prefix.to_owned(),
             tmp,
             events: None,
+            resume: None,
+            committed: Default::default(),
+            resume_state: None,
         })
     }
 
@@ -100,7 +143,12 @@ impl OutputDir {
     /// # Errors
     ///
     /// As [`OutputDir::prepare`].
-    pub fn prepare_all(dir: &Path, prefixes: &[String], overwrite: bool) -> Result<Vec<OutputDir>> {
+    pub fn prepare_all(
+        dir: &Path,
+        prefixes: &[String],
+        overwrite: bool,
+        resume: bool,
+    ) -> Result<Vec<OutputDir>> {
         fs::create_dir_all(dir).map_err(io_at(dir))?;
         let ours: Vec<String> = prefixes.iter().map(|p| name::tmp_dir_name(p)).collect();
         if !overwrite {
@@ -113,7 +161,7 @@ impl OutputDir {
         }
         prefixes
             .iter()
-            .map(|p| OutputDir::prepare(dir, p, true))
+            .map(|p| OutputDir::prepare_resumable(dir, p, true, resume))
             .collect()
     }
 
@@ -125,6 +173,35 @@ impl OutputDir {
     /// The shard hook, if any.
     pub fn shard_hook(&self) -> Option<&ShardHook> {
         self.events.as_ref()
+    }
+
+    /// With `--resume`: checks an earlier run's journal header against this run's
+    /// `header`, and keeps the shards it finished that are still sound (size and CRC32C
+    /// checked) for the writer; from here on this run journals under `header`.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::ResumeMismatch`] naming the first difference.
+    pub fn begin_resume(&mut self, header: serde_json::Value) -> Result<()> {
+        let Some(earlier) = &self.resume else {
+            return Ok(());
+        };
+        let finished = match earlier {
+            None => Vec::new(),
+            Some(journal) => {
+                if let Some(difference) = journal.difference(&header) {
+                    return Err(journal::mismatch(difference).with_file(&self.tmp));
+                }
+                journal.verified(&self.tmp)
+            }
+        };
+        self.resume_state = Some((std::sync::Arc::new(header), finished));
+        Ok(())
+    }
+
+    /// The checked journal header and finished shards, with `--resume`.
+    pub fn resume_state(&self) -> Option<(&std::sync::Arc<serde_json::Value>, &[ClosedShard])> {
+        self.resume_state.as_ref().map(|(h, f)| (h, f.as_slice()))
     }
 
     /// The prefix of this output's files.
@@ -238,10 +315,12 @@ pub fn commit_all(
             return Err(e);
         }
     };
+    crate::failpoint::hit("commit:placed")?;
     let mut paths = Vec::with_capacity(outs.len());
     for (out, staged) in outs.iter().zip(staged) {
         let path = out.manifest_path();
         fs::rename(&staged, &path).map_err(io_at(&path))?;
+        out.committed.set(true);
         paths.push(path);
     }
     // The renames are durable once the folder is (every output shares it).
@@ -255,6 +334,11 @@ pub fn commit_all(
 
 impl Drop for OutputDir {
     fn drop(&mut self) {
+        // With --resume, a failed or interrupted run leaves its journal and finished
+        // shards for the rerun.
+        if self.resume.is_some() && !self.committed.get() {
+            return;
+        }
         // Success or failure, no temporary outlives the run.
         let _ = fs::remove_dir_all(&self.tmp);
     }

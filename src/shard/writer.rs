@@ -57,6 +57,8 @@ pub struct ShardOptions {
     /// Told about each shard as it is written (only when every closed shard is final).
     /// Its shards are staged copies: they are not synced to disk.
     pub events: Option<ShardHook>,
+    /// `--resume`: the journal header; each closed shard is synced, then journaled.
+    pub journal: Option<std::sync::Arc<serde_json::Value>>,
 }
 
 /// What a shard writer tells about each shard as it writes it: a store output streams
@@ -166,6 +168,8 @@ pub struct ShardWriter {
     bytes_on_disk: u64,
     /// fsyncs of closed shards, running in the background.
     syncs: Vec<std::thread::JoinHandle<Result<()>>>,
+    /// Records at the start of the stream that resumed shards already hold: dropped.
+    skip: u64,
 }
 
 fn io_at(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
@@ -182,7 +186,19 @@ impl ShardWriter {
             cumulative: 0,
             bytes_on_disk: 0,
             syncs: Vec::new(),
+            skip: 0,
         }
+    }
+
+    /// A writer that continues after `finished` shards of an earlier run (`--resume`):
+    /// the first records it is given, as many as those shards hold, are dropped, and the
+    /// next shard starts where they ended, so the output is the same.
+    pub fn resuming(options: ShardOptions, finished: Vec<ClosedShard>) -> ShardWriter {
+        let mut w = ShardWriter::new(options);
+        w.skip = finished.iter().map(|s| s.records).sum();
+        w.bytes_on_disk = finished.iter().map(|s| s.bytes).sum();
+        w.closed = finished;
+        w
     }
 
     /// Bytes on disk of the shards closed so far, plus what reached the open one.
@@ -244,7 +260,10 @@ impl ShardWriter {
         // Durable before the rename that publishes it; the flush to disk overlaps with
         // writing the next shard, and finish() waits for every one. (A staged copy for
         // a store needs no fsync: the store has it once uploaded.)
-        if self.options.events.is_none() {
+        if self.options.journal.is_some() && self.options.plan == Plan::Fill {
+            // Journaled below: durable first.
+            file.sync_all().map_err(&at)?;
+        } else if self.options.events.is_none() {
             let sync_path = path.clone();
             self.syncs.push(std::thread::spawn(move || {
                 file.sync_all()
@@ -271,6 +290,14 @@ impl ShardWriter {
             events
                 .0
                 .closed(self.closed.last().expect("pushed just above"));
+        }
+        if let (Some(header), Plan::Fill) = (&self.options.journal, self.options.plan) {
+            let journal = super::journal::Journal {
+                header: (**header).clone(),
+                shards: self.closed.iter().map(super::journal::entry).collect(),
+            };
+            journal.write(&self.options.tmp_dir)?;
+            crate::failpoint::hit("shard:journaled")?;
         }
         Ok(())
     }
@@ -314,6 +341,12 @@ impl ShardWriter {
     /// An I/O error naming the temporary file.
     pub fn write(&mut self, framed: &[u8]) -> Result<()> {
         let len = framed.len() as u64;
+        if self.skip > 0 {
+            // Already in a shard a resumed run reuses.
+            self.skip -= 1;
+            self.cumulative += len;
+            return Ok(());
+        }
         if self.must_close_before(len)? {
             self.close()?;
         }
@@ -358,6 +391,12 @@ impl ShardWriter {
     pub fn write_batch(&mut self, data: &[u8], sizes: &[u64]) -> Result<()> {
         let mut offset = 0usize;
         let mut i = 0;
+        while self.skip > 0 && i < sizes.len() {
+            self.skip -= 1;
+            self.cumulative += sizes[i];
+            offset += sizes[i] as usize;
+            i += 1;
+        }
         while i < sizes.len() {
             let fast = self.options.compression == Compression::None
                 && !self.options.index
@@ -480,6 +519,7 @@ mod tests {
             index: false,
             plan,
             events: None,
+            journal: None,
         }
     }
 

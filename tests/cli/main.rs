@@ -7,6 +7,7 @@ mod hive;
 mod images;
 mod inspect_schema;
 mod pipeline;
+mod resume;
 mod roundtrip;
 mod shuffle;
 mod store;
