@@ -264,12 +264,6 @@ impl ConvertOptions {
                 "it describes byte offsets in uncompressed shards; it cannot be used with compression".into(),
             );
         }
-        if self.resume && store::is_url(&self.output) {
-            return invalid(
-                "resume",
-                "a store output cannot resume yet: rerun without --resume (add --overwrite)".into(),
-            );
-        }
         if let Some(w) = self.worker {
             if w.count == 0 {
                 return invalid("num-workers", "must be at least 1".into());
@@ -643,13 +637,15 @@ fn run(
             options.overwrite,
             options.staging_dir.as_deref(),
             false,
+            options.resume,
         )?],
         (Location::Remote(url), Some(worker)) => prefixes
             .iter()
             .map(|p| {
                 let part = url.join(&name::parts_dir_name(p)).join(&worker.part_name());
                 let p = std::slice::from_ref(p);
-                RemoteOutput::prepare(part, p, true, options.staging_dir.as_deref(), true)
+                let staging = options.staging_dir.as_deref();
+                RemoteOutput::prepare(part, p, true, staging, true, options.resume)
             })
             .collect::<Result<_>>()?,
     };
@@ -695,15 +691,28 @@ fn run(
             .iter()
             .map(|i| json!({"path": i.path, "bytes": i.bytes, "etag": i.etag}))
             .collect();
-        for out in &mut outs {
-            out.begin_resume(json!({
+        for (i, out) in outs.iter_mut().enumerate() {
+            let header = json!({
                 "prefix": out.prefix(),
                 "options": described.options,
                 "record_type": described.record_type,
                 "compression": described.compression,
                 "inputs": inputs,
                 "tfshard_version": env!("CARGO_PKG_VERSION"),
-            }))?;
+            });
+            // On a store the journal lives beside the uploaded temporaries.
+            let remote = match remote.as_slice() {
+                [] => None,
+                [one] if options.worker.is_none() => Some(one),
+                parts => Some(&parts[i]),
+            };
+            match remote {
+                None => out.begin_resume(header)?,
+                Some(r) => {
+                    let finished = r.begin_resume(out.prefix(), out.tmp_dir(), header.clone())?;
+                    out.set_resumed(header, finished);
+                }
+            }
         }
     }
     progress.set_total(source.total_units());

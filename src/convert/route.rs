@@ -182,9 +182,10 @@ fn shard_options(options: &ConvertOptions, out: &OutputDir, plan: Plan) -> Shard
         index: options.index,
         plan,
         // A --min-shards run may write an output twice; only the last pass is final.
-        journal: match plan {
-            Plan::Fill => out.resume_state().map(|(header, _)| header.clone()),
-            Plan::Even { .. } => None,
+        // (A store output journals its uploads instead, in the store.)
+        journal: match (plan, out.shard_hook()) {
+            (Plan::Fill, None) => out.resume_state().map(|(header, _)| header.clone()),
+            _ => None,
         },
         events: match options.min_shards {
             None => out.shard_hook().cloned(),

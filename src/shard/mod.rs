@@ -199,6 +199,12 @@ impl OutputDir {
         Ok(())
     }
 
+    /// Sets the journal header and the finished shards another journal (a store's)
+    /// vouched for: the writer skips what they hold.
+    pub fn set_resumed(&mut self, header: serde_json::Value, finished: Vec<ClosedShard>) {
+        self.resume_state = Some((std::sync::Arc::new(header), finished));
+    }
+
     /// The checked journal header and finished shards, with `--resume`.
     pub fn resume_state(&self) -> Option<(&std::sync::Arc<serde_json::Value>, &[ClosedShard])> {
         self.resume_state.as_ref().map(|(h, f)| (h, f.as_slice()))

@@ -460,9 +460,10 @@ fn store_error(url: &ObjectUrl, e: &object_store::Error) -> Error {
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreProblem::AccessDenied,
         E::Precondition { .. } => StoreProblem::Changed,
         E::AlreadyExists { .. } => StoreProblem::AlreadyExists,
+        // Status codes only as the client words them: a URL's port can hold "503".
         _ if [
-            "403",
-            "401",
+            "status code: 403",
+            "status code: 401",
             "accessdenied",
             "invalidaccesskeyid",
             "signaturedoesnotmatch",
@@ -473,9 +474,9 @@ fn store_error(url: &ObjectUrl, e: &object_store::Error) -> Error {
             StoreProblem::AccessDenied
         }
         _ if [
+            "status code: 404",
             "nosuchbucket",
             "nosuchkey",
-            "404 not found",
             "containernotfound",
         ]
         .iter()
@@ -483,9 +484,16 @@ fn store_error(url: &ObjectUrl, e: &object_store::Error) -> Error {
         {
             StoreProblem::NotFound
         }
-        _ if ["429", "503", "slowdown", "throttl", "too many requests"]
-            .iter()
-            .any(|s| lower.contains(s)) =>
+        _ if [
+            "status code: 429",
+            "status code: 503",
+            "slowdown",
+            "throttl",
+            "too many requests",
+            "serverbusy",
+        ]
+        .iter()
+        .any(|s| lower.contains(s)) =>
         {
             StoreProblem::Throttled
         }

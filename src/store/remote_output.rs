@@ -36,6 +36,7 @@ use super::{
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{Manifest, ShardInfo};
 use crate::progress::CancelToken;
+use crate::shard::journal::{Journal, JOURNAL};
 use crate::shard::name;
 use crate::shard::{ClosedShard, ShardEvents, ShardHook};
 use crate::tfrecord::Compression;
@@ -83,6 +84,13 @@ struct Shared {
     parts: Arc<Semaphore>,
     /// Set when the run fails or is interrupted: uploads stop at their next part.
     stop: AtomicBool,
+    /// `--resume`: the journal header, once set; the run's temporaries then live under
+    /// a fixed name, and what they hold is journaled as shards finish uploading.
+    resume: Mutex<Option<serde_json::Value>>,
+    /// Shards closed by the writer (their sizes and CRCs), by staged path.
+    closed: Mutex<Vec<ClosedShard>>,
+    /// Uploads finished, by staged path (resumed shards start here).
+    uploaded: Mutex<Vec<PathBuf>>,
 }
 
 impl RemoteOutput {
@@ -100,6 +108,7 @@ impl RemoteOutput {
         overwrite: bool,
         tmp_dir: Option<&Path>,
         part: bool,
+        resume: bool,
     ) -> Result<RemoteOutput> {
         let (objects, dirs) = if part {
             // A worker's part: replaced as a whole by a retried worker.
@@ -118,7 +127,12 @@ impl RemoteOutput {
         {
             return Err(Error::new(ErrorKind::OutputExists).with_file(out.to_path()));
         }
-        let run = run_id();
+        // A resumable run's temporaries have a fixed name, where its rerun finds them.
+        let run = if resume {
+            "resume".to_owned()
+        } else {
+            run_id()
+        };
         let base = tmp_dir
             .map(Path::to_path_buf)
             .unwrap_or_else(std::env::temp_dir);
@@ -134,12 +148,15 @@ impl RemoteOutput {
                 open_uploads: Mutex::new(Vec::new()),
                 parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
                 stop: AtomicBool::new(false),
+                resume: Mutex::new(None),
+                closed: Mutex::new(Vec::new()),
+                uploaded: Mutex::new(Vec::new()),
             }),
             tasks: Default::default(),
             claimed: AtomicBool::new(false),
             committed: AtomicBool::new(false),
         };
-        if overwrite && !part {
+        if overwrite && !part && !resume {
             // A killed run's leftovers: abort its recorded uploads, delete its objects.
             // (Not for a part: a copy of the same worker may be running beside it.)
             for prefix in prefixes {
@@ -166,6 +183,66 @@ impl RemoteOutput {
         })
     }
 
+    /// With `--resume`: checks the journal an earlier run left in the store against
+    /// this run's `header`, keeps the uploaded shards that are still sound (size and
+    /// CRC32C, read back), and returns them, staged-path named, for the shard writer of
+    /// `prefix`; from here on this run journals its uploads.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::ResumeMismatch`] naming the first difference, or a store error.
+    pub(crate) fn begin_resume(
+        &self,
+        prefix: &str,
+        staging_tmp: &Path,
+        header: serde_json::Value,
+    ) -> Result<Vec<ClosedShard>> {
+        let s = &self.shared;
+        let journal_url = s.run_dir(prefix).join(JOURNAL);
+        let mut finished = Vec::new();
+        match super::read_all(&journal_url) {
+            Ok(bytes) => {
+                let journal: Journal = serde_json::from_slice(&bytes).map_err(|e| {
+                    Error::new(ErrorKind::ManifestInvalid(e)).with_file(journal_url.to_path())
+                })?;
+                if let Some(difference) = journal.difference(&header) {
+                    return Err(crate::shard::journal::mismatch(difference)
+                        .with_file(journal_url.to_path()));
+                }
+                for entry in &journal.shards {
+                    let url = s.run_dir(prefix).join(&entry.file);
+                    let sound = super::read_all(&url).is_ok_and(|b| {
+                        b.len() as u64 == entry.bytes
+                            && crate::tfrecord::frame::crc32c(&b) == entry.crc32c
+                    });
+                    if !sound || entry.idx.is_some() {
+                        break;
+                    }
+                    let path = staging_tmp.join(&entry.file);
+                    s.uploaded
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(path.clone());
+                    finished.push(ClosedShard {
+                        path,
+                        idx_path: None,
+                        records: entry.records,
+                        bytes: entry.bytes,
+                        crc32c: entry.crc32c,
+                    });
+                }
+            }
+            Err(e) if is_problem(&e, StoreProblem::NotFound) => {}
+            Err(e) => return Err(e),
+        }
+        s.closed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(finished.iter().cloned());
+        *s.resume.lock().unwrap_or_else(|p| p.into_inner()) = Some(header);
+        Ok(finished)
+    }
+
     fn claim_url(&self) -> ObjectUrl {
         let s = &self.shared;
         s.out
@@ -175,6 +252,16 @@ impl RemoteOutput {
 
     /// Waits for the upload of `local` (starting it if no hook did).
     async fn uploaded(&self, prefix: &str, local: &Path) -> Result<()> {
+        if self
+            .shared
+            .uploaded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|p| p == local)
+        {
+            return Ok(());
+        }
         let task = {
             let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
             match tasks.iter().position(|(p, _)| p == local) {
@@ -204,7 +291,14 @@ impl RemoteOutput {
             match put(&self.claim_url(), s.run.clone().into_bytes(), true) {
                 Ok(()) => self.claimed.store(true, Ordering::SeqCst),
                 Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
-                    return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()))
+                    // A resumable run killed while publishing left its claim: ours.
+                    let resuming = s.resume.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+                    let holder = super::read_all(&self.claim_url()).ok();
+                    if resuming && holder.is_some_and(|h| h[..] == *s.run.as_bytes()) {
+                        self.claimed.store(true, Ordering::SeqCst);
+                    } else {
+                        return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
+                    }
                 }
                 Err(e) => return Err(e),
             }
@@ -322,8 +416,39 @@ impl Shared {
             let target = this.temporary(&prefix, &local);
             this.stream(&prefix, &local, &target, staged).await?;
             this.staged_done(&local);
-            Ok(())
+            this.uploaded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(local.clone());
+            this.journal(&prefix).await
         })
+    }
+
+    /// With `--resume`: records in the store the shards uploaded so far, from the first
+    /// on without a gap (the rerun reuses exactly those).
+    async fn journal(&self, prefix: &str) -> Result<()> {
+        let Some(header) = self
+            .resume
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        else {
+            return Ok(());
+        };
+        let journal = {
+            let closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
+            let uploaded = self.uploaded.lock().unwrap_or_else(|p| p.into_inner());
+            let shards = closed
+                .iter()
+                .take_while(|c| uploaded.contains(&c.path))
+                .map(crate::shard::journal::entry)
+                .collect();
+            Journal { header, shards }
+        };
+        let bytes =
+            serde_json::to_vec(&journal).map_err(|e| Error::from(std::io::Error::other(e)))?;
+        super::put_async(&self.run_dir(prefix).join(JOURNAL), bytes, false).await?;
+        crate::failpoint::hit("shard:journaled")
     }
 
     /// Removes a staged file once uploaded, unless it is too large to copy on the server
@@ -525,6 +650,11 @@ impl ShardEvents for Stager {
     }
 
     fn closed(&self, shard: &ClosedShard) {
+        self.shared
+            .closed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(shard.clone());
         let sender = {
             let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
             senders
@@ -604,7 +734,8 @@ impl Drop for RemoteOutput {
                     let _ = abort_multipart(url, id).await;
                 }
             });
-            for prefix in &s.prefixes {
+            let resumable = s.resume.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+            for prefix in s.prefixes.iter().filter(|_| !resumable) {
                 if let Ok(objects) = list(&s.run_dir(prefix)) {
                     block_on(async {
                         for o in &objects {

@@ -1104,3 +1104,65 @@ fn spark_recipe_equals_one_machine() {
 fn ray_recipe_equals_one_machine() {
     engine_recipe("ray");
 }
+
+#[test]
+fn resume_after_a_kill_on_s3() {
+    let s = need_server!();
+    let b = bucket(s, "resume");
+    let input = scratch("s3-resume-in").join("blobs.parquet");
+    blob_table(&input, 40, 256 << 10);
+    let local = scratch("s3-resume-local");
+    let size = ["--target-shard-size", "2MiB"];
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            &[
+                "convert",
+                "parquet",
+                input.to_str().unwrap(),
+                "-o",
+                local.to_str().unwrap(),
+            ][..],
+            &size,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let out = format!("s3://{b}/out");
+    let args = [
+        &[
+            "convert",
+            "parquet",
+            input.to_str().unwrap(),
+            "-o",
+            &out,
+            "--resume",
+        ][..],
+        &size,
+    ]
+    .concat();
+    // Killed once the first shard is uploaded and journaled in the store.
+    let (code, err) = tfshard_with_failpoints(&s.endpoint, "shard:journaled=exit", &args);
+    assert_eq!(code, 137, "{err}");
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(
+        keys.contains("out/.data.tfshard-tmp/resume/journal.json"),
+        "{keys}"
+    );
+    // A changed flag is named.
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[&args[..], &["--max-records-per-shard", "3"]].concat(),
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("max_records_per_shard"), "{err}");
+    // The rerun finishes the job, byte for byte.
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    let got = scratch("s3-resume-got");
+    client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+    assert_eq!(files(&got), files(&local));
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(!keys.contains("tfshard-tmp"), "{keys}");
+    assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
+}
