@@ -198,6 +198,24 @@ impl RemoteOutput {
         header: serde_json::Value,
     ) -> Result<Vec<ClosedShard>> {
         let s = &self.shared;
+        // Uploads the killed run started and never completed: abort them (their shards
+        // are not in the journal, and go up again).
+        let records = list(&s.run_dir(prefix).join("uploads"))?;
+        block_on(async {
+            for record in &records {
+                let text = super::read_all_async(&record.url).await?;
+                let text = String::from_utf8_lossy(&text).into_owned();
+                if let Some((key, id)) = text.split_once('\n') {
+                    let target = ObjectUrl {
+                        key: key.to_owned(),
+                        ..s.out.clone()
+                    };
+                    abort_multipart(&target, id).await?;
+                }
+                delete(&record.url).await?;
+            }
+            Ok::<(), Error>(())
+        })?;
         let journal_url = s.run_dir(prefix).join(JOURNAL);
         let mut finished = Vec::new();
         match super::read_all(&journal_url) {

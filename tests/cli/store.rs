@@ -1165,4 +1165,62 @@ fn resume_after_a_kill_on_s3() {
     let keys = client(&s.endpoint, &["ls", &b, "out/"]);
     assert!(!keys.contains("tfshard-tmp"), "{keys}");
     assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
+
+    // Killed while a shard is being uploaded, and killed while copying into place.
+    // (Shards above one 8 MiB part go up in a multipart upload.)
+    for (phase, extra, target) in [
+        ("store:uploading", &[][..], "9MiB"),
+        ("store:copied", &["--overwrite"][..], "2MiB"),
+    ] {
+        let size = ["--target-shard-size", target];
+        let local = scratch(&format!("s3-resume-local-{}", phase.replace(':', "-")));
+        let (code, _, err) = tfshard_at(
+            &s.endpoint,
+            &[
+                &[
+                    "convert",
+                    "parquet",
+                    input.to_str().unwrap(),
+                    "-o",
+                    local.to_str().unwrap(),
+                ][..],
+                &size,
+            ]
+            .concat(),
+        );
+        assert_eq!(code, 0, "{err}");
+        let out = format!("s3://{b}/out-{}", phase.replace(':', "-"));
+        let args = [
+            &[
+                "convert",
+                "parquet",
+                input.to_str().unwrap(),
+                "-o",
+                &out,
+                "--resume",
+            ][..],
+            &size,
+        ]
+        .concat();
+        let (code, err) = tfshard_with_failpoints(&s.endpoint, &format!("{phase}=exit"), &args);
+        assert_eq!(code, 137, "{phase}: {err}");
+        let (code, _, err) = tfshard_at(&s.endpoint, &[&args[..], extra].concat());
+        assert_eq!(code, 0, "{phase}: {err}");
+        let got = scratch(&format!("s3-resume-got-{}", phase.replace(':', "-")));
+        client(
+            &s.endpoint,
+            &[
+                "get-dir",
+                &b,
+                out.trim_start_matches(&format!("s3://{b}/")),
+                got.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(files(&got), files(&local), "{phase}");
+        assert_eq!(
+            client(&s.endpoint, &["uploads", &b]),
+            "",
+            "{phase}: pending uploads"
+        );
+    }
 }
