@@ -163,6 +163,36 @@ fn resume_with_other_flags_names_the_difference() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+    // Another input under the same name: named too.
+    let moved = scratch("resume-changed-input");
+    std::fs::copy(
+        root().join("testdata/small.parquet"),
+        moved.join("t.parquet"),
+    )
+    .unwrap();
+    let other = scratch("resume-changed-input-out");
+    let mut a = args(&other, &["--resume"]);
+    a[2] = moved.join("t.parquet").display().to_string();
+    assert_eq!(
+        Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+            .args(&a)
+            .env("TFSHARD_FAILPOINTS", "shard:journaled=exit")
+            .status()
+            .unwrap()
+            .code(),
+        Some(137)
+    );
+    std::fs::copy(
+        root().join("testdata/hive/year=2020/city=plain/part-0.parquet"),
+        moved.join("t.parquet"),
+    )
+    .unwrap();
+    let (code, _, err) = run(&a);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("cannot resume") && err.contains("inputs"),
+        "{err}"
+    );
     // A run without --resume starts over.
     let (code, _, err) = run(args(&out, &[]));
     assert_eq!(code, 0, "{err}");

@@ -977,6 +977,10 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
         );
         assert_eq!(code, 0, "worker {i}: {err}");
     }
+    // A finalize killed after its first copy, then rerun.
+    let (code, err) =
+        tfshard_with_failpoints(&s.endpoint, "finalize:moved=exit", &["finalize", &out]);
+    assert_eq!(code, 137, "{err}");
     let (code, stdout, err) = tfshard_at(&s.endpoint, &["finalize", &out, "--json"]);
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("\"workers\":3"), "{stdout}");
