@@ -15,13 +15,8 @@ runs=${RUNS:-3}
 cargo build --release --quiet --example s3_plain
 plain=$root/target/release/examples/s3_plain
 s3venv=$(scripts/s3_venv.sh)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$s3venv/bin/moto_server" -H 127.0.0.1 -p "$port" >/dev/null 2>&1 &
-moto=$!
-trap 'kill $moto 2>/dev/null || true' EXIT
-export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=bench AWS_REGION=us-east-1 \
-  AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ALLOW_HTTP=true
-for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+source scripts/moto.sh
+start_moto "$s3venv"
 s3="$s3venv/bin/python scripts/s3_client.py"
 $s3 mb bench
 $s3 put-dir "$data/standard-2000000" bench standard

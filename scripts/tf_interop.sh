@@ -18,13 +18,8 @@ mkdir -p "$work"
 # A Hive table through the S3 server: converted S3 -> S3, copied down with a plain client
 # (TensorFlow cannot reach the server: it has no S3 file system without tensorflow-io).
 if s3venv=$(TFSHARD_S3_VENV=${TFSHARD_S3_VENV:-} scripts/s3_venv.sh 2>/dev/null); then
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  "$s3venv/bin/moto_server" -H 127.0.0.1 -p "$port" >/dev/null 2>&1 &
-  moto=$!
-  trap 'kill $moto 2>/dev/null || true' EXIT
-  export AWS_ACCESS_KEY_ID=interop AWS_SECRET_ACCESS_KEY=interop AWS_REGION=us-east-1 \
-    AWS_ENDPOINT_URL="http://127.0.0.1:$port" AWS_ALLOW_HTTP=true
-  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
+  source scripts/moto.sh
+  start_moto "$s3venv"
   s3="$s3venv/bin/python scripts/s3_client.py"
   $s3 mb interop
   $s3 put-dir testdata/hive interop tables/hive
@@ -32,6 +27,5 @@ if s3venv=$(TFSHARD_S3_VENV=${TFSHARD_S3_VENV:-} scripts/s3_venv.sh 2>/dev/null)
   "$bin" convert parquet s3://interop/tables/hive/year=2021 -o s3://interop/out/hive-2021 \
     --partition-base s3://interop/tables/hive --quiet
   $s3 get-dir interop out "$work/s3"
-  kill $moto
 fi
 TF_CPP_MIN_LOG_LEVEL=3 "$python" scripts/tf_interop.py "$bin" "$work"

@@ -18,9 +18,10 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
-    RowSelector,
+    ArrowReaderBuilder, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    RowSelection, RowSelector,
 };
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::basic::Type as PhysicalType;
 
@@ -524,20 +525,31 @@ impl Batches {
         selection: Option<RowSelection>,
     ) -> Result<Batches> {
         let panicked = |panic| decoder_panic(Some(row_group), panic);
-        match &input.file.object {
-            None => {
-                let file = File::open(&input.file.path)?;
-                let file = ParquetFile::new(file)?;
-                let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(
-                    file,
-                    input.metadata.clone(),
-                )
+        // The same selection for either reader.
+        fn select<T>(
+            builder: ArrowReaderBuilder<T>,
+            row_group: usize,
+            mask: &ProjectionMask,
+            batch_rows: usize,
+            selection: &Option<RowSelection>,
+        ) -> ArrowReaderBuilder<T> {
+            let builder = builder
                 .with_row_groups(vec![row_group])
                 .with_projection(mask.clone())
                 .with_batch_size(batch_rows);
-                if let Some(selection) = selection {
-                    builder = builder.with_row_selection(selection);
-                }
+            match selection {
+                Some(rows) => builder.with_row_selection(rows.clone()),
+                None => builder,
+            }
+        }
+        match &input.file.object {
+            None => {
+                let file = ParquetFile::new(File::open(&input.file.path)?)?;
+                let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(
+                    file,
+                    input.metadata.clone(),
+                );
+                let builder = select(builder, row_group, mask, batch_rows, &selection);
                 let reader = contain(|| builder.build())
                     .map_err(panicked)?
                     .map_err(from_parquet)?;
@@ -545,17 +557,11 @@ impl Batches {
             }
             Some(object) => {
                 let reader = RemoteParquet::new(object.clone());
-                let mut builder =
-                    parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder::new_with_metadata(
-                        reader,
-                        input.metadata.clone(),
-                    )
-                    .with_row_groups(vec![row_group])
-                    .with_projection(mask.clone())
-                    .with_batch_size(batch_rows);
-                if let Some(selection) = selection {
-                    builder = builder.with_row_selection(selection);
-                }
+                let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
+                    reader,
+                    input.metadata.clone(),
+                );
+                let builder = select(builder, row_group, mask, batch_rows, &selection);
                 let stream = contain(|| builder.build())
                     .map_err(panicked)?
                     .map_err(from_parquet)?;

@@ -301,52 +301,36 @@ fn bucket(url: &ObjectUrl) -> Result<Arc<Bucket>> {
     let bad = |e: object_store::Error| {
         Error::invalid_option("URL", format!("{url}: {}", redact(&e.to_string())))
     };
+    // One client per scheme, configured alike: the environment, then our timeouts.
+    macro_rules! client {
+        ($builder:ty, $client_key:path) => {{
+            let store = <$builder>::from_env()
+                .with_url(&url.root)
+                .with_config($client_key(ClientConfigKey::Timeout), &timeout)
+                .with_config($client_key(ClientConfigKey::ConnectTimeout), &connect)
+                .with_retry(retry)
+                .build()
+                .map_err(bad)?;
+            let store = Arc::new(store);
+            Bucket {
+                store: store.clone(),
+                multipart: store,
+            }
+        }};
+    }
     let bucket = match url.scheme {
-        Scheme::S3 => {
-            use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey as K};
-            let s3 = AmazonS3Builder::from_env()
-                .with_url(&url.root)
-                .with_config(K::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(K::Client(ClientConfigKey::ConnectTimeout), &connect)
-                .with_retry(retry)
-                .build()
-                .map_err(bad)?;
-            let s3 = Arc::new(s3);
-            Bucket {
-                store: s3.clone(),
-                multipart: s3,
-            }
-        }
-        Scheme::Gcs => {
-            use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey as K};
-            let gcs = GoogleCloudStorageBuilder::from_env()
-                .with_url(&url.root)
-                .with_config(K::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(K::Client(ClientConfigKey::ConnectTimeout), &connect)
-                .with_retry(retry)
-                .build()
-                .map_err(bad)?;
-            let gcs = Arc::new(gcs);
-            Bucket {
-                store: gcs.clone(),
-                multipart: gcs,
-            }
-        }
-        Scheme::Azure => {
-            use object_store::azure::{AzureConfigKey as K, MicrosoftAzureBuilder};
-            let azure = MicrosoftAzureBuilder::from_env()
-                .with_url(&url.root)
-                .with_config(K::Client(ClientConfigKey::Timeout), &timeout)
-                .with_config(K::Client(ClientConfigKey::ConnectTimeout), &connect)
-                .with_retry(retry)
-                .build()
-                .map_err(bad)?;
-            let azure = Arc::new(azure);
-            Bucket {
-                store: azure.clone(),
-                multipart: azure,
-            }
-        }
+        Scheme::S3 => client!(
+            object_store::aws::AmazonS3Builder,
+            object_store::aws::AmazonS3ConfigKey::Client
+        ),
+        Scheme::Gcs => client!(
+            object_store::gcp::GoogleCloudStorageBuilder,
+            object_store::gcp::GoogleConfigKey::Client
+        ),
+        Scheme::Azure => client!(
+            object_store::azure::MicrosoftAzureBuilder,
+            object_store::azure::AzureConfigKey::Client
+        ),
     };
     let bucket = Arc::new(bucket);
     all.insert(id, bucket.clone());

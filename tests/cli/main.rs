@@ -80,3 +80,31 @@ pub fn read_manifest(dir: &Path, prefix: &str) -> serde_json::Value {
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("UTF-8 test path")
 }
+
+/// Every file of an output folder but its manifests, by name, with its bytes.
+pub fn shard_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_file())
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .filter(|(n, _)| !n.ends_with(".manifest.json"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The shards a manifest lists, concatenated in its order: for plain TFRecord, every
+/// framed record of the set, in order, whatever the shard boundaries.
+pub fn records_in_order(dir: &Path, prefix: &str) -> Vec<u8> {
+    let path = dir.join(format!("{prefix}.manifest.json"));
+    let m: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let mut all = Vec::new();
+    for s in m["shards"].as_array().unwrap() {
+        all.extend(std::fs::read(dir.join(s["file"].as_str().unwrap())).unwrap());
+    }
+    all
+}

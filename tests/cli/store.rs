@@ -109,11 +109,11 @@ fn client(endpoint: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Runs tfshard against `endpoint`; returns (exit code, stdout, stderr).
-fn tfshard_at(endpoint: &str, args: &[&str]) -> (i32, String, String) {
+/// Runs tfshard with `envs` (and a scratch TMPDIR); returns (exit code, stdout, stderr).
+fn tfshard_env(envs: &[(&str, String)], args: &[&str]) -> (i32, String, String) {
     let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
         .args(args)
-        .envs(env(endpoint))
+        .envs(envs.iter().map(|(k, v)| (k, v)))
         .env("TMPDIR", scratch_tmp())
         .output()
         .expect("run tfshard");
@@ -122,6 +122,11 @@ fn tfshard_at(endpoint: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Runs tfshard against the S3 server at `endpoint`.
+fn tfshard_at(endpoint: &str, args: &[&str]) -> (i32, String, String) {
+    tfshard_env(&env(endpoint), args)
 }
 
 fn scratch_tmp() -> PathBuf {
@@ -137,20 +142,7 @@ fn bucket(s: &Server, name: &str) -> String {
 }
 
 fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap())
-        .filter(|e| e.file_type().unwrap().is_file())
-        .map(|e| {
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
-            )
-        })
-        .filter(|(n, _)| !n.ends_with(".manifest.json"))
-        .collect();
-    out.sort();
-    out
+    crate::shard_files(dir)
 }
 
 #[test]
@@ -518,17 +510,10 @@ fn sigterm_during_an_upload_leaves_nothing() {
 
 /// Runs tfshard with failure points set; returns (exit code, stderr).
 fn tfshard_with_failpoints(endpoint: &str, failpoints: &str, args: &[&str]) -> (i32, String) {
-    let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .args(args)
-        .envs(env(endpoint))
-        .env("TMPDIR", scratch_tmp())
-        .env("TFSHARD_FAILPOINTS", failpoints)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let mut envs = env(endpoint);
+    envs.push(("TFSHARD_FAILPOINTS", failpoints.to_owned()));
+    let (code, _, err) = tfshard_env(&envs, args);
+    (code, err)
 }
 
 #[test]
@@ -764,17 +749,7 @@ fn az_client(endpoint: &str, args: &[&str]) -> String {
 }
 
 fn tfshard_az(endpoint: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .args(args)
-        .envs(az_env(endpoint))
-        .env("TMPDIR", scratch_tmp())
-        .output()
-        .expect("run tfshard");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    tfshard_env(&az_env(endpoint), args)
 }
 
 #[test]
@@ -991,18 +966,10 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
     );
     let got = scratch("s3-workers-got");
     client(&s.endpoint, &["get-dir", &b, "w", got.to_str().unwrap()]);
-    let concat = |dir: &Path| -> Vec<u8> {
-        let m: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("data.manifest.json")).unwrap())
-                .unwrap();
-        m["shards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|s| std::fs::read(dir.join(s["file"].as_str().unwrap())).unwrap())
-            .collect()
-    };
-    assert_eq!(concat(&got), concat(&local));
+    assert_eq!(
+        crate::records_in_order(&got, "data"),
+        crate::records_in_order(&local, "data")
+    );
     let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
     assert_eq!(code, 0, "{err}");
 }
@@ -1081,20 +1048,9 @@ fn engine_recipe(engine: &str) {
     assert_eq!(summary["workers"], 3, "{summary}");
     let got = scratch(&format!("{engine}-got"));
     client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
-    let concat = |dir: &Path| -> Vec<u8> {
-        let m: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("data.manifest.json")).unwrap())
-                .unwrap();
-        m["shards"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|s| std::fs::read(dir.join(s["file"].as_str().unwrap())).unwrap())
-            .collect()
-    };
     assert_eq!(
-        concat(&got),
-        concat(&local),
+        crate::records_in_order(&got, "data"),
+        crate::records_in_order(&local, "data"),
         "{engine}: records differ from one machine's"
     );
 }

@@ -30,15 +30,8 @@ fn manifest(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-/// The shards' bytes, concatenated in manifest order: for plain TFRecord, every framed
-/// record in order.
 fn records(dir: &Path, prefix: &str) -> Vec<u8> {
-    let m = manifest(&dir.join(format!("{prefix}.manifest.json")));
-    let mut all = Vec::new();
-    for s in m["shards"].as_array().unwrap() {
-        all.extend(std::fs::read(dir.join(s["file"].as_str().unwrap())).unwrap());
-    }
-    all
+    crate::records_in_order(dir, prefix)
 }
 
 /// Strips what legitimately differs between two manifests of the same records.
