@@ -208,13 +208,7 @@ impl Out {
 }
 
 fn is_not_found(e: &Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::Store {
-            problem: store::StoreProblem::NotFound,
-            ..
-        }
-    )
+    store::is_problem(e, store::StoreProblem::NotFound)
 }
 
 /// Reads and checks every part of `prefix`; returns its plan (recorded, or new).

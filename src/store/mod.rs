@@ -419,6 +419,11 @@ fn redact(text: &str) -> String {
     out
 }
 
+/// Whether `e` is a store error of this kind.
+pub(crate) fn is_problem(e: &Error, problem: StoreProblem) -> bool {
+    matches!(e.kind(), ErrorKind::Store { problem: p, .. } if *p == problem)
+}
+
 /// The innermost cause of an error, one line.
 fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
@@ -750,17 +755,7 @@ pub(crate) async fn delete(url: &ObjectUrl) -> Result<()> {
     let b = bucket(url)?;
     let key = url.object_key()?;
     match request(url, b.store.delete(&key)).await {
-        Err(e)
-            if matches!(
-                e.kind(),
-                ErrorKind::Store {
-                    problem: StoreProblem::NotFound,
-                    ..
-                }
-            ) =>
-        {
-            Ok(())
-        }
+        Err(e) if is_problem(&e, StoreProblem::NotFound) => Ok(()),
         other => other,
     }
 }
@@ -804,17 +799,7 @@ pub(crate) async fn abort_multipart(url: &ObjectUrl, id: &str) -> Result<()> {
     let key = url.object_key()?;
     let id = id.to_owned();
     match request(url, b.multipart.abort_multipart(&key, &id)).await {
-        Err(e)
-            if matches!(
-                e.kind(),
-                ErrorKind::Store {
-                    problem: StoreProblem::NotFound,
-                    ..
-                }
-            ) =>
-        {
-            Ok(())
-        }
+        Err(e) if is_problem(&e, StoreProblem::NotFound) => Ok(()),
         other => other,
     }
 }

@@ -30,8 +30,8 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::{
-    abort_multipart, block_on, complete_multipart, copy, create_multipart, delete, list,
-    list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, StoreProblem,
+    abort_multipart, block_on, complete_multipart, copy, create_multipart, delete, is_problem,
+    list, list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, StoreProblem,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{Manifest, ShardInfo};
@@ -715,10 +715,6 @@ pub(crate) fn fill_shards(
         .collect();
     manifest.records = shards.iter().map(|s| s.records).sum();
     manifest.bytes = shards.iter().map(|s| s.bytes).sum();
-}
-
-fn is_problem(e: &Error, problem: StoreProblem) -> bool {
-    matches!(e.kind(), ErrorKind::Store { problem: p, .. } if *p == problem)
 }
 
 /// A run id unique enough among runs racing for one output: time, process and a counter.
