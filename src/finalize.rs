@@ -222,6 +222,17 @@ fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
             Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.path(&plan_file))
         })?;
         let workers = plan.manifest.worker.map(|w| w.count).unwrap_or(0);
+        // Untrusted like any file in the output: nothing may move outside it.
+        let safe = plan
+            .moves
+            .iter()
+            .all(|(from, to)| manifest::is_safe_relative(from) && manifest::is_safe_relative(to));
+        if !safe {
+            return Err(Error::new(ErrorKind::PartsDisagree {
+                detail: "the recorded finalize plan names a file outside the output".into(),
+            })
+            .with_file(out.path(&plan_file)));
+        }
         return Ok((plan, workers));
     }
     let mut count = None;
@@ -241,8 +252,9 @@ fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
             _ => {}
         }
     }
-    let count =
-        count.ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.path(&parts_dir)))?;
+    let count = count
+        .filter(|&c| c > 0)
+        .ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.path(&parts_dir)))?;
     let manifest_name = name::manifest_name(prefix);
     let mut parts: Vec<Manifest> = Vec::new();
     let mut missing = Vec::new();
