@@ -136,7 +136,8 @@ impl RemoteOutput {
         let base = tmp_dir
             .map(Path::to_path_buf)
             .unwrap_or_else(std::env::temp_dir);
-        let staging = base.join(format!(".tfshard-staging-{run}"));
+        // The local staging folder is always this process's own.
+        let staging = base.join(format!(".tfshard-staging-{}", run_id()));
         std::fs::create_dir_all(&staging).map_err(|e| Error::from(e).with_file(&staging))?;
         let output = RemoteOutput {
             shared: Arc::new(Shared {
