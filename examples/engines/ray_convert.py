@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import sys
 
 
@@ -33,10 +34,14 @@ def main():
 
     import ray
 
+    temp = None
     if args.local:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        # Ray's sockets live under its temp folder, and a Unix socket path must stay
+        # under 108 bytes: a short folder of its own, whatever TMPDIR is.
+        temp = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
         ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False,
-                 log_to_driver=False, runtime_env={"env_vars": dict(os.environ)})
+                 log_to_driver=False, _temp_dir=temp, runtime_env={"env_vars": dict(os.environ)})
     else:
         ray.init()
 
@@ -55,6 +60,8 @@ def main():
         assert sorted(done) == list(range(args.workers)), done
     finally:
         ray.shutdown()
+        if args.local:
+            shutil.rmtree(temp, ignore_errors=True)
     out = subprocess.run([args.tfshard, "finalize", args.output, "--json"], capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"finalize: exit {out.returncode}: {out.stderr.strip()}")
