@@ -18,5 +18,8 @@ if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q "^maturin 1.16.0$"; the
 fi
 profile=(--release)
 [ "${1:-}" = "--debug" ] && profile=(--profile dev)
-out=$("$venv/bin/maturin" build "${profile[@]}" --quiet --out target/wheels 2>&1 | tee /dev/stderr | grep -o '[^ ]*\.whl' | tail -1)
-echo "$out"
+# (Its output goes to stderr as it is: `tee /dev/stderr` would reopen, and truncate, a
+# log file that stderr is redirected to.)
+log=$("$venv/bin/maturin" build "${profile[@]}" --out target/wheels 2>&1) || { echo "$log" >&2; exit 1; }
+echo "$log" >&2
+echo "$log" | grep -o '[^ ]*\.whl' | tail -1
