@@ -44,6 +44,18 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
 }
 
 impl OutputDir {
+    fn at(dir: &Path, prefix: &str, tmp: PathBuf) -> OutputDir {
+        OutputDir {
+            dir: dir.to_path_buf(),
+            prefix: prefix.to_owned(),
+            tmp,
+            events: None,
+            resume: None,
+            committed: Default::default(),
+            resume_state: None,
+        }
+    }
+
     /// Creates the folder if needed and checks that it may be written: a non-empty
     /// folder needs `overwrite` (a folder holding only this prefix's leftover temporary
     /// folder counts as empty). Removes such a leftover, then creates a fresh one.
@@ -89,15 +101,9 @@ impl OutputDir {
             }
             fs::create_dir(&tmp).map_err(io_at(&tmp))?;
         }
-        Ok(OutputDir {
-            dir: dir.to_path_buf(),
-            prefix: prefix.to_owned(),
-            tmp,
-            events: None,
-            resume: resume.then_some(journal),
-            committed: Default::default(),
-            resume_state: None,
-        })
+        let mut out = OutputDir::at(dir, prefix, tmp);
+        out.resume = resume.then_some(journal);
+        Ok(out)
     }
 
     /// Prepares a worker's part folder: replaced as a whole (a retried worker's part
@@ -115,26 +121,10 @@ impl OutputDir {
             return OutputDir::prepare_resumable(dir, prefix, true, true);
         }
         fs::create_dir_all(dir).map_err(io_at(dir))?;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let attempt = format!(
-            "{}-{nanos:x}-{:x}",
-            name::tmp_dir_name(prefix),
-            std::process::id()
-        );
+        let attempt = format!("{}-{}", name::tmp_dir_name(prefix), name::attempt_id());
         let tmp = dir.join(attempt);
         fs::create_dir(&tmp).map_err(io_at(&tmp))?;
-        Ok(OutputDir {
-            dir: dir.to_path_buf(),
-            prefix: prefix.to_owned(),
-            tmp,
-            events: None,
-            resume: None,
-            committed: Default::default(),
-            resume_state: None,
-        })
+        Ok(OutputDir::at(dir, prefix, tmp))
     }
 
     /// Prepares one output per prefix in the same folder (`--split`): the emptiness

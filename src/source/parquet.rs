@@ -52,6 +52,18 @@ pub struct InputFile {
     pub partitions: Vec<(String, Option<String>)>,
 }
 
+impl InputFile {
+    /// A local file, named in the manifest as `display`, with no partition values.
+    pub fn local(path: PathBuf, display: String) -> InputFile {
+        InputFile {
+            path,
+            display,
+            object: None,
+            partitions: Vec::new(),
+        }
+    }
+}
+
 /// Whether a path relative to a folder is one a folder walk takes: a `*.parquet` file
 /// with no segment starting with `_` or `.`.
 fn walk_takes(relative: &str) -> bool {
@@ -165,12 +177,7 @@ pub fn discover(inputs: &[PathBuf], partition_base: Option<&Path>) -> Result<Vec
             Location::Local(path) => {
                 let meta = std::fs::metadata(&path).map_err(|e| Error::from(e).with_file(input))?;
                 if !meta.is_dir() {
-                    out.push(InputFile {
-                        path: path.clone(),
-                        display: input.display().to_string(),
-                        object: None,
-                        partitions: Vec::new(),
-                    });
+                    out.push(InputFile::local(path.clone(), input.display().to_string()));
                     continue;
                 }
                 let found = walk_local(&path)?;
@@ -820,13 +827,7 @@ mod tests {
             .unwrap();
         w.write(&batch).unwrap();
         w.close().unwrap();
-        ParquetInput::open(InputFile {
-            display: name.into(),
-            path,
-            object: None,
-            partitions: Vec::new(),
-        })
-        .unwrap()
+        ParquetInput::open(InputFile::local(path, name.into())).unwrap()
     }
 
     /// Issue #15: large values come in batches of about BATCH_BYTES, whether the
@@ -868,13 +869,7 @@ mod tests {
     #[test]
     fn small_rows_come_in_full_batches() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/small.parquet");
-        let input = ParquetInput::open(InputFile {
-            display: "small.parquet".into(),
-            path,
-            object: None,
-            partitions: Vec::new(),
-        })
-        .unwrap();
+        let input = ParquetInput::open(InputFile::local(path, "small.parquet".into())).unwrap();
         let roots: Vec<usize> = (0..input.schema().fields().len()).collect();
         let mut sizes = Vec::new();
         for group in 0..input.row_group_rows().len() {
@@ -892,13 +887,7 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("testdata/parquet-corrupt")
             .join(name);
-        ParquetInput::open(InputFile {
-            display: name.into(),
-            path,
-            object: None,
-            partitions: Vec::new(),
-        })
-        .unwrap()
+        ParquetInput::open(InputFile::local(path, name.into())).unwrap()
     }
 
     /// Issue #17: a page header whose skipped list runs past the end of the file fails

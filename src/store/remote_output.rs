@@ -131,13 +131,13 @@ impl RemoteOutput {
         let run = if resume {
             "resume".to_owned()
         } else {
-            run_id()
+            name::attempt_id()
         };
         let base = tmp_dir
             .map(Path::to_path_buf)
             .unwrap_or_else(std::env::temp_dir);
         // The local staging folder is always this process's own.
-        let staging = base.join(format!(".tfshard-staging-{}", run_id()));
+        let staging = base.join(format!(".tfshard-staging-{}", name::attempt_id()));
         std::fs::create_dir_all(&staging).map_err(|e| Error::from(e).with_file(&staging))?;
         let output = RemoteOutput {
             shared: Arc::new(Shared {
@@ -716,18 +716,6 @@ pub(crate) fn fill_shards(
         .collect();
     manifest.records = shards.iter().map(|s| s.records).sum();
     manifest.bytes = shards.iter().map(|s| s.bytes).sum();
-}
-
-/// A run id unique enough among runs racing for one output: time, process and a counter.
-fn run_id() -> String {
-    use std::time::{SystemTime, UNIX_EPOCH};
-    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("run-{nanos:x}-{:x}-{n}", std::process::id())
 }
 
 impl Drop for RemoteOutput {
