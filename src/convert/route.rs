@@ -3,6 +3,7 @@
 //! fill rule, and the even cut `--min-shards` asks of small outputs.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::convert::ConvertOptions;
 use crate::error::Result;
@@ -10,6 +11,8 @@ use crate::example::encode::EncodedBatch;
 use crate::hash::{index_hash, SPLIT_SALT};
 use crate::shard::scatter::{gather, order_hash, Scatter};
 use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter};
+use crate::tfrecord::deflate::DeflatePool;
+use crate::tfrecord::Compression;
 
 /// Where each record goes: its split (by the key's stable hash, or a seeded hash of its
 /// position), and there either a shard writer or, with `--shuffle`, a bucket scatter.
@@ -173,8 +176,14 @@ pub(crate) fn write_outputs<T>(
     Ok((shards, result))
 }
 
-fn shard_options(options: &ConvertOptions, out: &OutputDir, plan: Plan) -> ShardOptions {
+fn shard_options(
+    options: &ConvertOptions,
+    out: &OutputDir,
+    plan: Plan,
+    deflate: &Option<Arc<DeflatePool>>,
+) -> ShardOptions {
     ShardOptions {
+        deflate: deflate.clone(),
         tmp_dir: out.tmp_dir().to_path_buf(),
         compression: options.compression,
         target_bytes: options.target_bytes,
@@ -203,11 +212,18 @@ fn write_shards<T>(
     outs: &[OutputDir],
     mut pass: impl FnMut(&mut [ShardWriter]) -> Result<T>,
 ) -> Result<(Vec<Vec<ClosedShard>>, T)> {
+    // Every output's writer shares the deflate threads (one thread compresses inline).
+    let deflate = match options.compression {
+        Compression::Gzip | Compression::Zlib if options.threads > 1 => {
+            Some(DeflatePool::new(options.threads)?)
+        }
+        _ => None,
+    };
     let writers = |plans: &[Plan]| -> Vec<ShardWriter> {
         outs.iter()
             .zip(plans)
             .map(|(out, &plan)| {
-                let shard_options = shard_options(options, out, plan);
+                let shard_options = shard_options(options, out, plan, &deflate);
                 match (plan, out.resume_state()) {
                     (Plan::Fill, Some((_, finished))) => {
                         ShardWriter::resuming(shard_options, finished.to_vec())

@@ -5,10 +5,11 @@
 //!   shard but the last is within one record of it and none exceeds it (unless one
 //!   record alone does);
 //! - gzip/zlib: deflate decides the size on disk, so the writer keeps an upper bound
-//!   (bytes on disk at the last sync flush + the worst case for what came since); when
-//!   the bound would pass the target it sync-flushes to learn the exact size, and closes
-//!   only if the record still may not fit. Flush points depend only on the data, so the
-//!   bytes stay deterministic;
+//!   (bytes on disk at the last sync point + the worst case for what came since); when
+//!   the bound would pass the target it ends the chunk being compressed early and waits
+//!   for every chunk in flight to learn the exact size, and closes only if the record
+//!   still may not fit. Sync points depend only on the data (never on which chunks the
+//!   deflate threads have finished), so the bytes stay deterministic;
 //! - `--min-shards N`: shard k ends at the first record boundary at or past k·T/N of the
 //!   total framed bytes T (known from a first pass).
 //!
@@ -20,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::tfrecord::compress::{compressed_bound, Encoder};
+use crate::tfrecord::deflate::DeflatePool;
 use crate::tfrecord::{frame, Compression};
 
 /// Buffer between the encoder and the file: large sequential writes.
@@ -59,6 +61,9 @@ pub struct ShardOptions {
     pub events: Option<ShardHook>,
     /// `--resume`: the journal header; each closed shard is synced, then journaled.
     pub journal: Option<std::sync::Arc<serde_json::Value>>,
+    /// Threads that deflate gzip and zlib chunks (else this thread does); the bytes are
+    /// the same either way.
+    pub deflate: Option<std::sync::Arc<DeflatePool>>,
 }
 
 /// What a shard writer tells about each shard as it writes it: a store output streams
@@ -237,7 +242,11 @@ impl ShardWriter {
         };
         self.current = Some(OpenShard {
             path,
-            encoder: Encoder::new(sink, self.options.compression),
+            encoder: Encoder::with_pool(
+                sink,
+                self.options.compression,
+                self.options.deflate.clone(),
+            ),
             idx,
             records: 0,
             framed: 0,
@@ -520,6 +529,7 @@ mod tests {
             plan,
             events: None,
             journal: None,
+            deflate: None,
         }
     }
 
@@ -573,6 +583,50 @@ mod tests {
                     assert!(s.bytes * 100 >= target * 95, "{c:?} shard {k}: {}", s.bytes);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn compressed_shards_of_many_chunks_are_the_same_bytes_with_deflate_threads() {
+        // Half-compressible records, 3.6 MB in all: shards of several deflate chunks, each
+        // ended early near its target.
+        let records: Vec<Vec<u8>> = (0..6000)
+            .map(|i| {
+                let mut r = record(300, i % 7);
+                r.extend_from_slice(&record(300, i)[12..]);
+                r
+            })
+            .collect();
+        for c in [Compression::Gzip, Compression::Zlib] {
+            let target = 1_500_000;
+            let inline = run("chunks-1", |t| opts(t, c, target, Plan::Fill), &records);
+            let bytes = |shards: &[ClosedShard]| -> Vec<Vec<u8>> {
+                shards
+                    .iter()
+                    .map(|s| std::fs::read(&s.path).unwrap())
+                    .collect()
+            };
+            let one = bytes(&inline);
+            assert!(one.len() >= 2, "{c:?}: {} shards", one.len());
+            for (k, s) in inline.iter().enumerate() {
+                assert!(s.bytes <= target, "{c:?} shard {k}: {}", s.bytes);
+                if k + 1 < inline.len() {
+                    assert!(s.bytes * 100 >= target * 95, "{c:?} shard {k}: {}", s.bytes);
+                }
+            }
+            let pool = DeflatePool::new(3).unwrap();
+            let pooled = run(
+                "chunks-3",
+                |t| ShardOptions {
+                    deflate: Some(pool),
+                    ..opts(t, c, target, Plan::Fill)
+                },
+                &records,
+            );
+            assert!(
+                bytes(&pooled) == one,
+                "{c:?}: other bytes on 3 deflate threads"
+            );
         }
     }
 

@@ -3,13 +3,18 @@
 //! The whole record stream is compressed. Readers read every member of a multi-member
 //! gzip file (as TensorFlow does; flate2's `GzDecoder` alone stops after the first) and
 //! check that the stream really ended: a stream cut short is truncated data, and bytes
-//! after its end are trailing bytes. Writers write one member per shard, level 6, mtime
-//! 0, through one pinned deflate back-end (zlib-rs), so output is deterministic.
+//! after its end are trailing bytes. Writers compress fixed-size chunks at level 6
+//! (gzip: one member per chunk, mtime 0; zlib: one stream), each format through one
+//! pinned back-end, so output is deterministic (see [`deflate`](super::deflate)).
 
 use std::io::{self, BufRead, Read, Write};
 
 use flate2::bufread::GzDecoder;
-use flate2::{Decompress, FlushDecompress, GzBuilder, Status};
+use std::sync::Arc;
+
+use flate2::{Decompress, FlushDecompress, Status};
+
+use super::deflate::{chunked_bound, Chunks, DeflatePool, Format};
 
 use crate::error::{Error, ErrorKind, FrameDetail, FrameProblem};
 use crate::tfrecord::frame;
@@ -248,34 +253,54 @@ impl<R: BufRead> Read for ZlibReader<R> {
 }
 
 /// A writer that compresses (or not) what is written to it.
-pub enum Encoder<W: Write> {
-    /// No compression.
-    Plain(W),
-    /// One gzip member.
-    Gzip(flate2::write::GzEncoder<W>),
-    /// One zlib stream.
-    Zlib(flate2::write::ZlibEncoder<W>),
+///
+/// gzip and zlib go through [`deflate`](super::deflate) in fixed-size chunks: on the
+/// calling thread ([`Encoder::new`]) or on a [`DeflatePool`] ([`Encoder::with_pool`]),
+/// with the same bytes either way.
+pub struct Encoder<W: Write> {
+    inner: W,
+    chunks: Option<Chunks>,
+    /// The header could not be written at construction; it goes first on the next write.
+    started: bool,
 }
 
 impl<W: Write> Encoder<W> {
-    /// Starts a stream of the given compression.
+    /// Starts a stream of the given compression, compressed on this thread.
     pub fn new(inner: W, compression: Compression) -> Encoder<W> {
-        let level = flate2::Compression::new(LEVEL);
-        match compression {
-            Compression::None => Encoder::Plain(inner),
-            // mtime 0 and no file name: the same bytes on every run.
-            Compression::Gzip => Encoder::Gzip(GzBuilder::new().mtime(0).write(inner, level)),
-            Compression::Zlib => Encoder::Zlib(flate2::write::ZlibEncoder::new(inner, level)),
+        Encoder::with_pool(inner, compression, None)
+    }
+
+    /// Starts a stream whose chunks compress on `pool` (on this thread when `None`).
+    pub fn with_pool(
+        inner: W,
+        compression: Compression,
+        pool: Option<Arc<DeflatePool>>,
+    ) -> Encoder<W> {
+        let format = match compression {
+            Compression::None => None,
+            Compression::Gzip => Some(Format::Gzip),
+            Compression::Zlib => Some(Format::Zlib),
+        };
+        Encoder {
+            inner,
+            chunks: format.map(|f| Chunks::new(f, pool)),
+            started: false,
         }
+    }
+
+    fn start(&mut self) -> io::Result<()> {
+        if !self.started {
+            if let Some(chunks) = &self.chunks {
+                chunks.start(&mut self.inner)?;
+            }
+            self.started = true;
+        }
+        Ok(())
     }
 
     /// The writer underneath.
     pub fn get_ref(&self) -> &W {
-        match self {
-            Encoder::Plain(w) => w,
-            Encoder::Gzip(w) => w.get_ref(),
-            Encoder::Zlib(w) => w.get_ref(),
-        }
+        &self.inner
     }
 
     /// Ends the stream (writes the trailer) and returns the writer underneath.
@@ -283,49 +308,45 @@ impl<W: Write> Encoder<W> {
     /// # Errors
     ///
     /// The underlying writer's I/O error.
-    pub fn finish(self) -> io::Result<W> {
-        let mut inner = match self {
-            Encoder::Plain(w) => w,
-            Encoder::Gzip(w) => w.finish()?,
-            Encoder::Zlib(w) => w.finish()?,
-        };
-        inner.flush()?;
-        Ok(inner)
+    pub fn finish(mut self) -> io::Result<W> {
+        self.start()?;
+        if let Some(chunks) = &mut self.chunks {
+            chunks.finish(&mut self.inner)?;
+        }
+        self.inner.flush()?;
+        Ok(self.inner)
     }
 }
 
 impl<W: Write> Write for Encoder<W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Encoder::Plain(w) => w.write(buf),
-            Encoder::Gzip(w) => w.write(buf),
-            Encoder::Zlib(w) => w.write(buf),
-        }
+        self.write_all(buf)?;
+        Ok(buf.len())
     }
 
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        match self {
-            Encoder::Plain(w) => w.write_all(buf),
-            Encoder::Gzip(w) => w.write_all(buf),
-            Encoder::Zlib(w) => w.write_all(buf),
+        self.start()?;
+        match &mut self.chunks {
+            None => self.inner.write_all(buf),
+            Some(chunks) => chunks.write(buf, &mut self.inner),
         }
     }
 
-    /// For gzip and zlib, a sync flush: every byte written so far reaches the writer
-    /// underneath (so its size is exact), at a cost of a few bytes.
+    /// For gzip and zlib, a sync point: the chunk being filled ends early and every byte
+    /// written so far reaches the writer underneath (so its size is exact).
     fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Encoder::Plain(w) => w.flush(),
-            Encoder::Gzip(w) => w.flush(),
-            Encoder::Zlib(w) => w.flush(),
+        self.start()?;
+        if let Some(chunks) = &mut self.chunks {
+            chunks.flush(&mut self.inner)?;
         }
+        self.inner.flush()
     }
 }
 
-/// The most bytes that `input` uncompressed bytes can add to a deflate stream, plus a
-/// sync flush and the stream's trailer (zlib's `deflateBound`, with margin).
+/// The most bytes that `input` uncompressed bytes can add to a stream, written after
+/// a sync point, plus the stream's trailer.
 pub fn compressed_bound(input: u64) -> u64 {
-    input + (input >> 12) + (input >> 14) + (input >> 25) + 13 + 5 + 8 + 16
+    chunked_bound(input)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! of what a record holds.
 
 pub mod compress;
+pub mod deflate;
 pub mod frame;
 pub mod mapped;
 pub mod reader;
