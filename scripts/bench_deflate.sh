@@ -31,7 +31,7 @@ cat "$data"/images-32mib/*.tfrecord > "$data/images.records"
 cat "$table"/*.parquet "$images" "$data"/*.records > /dev/null # page cache warm
 
 echo "== deflate back-ends, level 6, $(nproc) threads"
-for set in standard images; do
+for set in ${BACKENDS-standard images}; do
   echo "-- $set table's records"
   target/release/examples/deflate_backends "$data/$set.records"
 done
@@ -41,6 +41,8 @@ time_run() { # NAME CMD...: median seconds, max peak RSS (MiB) of $runs runs
   local name=$1; shift
   local all=() peak=0
   for _ in $(seq "$runs"); do
+    # The last run's output is deleted untimed (freeing its pages is not conversion).
+    [ -n "${clear:-}" ] && rm -rf "$clear"
     sync
     /usr/bin/time -f "%e %M" -o "$data/time.txt" "$@" > /dev/null
     read -r s kb < "$data/time.txt"
@@ -49,16 +51,14 @@ time_run() { # NAME CMD...: median seconds, max peak RSS (MiB) of $runs runs
   secs[$name]=$(printf '%s\n' "${all[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
   rss[$name]=$((peak / 1024))
 }
-convert() { # OUT INPUT FLAGS...
-  local out=$1 input=$2; shift 2
-  "$bin" convert parquet "$input" -o "$data/$out" --overwrite --quiet "$@"
-}
 for set in standard images; do
   input=$table; [ $set = images ] && input=$images
-  time_run $set-gzip-2 convert $set-gz-2 "$input" --compression gzip --threads 2
-  time_run $set-gzip-1 convert $set-gz-1 "$input" --compression gzip --threads 1
-  time_run $set-zlib-2 convert $set-zlib-2 "$input" --compression zlib --threads 2
-  time_run $set-zlib-1 convert $set-zlib-1 "$input" --compression zlib --threads 1
+  for c in gzip zlib; do
+    for t in 2 1; do
+      clear=$data/$set-$c-$t time_run $set-$c-$t \
+        "$bin" convert parquet "$input" -o "$data/$set-$c-$t" --quiet --compression $c --threads $t
+    done
+  done
   time_run $set-pigz sh -c "pigz -6 -p 2 -c $data/$set.records > $data/$set.records.pigz.gz"
   time_run $set-libdeflate sh -c "libdeflate-gzip -6 -c $data/$set.records > $data/$set.records.libdeflate.gz"
 done
@@ -75,15 +75,15 @@ for set in standard images; do
   }
   line $set-pigz "pigz -6 -p 2 (plain records)" "$pigz_bytes" ""
   line $set-libdeflate "libdeflate-gzip -6 (one thread)" "$(size "$data/$set.records.libdeflate.gz")" ""
-  gz=$(size "$data/$set-gz-2"/*.gz)
+  gz=$(size "$data/$set-gzip-2"/*.gz)
   line $set-gzip-2 "tfshard --compression gzip" "$gz" \
     "$(ratio "${secs[$set-gzip-2]}" "${secs[$set-pigz]}")x pigz's time (goal <= 0.6), size $(echo "100*($gz-$pigz_bytes)/$pigz_bytes" | bc -l | xargs printf "%+.2f")% (goal within 1%)"
-  line $set-gzip-1 "  --threads 1" "$(size "$data/$set-gz-1"/*.gz)" \
+  line $set-gzip-1 "  --threads 1" "$(size "$data/$set-gzip-1"/*.gz)" \
     "threads 1 -> 2: $(ratio "${secs[$set-gzip-1]}" "${secs[$set-gzip-2]}")x faster (goal >= 1.7)"
   line $set-zlib-2 "tfshard --compression zlib" "$(size "$data/$set-zlib-2"/*.zlib)" ""
   line $set-zlib-1 "  --threads 1" "$(size "$data/$set-zlib-1"/*.zlib)" \
     "threads 1 -> 2: $(ratio "${secs[$set-zlib-1]}" "${secs[$set-zlib-2]}")x faster (goal >= 1.7)"
-  for c in gz zlib; do
+  for c in gzip zlib; do
     cmp -s <(cat "$data/$set-$c-1"/*.tfrecord.*) <(cat "$data/$set-$c-2"/*.tfrecord.*) ||
       { echo "$set $c: --threads 1 and 2 wrote different bytes" >&2; exit 1; }
   done

@@ -17,7 +17,7 @@
 //! `convert:written` (every shard written, nothing published), `store:uploading` (a
 //! multipart upload started and recorded, no part sent), `store:uploaded` (every
 //! shard uploaded to a store, nothing copied), `store:copied` (copied into place, no
-//! manifest yet).
+//! manifest yet), `verify:opened` (a shard opened and its size taken, no record read).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

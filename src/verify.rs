@@ -27,7 +27,7 @@ use crate::example::{decode_record, Record, RecordType};
 use crate::manifest::{self, Manifest, ShardInfo, MANIFEST_SUFFIX};
 use crate::progress::{CancelToken, Progress};
 use crate::shard::name::is_own_shard;
-use crate::tfrecord::{self, Compression, HashingReader, RecordReader};
+use crate::tfrecord::{self, frame, Compression, HashingReader, RecordReader};
 
 /// What to verify.
 #[derive(Debug, Clone, Default)]
@@ -309,13 +309,16 @@ pub(crate) fn verify(
         .sum();
     progress.set_total(total_bytes);
     let done = AtomicU64::new(0);
+    // Fewer shards than threads: each shard's whole-file checksum is computed beside its
+    // record walk, on the cores the shards leave idle.
+    let spare_cores = jobs.len() < rayon::current_num_threads();
     let outcomes: Vec<Outcome> = jobs
         .par_iter()
         .map(|job| {
             if cancel.is_cancelled() {
                 return Outcome::default();
             }
-            let outcome = check_shard(job, options.deep);
+            let outcome = check_shard(job, options.deep, spare_cores);
             let so_far = done.fetch_add(outcome.bytes, Ordering::Relaxed) + outcome.bytes;
             progress.advance(outcome.bytes, so_far);
             outcome
@@ -465,8 +468,86 @@ fn plan_manifest(
     Ok(())
 }
 
-/// Reads one shard through, collecting its problems.
-fn check_shard(job: &Job, deep: bool) -> Outcome {
+/// Bytes per range of [`file_crc32c`]: large sequential reads.
+const HASH_RANGE_BYTES: u64 = 8 << 20;
+
+/// The CRC32C of a local file's first `len` bytes, its ranges read and checksummed in
+/// parallel, then combined. Also returns the bytes read: fewer than `len` when the file
+/// was cut short meanwhile.
+fn file_crc32c(path: &Path, len: u64) -> std::io::Result<(u32, u64)> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path)?;
+    let ranges: Vec<u64> = (0..len).step_by(HASH_RANGE_BYTES as usize).collect();
+    let parts = ranges
+        .par_iter()
+        .map(|&start| {
+            let want = HASH_RANGE_BYTES.min(len - start) as usize;
+            let mut buf = vec![0u8; want];
+            let mut got = 0;
+            while got < want {
+                match file.read_at(&mut buf[got..], start + got as u64)? {
+                    0 => break,
+                    n => got += n,
+                }
+            }
+            Ok((frame::crc32c(&buf[..got]), got as u64))
+        })
+        .collect::<std::io::Result<Vec<(u32, u64)>>>()?;
+    let (mut crc, mut read) = (0, 0);
+    for (&start, (part, n)) in ranges.iter().zip(parts) {
+        crc = crc32c::crc32c_combine(crc, part, n as usize);
+        read += n;
+        if n < HASH_RANGE_BYTES.min(len - start) {
+            break;
+        }
+    }
+    Ok((crc, read))
+}
+
+/// Reads one shard through, collecting its problems. With `spare_cores`, the whole-file
+/// checksum of a local, uncompressed shard is computed in parallel with the walk.
+fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
+    let split = spare_cores
+        && job.compression == Some(Compression::None)
+        && job.listed.is_some()
+        && matches!(
+            crate::store::locate(&job.path),
+            Ok(crate::store::Location::Local(_))
+        );
+    if !split {
+        return walk_shard(job, deep, false);
+    }
+    let len = std::fs::metadata(&job.path).map(|m| m.len()).unwrap_or(0);
+    let (outcome, hashed) = rayon::join(
+        || walk_shard(job, deep, true),
+        || file_crc32c(&job.path, len),
+    );
+    let mut outcome = outcome;
+    if let (Ok((crc, read)), Some(listed)) = (hashed, &job.listed) {
+        compare_crc(&job.path, listed, crc, read, outcome.bytes, &mut outcome);
+    }
+    outcome
+}
+
+/// Adds a problem when the file's CRC32C (over all `disk_len` bytes) is not the listed one.
+fn compare_crc(path: &Path, listed: &ShardInfo, crc: u32, read: u64, disk_len: u64, out: &mut Outcome) {
+    let want = u32::from_str_radix(&listed.crc32c, 16).ok();
+    if read == disk_len && want != Some(crc) {
+        out.problems.push(problem(
+            path,
+            None,
+            None,
+            format!(
+                "crc32c mismatch: the file's CRC32C is {crc:08x}, the manifest lists {}",
+                listed.crc32c
+            ),
+        ));
+    }
+}
+
+/// [`check_shard`]'s walk over the records; the whole-file checksum too unless the caller
+/// computes it apart.
+fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
     let mut out = Outcome::default();
     let path = &job.path;
     let compression = match job.compression {
@@ -492,11 +573,19 @@ fn check_shard(job: &Job, deep: bool) -> Outcome {
             return out;
         }
     };
+    if let Err(e) = crate::failpoint::hit("verify:opened") {
+        out.problems.push(problem(path, None, None, e.kind().to_string()));
+        return out;
+    }
     // The hashing reader sits under the decompressor: it sees the bytes on disk.
     let hashing = std::sync::Arc::new(std::sync::Mutex::new(None::<(u32, u64)>));
-    let raw = HashTap {
-        inner: HashingReader::new(file),
-        done: hashing.clone(),
+    let raw: Box<dyn std::io::Read + Send> = if hashed_apart {
+        file
+    } else {
+        Box::new(HashTap {
+            inner: HashingReader::new(file),
+            done: hashing.clone(),
+        })
     };
     let mut reader = RecordReader::new(tfrecord::decompress(raw, compression));
     if compression == Compression::None {
@@ -601,18 +690,7 @@ fn check_shard(job: &Job, deep: bool) -> Outcome {
         }
         let hashed = hashing.lock().ok().and_then(|h| *h);
         if let Some((crc, read)) = hashed {
-            let want = u32::from_str_radix(&listed.crc32c, 16).ok();
-            if read == disk_len && want != Some(crc) {
-                out.problems.push(problem(
-                    path,
-                    None,
-                    None,
-                    format!(
-                        "crc32c mismatch: the file's CRC32C is {crc:08x}, the manifest lists {}",
-                        listed.crc32c
-                    ),
-                ));
-            }
+            compare_crc(path, listed, crc, read, disk_len, &mut out);
         }
     }
     out
@@ -725,5 +803,28 @@ impl SchemaCheck {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_crc_in_parallel_ranges_equals_one_pass() {
+        let path = std::env::temp_dir().join(format!("tfshard-filecrc-{}", std::process::id()));
+        let data: Vec<u8> = (0..(2 * HASH_RANGE_BYTES + 12_345))
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        std::fs::write(&path, &data).unwrap();
+        let len = data.len() as u64;
+        assert_eq!(
+            file_crc32c(&path, len).unwrap(),
+            (frame::crc32c(&data), len)
+        );
+        // Cut short after its size was taken: the bytes read say so.
+        std::fs::write(&path, &data[..HASH_RANGE_BYTES as usize + 7]).unwrap();
+        assert_eq!(file_crc32c(&path, len).unwrap().1, HASH_RANGE_BYTES + 7);
+        std::fs::remove_file(&path).unwrap();
     }
 }

@@ -420,3 +420,57 @@ fn a_cancelled_verification_stops_with_interrupted() {
         "{err}"
     );
 }
+
+/// Issue #15: a shard cut short while `verify` reads it ends in a clear problem naming
+/// the file and the record, exit 1: `verify` reads with large reads, never through a
+/// memory map (which would stop the process with SIGBUS).
+#[test]
+fn a_shard_truncated_while_verify_reads_it_is_a_clear_problem() {
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+    let dir = scratch("verify_truncated_meanwhile");
+    let input = root().join("testdata/small.parquet");
+    let (code, _, err) = run(["convert", "parquet", s(&input), "-o", s(&dir), "--quiet"]);
+    assert_eq!(code, 0, "{err}");
+    let shard = dir.join("data-00000-of-00001.tfrecord");
+    let original = fs::read(&shard).unwrap();
+    for threads in ["1", "2"] {
+        fs::write(&shard, &original).unwrap();
+        let gate = scratch(&format!("verify_truncated_gate_{threads}")).join("go");
+        let child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+            .args(["verify", "--json", "--threads", threads, s(&dir)])
+            .env(
+                "TFSHARD_FAILPOINTS",
+                format!("verify:opened=wait:{}", gate.display()),
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let reached = gate.with_extension("reached");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !reached.exists() {
+            assert!(Instant::now() < deadline, "verify never opened the shard");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        fs::File::options()
+            .write(true)
+            .open(&shard)
+            .unwrap()
+            .set_len(original.len() as u64 / 2)
+            .unwrap();
+        fs::write(&gate, "").unwrap();
+        let done = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(1), "threads {threads}: {err}");
+        let report: Value = serde_json::from_slice(&done.stdout).unwrap();
+        let found = problems(&report);
+        assert!(
+            found.iter().any(|p| p.0.ends_with("data-00000-of-00001.tfrecord")
+                && p.1.is_some()
+                && p.3.starts_with("truncated")),
+            "threads {threads}: {found:?}"
+        );
+    }
+    fs::write(&shard, &original).unwrap();
+}
