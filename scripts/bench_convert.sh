@@ -32,6 +32,8 @@ time_run() {
   local n=$runs; [ "${name#python}" != "$name" ] && n=1
   local all=() peak=0
   for _ in $(seq "$n"); do
+    # The previous run's output is deleted untimed: freeing its pages is not conversion.
+    [ -n "${clear:-}" ] && rm -rf "$clear"
     sync # no run inherits the previous run's writeback
     /usr/bin/time -f "%e %M" -o "$data/time.txt" "$@" > /dev/null
     read -r s kb < "$data/time.txt"
@@ -43,15 +45,30 @@ time_run() {
 
 cores=$(nproc)
 time_run decode "$decode" $files
+# pyarrow's pq.read_table on every core, timed inside Python (not its start-up): the
+# decode floor a Python exporter starts from.
+pyarrow_secs=$("$python" - "$runs" $files <<'PY'
+import sys, time, statistics
+import pyarrow.parquet as pq
+runs, files = int(sys.argv[1]), sys.argv[2:]
+times = []
+for _ in range(runs):
+    t = time.perf_counter()
+    for f in files:
+        pq.read_table(f)
+    times.append(time.perf_counter() - t)
+print(f"{statistics.median(times):.3f}")
+PY
+)
 time_run decode-1 "$decode" --threads 1 $files
-time_run tfshard "$bin" convert parquet $files -o "$data/out" --overwrite --quiet
-time_run tfshard-1 "$bin" convert parquet $files -o "$data/out-1" --overwrite --quiet --threads 1
-time_run tfshard-gzip "$bin" convert parquet $files -o "$data/out-gz" --overwrite --quiet --compression gzip
-time_run tfshard-shuffle "$bin" convert parquet $files -o "$data/out-shuffle" --overwrite --quiet --shuffle
+clear="$data/out" time_run tfshard "$bin" convert parquet $files -o "$data/out" --quiet
+clear="$data/out-1" time_run tfshard-1 "$bin" convert parquet $files -o "$data/out-1" --quiet --threads 1
+clear="$data/out-gz" time_run tfshard-gzip "$bin" convert parquet $files -o "$data/out-gz" --quiet --compression gzip
+clear="$data/out-shuffle" time_run tfshard-shuffle "$bin" convert parquet $files -o "$data/out-shuffle" --quiet --shuffle
 # Far less budget than data: the records go through bucket files, and peak RSS should
 # stay near the plain conversion's plus the budget (this was a test; RSS is the
 # allocator's and the scheduler's as much as ours, so it is measured here).
-time_run tfshard-shuffle-64m "$bin" convert parquet $files -o "$data/out-shuffle-64m" --overwrite --quiet --shuffle --shuffle-memory 64MiB
+clear="$data/out-shuffle-64m" time_run tfshard-shuffle-64m "$bin" convert parquet $files -o "$data/out-shuffle-64m" --quiet --shuffle --shuffle-memory 64MiB
 if [ "${PYTHON:-1}" = 1 ]; then
   rm -rf "$data/out-python"
   time_run python env TF_CPP_MIN_LOG_LEVEL=3 "$python" scripts/python_exporter.py "$data/out-python" $files
@@ -59,8 +76,8 @@ fi
 [ -d "$data/jpegs" ] || "$python" scripts/make_jpegs.py "$data/jpegs" 6000 > /dev/null
 [ -f "$data/images-plain.parquet" ] || "$python" scripts/make_image_table.py "$data/jpegs" "$data/images-plain.parquet" > /dev/null
 images="$data/images-plain.parquet"
-time_run images-plain "$bin" convert parquet "$images" -o "$data/out-images" --overwrite --quiet
-time_run images-gzip "$bin" convert parquet "$images" -o "$data/out-images-gz" --overwrite --quiet --compression gzip
+clear="$data/out-images" time_run images-plain "$bin" convert parquet "$images" -o "$data/out-images" --quiet
+clear="$data/out-images-gz" time_run images-gzip "$bin" convert parquet "$images" -o "$data/out-images-gz" --quiet --compression gzip
 "$bin" convert parquet $files -o "$data/shards-32mib" --overwrite --quiet --target-shard-size 32MiB
 out_mb=$(du -cb "$data"/out/*.tfrecord | tail -1 | awk '{printf "%.1f", $1/1e6}')
 shards32=$(ls "$data"/shards-32mib/*.tfrecord | wc -l)
@@ -72,9 +89,10 @@ row() { # name label ratio-text
   printf "%-34s %9.2f %12.0f %10s %s\n" "$2" "${secs[$1]}" "$(echo "$rows / ${secs[$1]}" | bc -l)" "${rss[$1]}" "$3"
 }
 ratio() { echo "${secs[$1]} / ${secs[$2]}" | bc -l | xargs printf "%.2f"; }
+printf "%-34s %9.2f %12.0f %10s %s\n" "pyarrow pq.read_table (floor)" "$pyarrow_secs" "$(echo "$rows / $pyarrow_secs" | bc -l)" "" "(in-process, every core)"
 row decode "arrow-rs decode only (floor)" ""
 row decode-1 "arrow-rs decode only, 1 thread" ""
-row tfshard "tfshard convert" "$(ratio tfshard decode)x the floor"
+row tfshard "tfshard convert" "$(ratio tfshard decode)x the arrow-rs floor, $(echo "${secs[tfshard]} / $pyarrow_secs" | bc -l | xargs printf "%.2f")x pyarrow's (goal <= 1.2)"
 row tfshard-1 "tfshard convert --threads 1" "$(ratio tfshard-1 decode-1)x the 1-thread floor"
 row tfshard-gzip "tfshard convert --compression gzip" "$(ratio tfshard-gzip decode)x the floor"
 row tfshard-shuffle "tfshard convert --shuffle" "$(ratio tfshard-shuffle tfshard)x the plain conversion"
