@@ -530,7 +530,14 @@ fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
 }
 
 /// Adds a problem when the file's CRC32C (over all `disk_len` bytes) is not the listed one.
-fn compare_crc(path: &Path, listed: &ShardInfo, crc: u32, read: u64, disk_len: u64, out: &mut Outcome) {
+fn compare_crc(
+    path: &Path,
+    listed: &ShardInfo,
+    crc: u32,
+    read: u64,
+    disk_len: u64,
+    out: &mut Outcome,
+) {
     let want = u32::from_str_radix(&listed.crc32c, 16).ok();
     if read == disk_len && want != Some(crc) {
         out.problems.push(problem(
@@ -574,7 +581,8 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
         }
     };
     if let Err(e) = crate::failpoint::hit("verify:opened") {
-        out.problems.push(problem(path, None, None, e.kind().to_string()));
+        out.problems
+            .push(problem(path, None, None, e.kind().to_string()));
         return out;
     }
     // The hashing reader sits under the decompressor: it sees the bytes on disk.

@@ -466,9 +466,11 @@ fn a_shard_truncated_while_verify_reads_it_is_a_clear_problem() {
         let report: Value = serde_json::from_slice(&done.stdout).unwrap();
         let found = problems(&report);
         assert!(
-            found.iter().any(|p| p.0.ends_with("data-00000-of-00001.tfrecord")
-                && p.1.is_some()
-                && p.3.starts_with("truncated")),
+            found
+                .iter()
+                .any(|p| p.0.ends_with("data-00000-of-00001.tfrecord")
+                    && p.1.is_some()
+                    && p.3.starts_with("truncated")),
             "threads {threads}: {found:?}"
         );
     }
