@@ -11,7 +11,8 @@
 //! The modules follow the data: `source` yields Arrow batches (or image files) in
 //! input order; [`example`] is the `tf.train.Example` codec, both ways; [`convert`]
 //! routes the records into splits and `shard` frames them ([`tfrecord`]) into shards
-//! of a target size under hidden temporary names, then commits every output with its
+//! of a target size under hidden temporary names (compressed ones deflated in fixed
+//! chunks on every core, [`tfrecord::deflate`]), then commits every output with its
 //! [`manifest`]. Going the other way, [`dataset`] finds shards and their manifests,
 //! [`tfrecord`] reads frames, and [`pipeline`] and [`records`] decode them.
 //!
