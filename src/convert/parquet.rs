@@ -3,15 +3,15 @@
 //!
 //! Work is cut into units of one row group each, numbered in input order (files in the
 //! order given, then row groups). `threads` workers take units in that order, decode
-//! them and encode every batch into framed records, and send the batches down a small
-//! bounded channel per unit. The run's thread drains the channels in unit order and
+//! them and encode every batch into framed records, and send the batches down a channel
+//! per unit, all channels together within a byte budget. The run's thread drains the channels in unit order and
 //! writes (and, for gzip/zlib, compresses) the records. So the output is the same at any
 //! thread count, memory stays at a few batches per worker whatever the input's size,
 //! and the first error in input order is the one reported. With one thread there are no
 //! workers: the run's thread decodes, encodes and writes in turn.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
 
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
@@ -25,8 +25,141 @@ use crate::progress::Progress;
 use crate::source::hive;
 use crate::source::parquet::{self as source, ParquetInput};
 
-/// Batches buffered per unit between a worker and the writer.
-const CHANNEL_BATCHES: usize = 2;
+/// Encoded bytes queued for the writer, across every unit, at most about this much
+/// (plus one batch for the unit the writer is draining, which must never wait). Bytes,
+/// not a batch count: the standard table's batches are ~1.4 MB, an image table's ~4 MiB,
+/// and a worker ahead of the writer should get through a whole unit of small batches
+/// (with 2 batches per unit it idled: 1.59 of 2 cores busy).
+const QUEUED_BYTES: u64 = 16 << 20;
+
+/// Bytes the units being decoded may take together (each unit's column chunks,
+/// compressed plus uncompressed: a Parquet page is decoded whole, and a writer that puts
+/// a row group of 500 images in one 46 MB page makes each decoding unit hold ~92 MB).
+/// A unit larger than this decodes alone. The standard table's units take ~22 MB.
+const DECODING_BYTES: u64 = 128 << 20;
+
+/// Hands out units in order, each once its decoding fits [`DECODING_BYTES`] beside the
+/// units already decoding (or nothing else decodes). In order, so a unit never waits for
+/// budget that a later unit holds.
+struct Dispatch {
+    state: Mutex<Dispatched>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Dispatched {
+    next: usize,
+    decoding: u64,
+    stopped: bool,
+}
+
+impl Dispatch {
+    fn new() -> Dispatch {
+        Dispatch {
+            state: Mutex::new(Dispatched::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// The next unit and the bytes it was given; `None` when none is left or the run
+    /// stopped.
+    fn take(&self, units: usize, cost: impl Fn(usize) -> u64) -> Option<(usize, u64)> {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if st.stopped || st.next >= units {
+                return None;
+            }
+            let bytes = cost(st.next);
+            if st.decoding == 0 || st.decoding + bytes <= DECODING_BYTES {
+                let u = st.next;
+                st.next += 1;
+                st.decoding += bytes;
+                return Some((u, bytes));
+            }
+            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn done(&self, bytes: u64) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .decoding -= bytes;
+        self.changed.notify_all();
+    }
+
+    fn stop(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
+        self.changed.notify_all();
+    }
+}
+
+/// A hard cap on batches per unit's channel, under the byte budget.
+const CHANNEL_BATCHES: usize = 64;
+
+/// The byte budget of the batches queued between the workers and the writer; written
+/// batches go back to the workers through it.
+struct Budget {
+    state: Mutex<Queued>,
+    changed: Condvar,
+    /// Reusing a written batch's buffers saves a fresh mmap, page faults and zeroing per
+    /// batch (measured: 12% of the run).
+    recycle: crossbeam_channel::Sender<EncodedBatch>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Queued {
+    /// Encoded bytes sent and not yet written.
+    bytes: u64,
+    /// The unit the writer is draining.
+    writer_unit: usize,
+    /// The writer has stopped: nobody waits any more.
+    stopped: bool,
+}
+
+impl Queued {
+    /// Whether `bytes` more may be queued for `unit`, whose channel is `empty` or not:
+    /// within the budget, or the writer's own unit with nothing queued (so the writer
+    /// always gets its next batch).
+    fn admits(&self, unit: usize, bytes: u64, empty: bool) -> bool {
+        self.stopped || self.bytes + bytes <= QUEUED_BYTES || (unit == self.writer_unit && empty)
+    }
+}
+
+impl Budget {
+    fn new(recycle: crossbeam_channel::Sender<EncodedBatch>) -> Budget {
+        Budget {
+            state: Mutex::new(Queued::default()),
+            changed: Condvar::new(),
+            recycle,
+        }
+    }
+
+    /// A batch was written: its bytes leave the budget, its buffers go back.
+    fn written(&self, batch: EncodedBatch) {
+        let bytes = batch.data.len() as u64;
+        self.update(|q| q.bytes -= bytes);
+        let _ = self.recycle.send(batch);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until `bytes` may be queued for `unit`, then counts them.
+    fn acquire(&self, unit: usize, bytes: u64, tx: &Sender<Message>) {
+        let mut queued = self.lock();
+        while !queued.admits(unit, bytes, tx.is_empty()) {
+            queued = self.changed.wait(queued).unwrap_or_else(|p| p.into_inner());
+        }
+        queued.bytes += bytes;
+    }
+
+    fn update(&self, f: impl FnOnce(&mut Queued)) {
+        f(&mut self.lock());
+        self.changed.notify_all();
+    }
+}
 
 /// One row group.
 #[derive(Debug, Clone, Copy)]
@@ -261,20 +394,26 @@ impl ParquetSource {
         let (senders, receivers): (Vec<_>, Vec<_>) = channels.into_iter().unzip();
         let senders: Vec<Mutex<Option<Sender<Message>>>> =
             senders.into_iter().map(|s| Mutex::new(Some(s))).collect();
-        let next = AtomicUsize::new(0);
+        let dispatch = Dispatch::new();
         let stop = AtomicBool::new(false);
-        // Written batches come back to the workers: reusing their buffers saves a fresh
-        // mmap, page faults and zeroing per batch (measured: 12% of the run).
         let (recycle_tx, recycle_rx) = crossbeam_channel::unbounded::<EncodedBatch>();
         let workers = options.threads.max(1).min(units.len().max(1));
+        let budget = Budget::new(recycle_tx);
 
         std::thread::scope(|scope| {
             for _ in 0..workers {
                 scope.spawn(|| {
                     while !stop.load(Ordering::Relaxed) {
-                        let u = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(unit) = units.get(u) else { break };
+                        let cost = |u: usize| {
+                            let unit = &units[u];
+                            inputs[unit.input].row_group_decode_bytes(unit.row_group)
+                        };
+                        let Some((u, held)) = dispatch.take(units.len(), cost) else {
+                            break;
+                        };
+                        let unit = &units[u];
                         let Some(tx) = senders[u].lock().ok().and_then(|mut s| s.take()) else {
+                            dispatch.done(held);
                             break;
                         };
                         let input = &inputs[unit.input];
@@ -288,31 +427,29 @@ impl ParquetSource {
                                 encoded.clear();
                                 let mut stats = plan.new_stats();
                                 plan.encode_batch(&batch, &mut encoded, &mut stats)?;
+                                budget.acquire(u, encoded.data.len() as u64, &tx);
                                 // A closed channel: the writer has stopped (the run failed
                                 // or was cancelled); this unit's work is no longer wanted.
                                 tx.send(Ok((encoded, stats)))
                                     .map_err(|_| Error::new(ErrorKind::Interrupted))
                             },
                         );
+                        dispatch.done(held);
                         if let Err(e) = result {
                             let _ = tx.send(Err(e));
                             stop.store(true, Ordering::Relaxed);
+                            dispatch.stop();
                         }
                     }
                 });
             }
             // The writer: drains the units in order. Dropping `receivers` when it returns
             // unblocks any worker still sending, so the scope can end.
-            let result = Self::write_in_order(
-                options,
-                plan,
-                units,
-                receivers,
-                writer,
-                progress,
-                &recycle_tx,
-            );
+            let result =
+                Self::write_in_order(options, plan, units, receivers, writer, progress, &budget);
             stop.store(true, Ordering::Relaxed);
+            budget.update(|q| q.stopped = true);
+            dispatch.stop();
             // Inputs without a row group have no unit; they still get their row count (0).
             result.map(|mut pass| {
                 pass.rows_per_input.resize(inputs.len(), 0);
@@ -328,15 +465,16 @@ impl ParquetSource {
         receivers: Vec<Receiver<Message>>,
         writer: &mut Router,
         progress: &dyn Progress,
-        recycle: &crossbeam_channel::Sender<EncodedBatch>,
+        budget: &Budget,
     ) -> Result<Pass> {
         let input_count = units.iter().map(|u| u.input + 1).max().unwrap_or(0);
         let mut pass = Pass::new(plan, input_count);
-        for (unit, rx) in units.iter().zip(receivers) {
+        for (u, (unit, rx)) in units.iter().zip(receivers).enumerate() {
+            budget.update(|q| q.writer_unit = u);
             for message in rx {
                 let (batch, batch_stats) = message?;
                 pass.write(unit, &batch, &batch_stats, writer, options, progress)?;
-                let _ = recycle.send(batch);
+                budget.written(batch);
             }
         }
         Ok(pass)
@@ -367,5 +505,58 @@ impl ParquetSource {
             )?;
         }
         Ok(pass)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queue_budget_counts_bytes_and_never_starves_the_writers_unit() {
+        let q = Queued {
+            bytes: QUEUED_BYTES - 10,
+            writer_unit: 3,
+            stopped: false,
+        };
+        assert!(q.admits(4, 10, false), "within the budget");
+        assert!(!q.admits(4, 11, true), "over it, and not the writer's unit");
+        assert!(
+            !q.admits(3, 11, false),
+            "the writer's unit still has a batch queued"
+        );
+        assert!(
+            q.admits(3, 11, true),
+            "the writer's unit with nothing queued"
+        );
+        let stopped = Queued { stopped: true, ..q };
+        assert!(
+            stopped.admits(4, u64::MAX / 2, false),
+            "a stopped run waits for nothing"
+        );
+    }
+
+    #[test]
+    fn units_are_dispatched_in_order_within_the_decoding_budget() {
+        let d = std::sync::Arc::new(Dispatch::new());
+        let big = DECODING_BYTES * 3 / 4;
+        // A unit larger than the whole budget still runs, alone.
+        assert_eq!(
+            d.take(3, |_| DECODING_BYTES * 2),
+            Some((0, DECODING_BYTES * 2))
+        );
+        d.done(DECODING_BYTES * 2);
+        assert_eq!(d.take(3, |_| big), Some((1, big)));
+        // Unit 2 does not fit beside unit 1: its taker waits until unit 1 is done.
+        let waiter = {
+            let d = d.clone();
+            std::thread::spawn(move || d.take(3, |_| big))
+        };
+        assert_eq!(d.state.lock().unwrap().next, 2, "unit 2 not handed out yet");
+        d.done(big);
+        assert_eq!(waiter.join().unwrap(), Some((2, big)));
+        assert_eq!(d.take(3, |_| big), None, "every unit taken");
+        d.stop();
+        assert_eq!(Dispatch::new().take(0, |_| 0), None);
     }
 }

@@ -392,6 +392,18 @@ impl ParquetInput {
         self.metadata.schema()
     }
 
+    /// Bytes a row group's column chunks take, compressed plus uncompressed (from the
+    /// footer): about what decoding it holds at once when its pages are large.
+    pub fn row_group_decode_bytes(&self, row_group: usize) -> u64 {
+        self.metadata
+            .metadata()
+            .row_group(row_group)
+            .columns()
+            .iter()
+            .map(|c| (c.compressed_size().max(0) + c.uncompressed_size().max(0)) as u64)
+            .sum()
+    }
+
     /// Rows in each row group.
     pub fn row_group_rows(&self) -> Vec<u64> {
         self.metadata
