@@ -10,38 +10,16 @@
 #
 #   scripts/bench_convert.sh            # RUNS=3 (median), ROWS=2000000, PYTHON=1
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
+source "$(dirname "$0")/bench_data.sh"
 runs=${RUNS:-3}
 rows=${ROWS:-2000000}
-data=target/bench-data
 table=$data/standard-$rows
-python=$(scripts/venv.sh)
-cargo build --release --quiet --bin tfshard --example decode_parquet
-bin=target/release/tfshard
+cargo build --release --quiet --example decode_parquet
 decode=target/release/examples/decode_parquet
 [ -d "$table" ] || "$python" scripts/make_standard_table.py "$table" "$rows"
 files=$(ls "$table"/*.parquet)
 input_mb=$(du -cb $files | tail -1 | awk '{printf "%.1f", $1/1e6}')
 cat $files > /dev/null # page cache warm
-
-# time_run NAME CMD...: median wall seconds and max peak RSS (MiB) over $runs runs.
-declare -A secs rss
-time_run() {
-  local name=$1; shift
-  local n=$runs; [ "${name#python}" != "$name" ] && n=1
-  local all=() peak=0
-  for _ in $(seq "$n"); do
-    # The previous run's output is deleted untimed: freeing its pages is not conversion.
-    [ -n "${clear:-}" ] && rm -rf "$clear"
-    sync # no run inherits the previous run's writeback
-    /usr/bin/time -f "%e %M" -o "$data/time.txt" "$@" > /dev/null
-    read -r s kb < "$data/time.txt"
-    all+=("$s"); [ "$kb" -gt "$peak" ] && peak=$kb
-  done
-  secs[$name]=$(printf '%s\n' "${all[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  rss[$name]=$((peak / 1024))
-}
 
 cores=$(nproc)
 time_run decode "$decode" $files

@@ -20,3 +20,23 @@ standard_shards() {
 jpeg_folder() {
   [ -d "$data/jpegs" ] || "$python" scripts/make_jpegs.py "$data/jpegs" "${COUNT:-6000}"
 }
+
+# time_run NAME CMD...: the median wall seconds and the largest peak RSS (MiB) of $runs
+# runs (one for a NAME starting with "python"), into ${secs[NAME]} and ${rss[NAME]}.
+# With clear=DIR set, DIR (the last run's output) is deleted before each run, untimed:
+# freeing its pages is not the work measured. No run inherits another's writeback.
+declare -A secs rss
+time_run() {
+  local name=$1; shift
+  local n=${runs:-3} all=() peak=0
+  [ "${name#python}" != "$name" ] && n=1
+  for _ in $(seq "$n"); do
+    [ -n "${clear:-}" ] && rm -rf "$clear"
+    sync
+    /usr/bin/time -f "%e %M" -o "$data/time.txt" "$@" > /dev/null
+    read -r s kb < "$data/time.txt"
+    all+=("$s"); [ "$kb" -gt "$peak" ] && peak=$kb
+  done
+  secs[$name]=$(printf '%s\n' "${all[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+  rss[$name]=$((peak / 1024))
+}

@@ -36,21 +36,6 @@ for set in ${BACKENDS-standard images}; do
   target/release/examples/deflate_backends "$data/$set.records"
 done
 
-declare -A secs rss
-time_run() { # NAME CMD...: median seconds, max peak RSS (MiB) of $runs runs
-  local name=$1; shift
-  local all=() peak=0
-  for _ in $(seq "$runs"); do
-    # The last run's output is deleted untimed (freeing its pages is not conversion).
-    [ -n "${clear:-}" ] && rm -rf "$clear"
-    sync
-    /usr/bin/time -f "%e %M" -o "$data/time.txt" "$@" > /dev/null
-    read -r s kb < "$data/time.txt"
-    all+=("$s"); [ "$kb" -gt "$peak" ] && peak=$kb
-  done
-  secs[$name]=$(printf '%s\n' "${all[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  rss[$name]=$((peak / 1024))
-}
 for set in standard images; do
   input=$table; [ $set = images ] && input=$images
   for c in gzip zlib; do

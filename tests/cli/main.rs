@@ -37,6 +37,24 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// Waits until a run started with `TFSHARD_FAILPOINTS=POINT=wait:GATE` reaches its
+/// point (it creates `GATE.reached`). Panics, naming `what`, when the run ends first or
+/// never gets there (a guard against a hung test, not a timing check).
+pub fn wait_for_failpoint(child: &mut std::process::Child, gate: &Path, what: &str) {
+    let reached = gate.with_extension("reached");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !reached.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended ({status}) before {what}");
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the run never got to {what}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The binary, ready to run.
 pub fn tfshard() -> Command {
     Command::cargo_bin("tfshard").expect("the binary is built")

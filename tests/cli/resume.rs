@@ -3,9 +3,8 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
-use crate::{root, run, scratch};
+use crate::{root, run, scratch, wait_for_failpoint};
 
 fn args(out: &Path, extra: &[&str]) -> Vec<String> {
     let mut a: Vec<String> = vec![
@@ -127,15 +126,7 @@ fn sigterm_with_resume_keeps_the_journal() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let reached = gate.with_extension("reached");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !reached.exists() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("no shard was journaled");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_failpoint(&mut child, &gate, "a shard was journaled");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     std::fs::write(&gate, "").unwrap();
     let done = child.wait_with_output().unwrap();

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::{root, scratch};
+use crate::{root, scratch, wait_for_failpoint};
 
 /// The S3 test venv (moto, boto3): `TFSHARD_S3_VENV`, else `.venv-s3` in the repo.
 fn venv() -> Option<PathBuf> {
@@ -477,18 +477,7 @@ fn sigterm_during_an_upload_leaves_nothing() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let reached = gate.with_extension("reached");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !reached.exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("the run ended ({status}) before an upload started");
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("no upload started");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_failpoint(&mut child, &gate, "an upload started");
     let pending = client(&s.endpoint, &["uploads", &b]).lines().count();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     std::fs::write(&gate, "").unwrap();
@@ -549,16 +538,8 @@ fn an_input_replaced_during_the_run_is_an_error() {
         .spawn()
         .unwrap();
     // The footers are read (and their ETags taken); now the object changes.
-    let reached = gate.with_extension("reached");
-    let deadline = Instant::now() + Duration::from_secs(120);
     let mut child = child;
-    while !reached.exists() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("the run never reached the failure point");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_failpoint(&mut child, &gate, "the footers were read");
     let other = scratch("s3-replaced-other");
     let hive_file = std::fs::read_dir(root().join("testdata/hive/year=2020"))
         .unwrap()

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tfshard::tfrecord::frame;
 
-use crate::{golden, root, run, s, scratch};
+use crate::{golden, root, run, s, scratch, wait_for_failpoint};
 
 /// A clean folder: the shipped table in 5 plain shards (or gzip).
 fn clean(name: &str, extra: &[&str]) -> PathBuf {
@@ -427,7 +427,6 @@ fn a_cancelled_verification_stops_with_interrupted() {
 #[test]
 fn a_shard_truncated_while_verify_reads_it_is_a_clear_problem() {
     use std::process::Command;
-    use std::time::{Duration, Instant};
     let dir = scratch("verify_truncated_meanwhile");
     let input = root().join("testdata/small.parquet");
     let (code, _, err) = run(["convert", "parquet", s(&input), "-o", s(&dir), "--quiet"]);
@@ -437,7 +436,7 @@ fn a_shard_truncated_while_verify_reads_it_is_a_clear_problem() {
     for threads in ["1", "2"] {
         fs::write(&shard, &original).unwrap();
         let gate = scratch(&format!("verify_truncated_gate_{threads}")).join("go");
-        let child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        let mut child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
             .args(["verify", "--json", "--threads", threads, s(&dir)])
             .env(
                 "TFSHARD_FAILPOINTS",
@@ -447,12 +446,7 @@ fn a_shard_truncated_while_verify_reads_it_is_a_clear_problem() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let reached = gate.with_extension("reached");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !reached.exists() {
-            assert!(Instant::now() < deadline, "verify never opened the shard");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_failpoint(&mut child, &gate, "verify opened the shard");
         fs::File::options()
             .write(true)
             .open(&shard)
