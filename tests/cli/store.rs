@@ -32,9 +32,24 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A command for a server that must not outlive the tests: it runs under `sh`, which
+/// kills it when its stdin, a pipe the spawned child holds, closes: when the `Server`
+/// is dropped or the test process ends. (A `Child` in a static is never dropped, and
+/// dropping one does not kill it: every `cargo test` left its servers running.)
+fn tied(program: &Path) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(
+            r#""$0" "$@" & server=$!; cat > /dev/null; kill "$server" 2>/dev/null; wait "$server""#,
+        )
+        .arg(program)
+        .stdin(Stdio::piped());
+    cmd
+}
+
 fn start_moto(venv: &Path, extra_env: &[(&str, &str)]) -> Server {
     let port = free_port();
-    let mut cmd = Command::new(venv.join("bin/moto_server"));
+    let mut cmd = tied(&venv.join("bin/moto_server"));
     cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -686,7 +701,7 @@ fn azurite() -> Option<&'static Server> {
             };
             let port = free_port();
             let dir = scratch("azurite-data");
-            let child = Command::new(bin)
+            let child = tied(&bin)
                 .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--location"])
                 .arg(&dir)
                 .args(["--silent", "--skipApiVersionCheck", "--loose"])
