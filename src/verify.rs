@@ -480,9 +480,10 @@ fn file_crc32c(path: &Path, len: u64) -> std::io::Result<(u32, u64)> {
     let ranges: Vec<u64> = (0..len).step_by(HASH_RANGE_BYTES as usize).collect();
     let parts = ranges
         .par_iter()
-        .map(|&start| {
+        .map_init(Vec::new, |buf, &start| {
             let want = HASH_RANGE_BYTES.min(len - start) as usize;
-            let mut buf = vec![0u8; want];
+            // One buffer per thread, reused: not a fresh 8 MiB to fault in per range.
+            buf.resize(want, 0);
             let mut got = 0;
             while got < want {
                 match file.read_at(&mut buf[got..], start + got as u64)? {
@@ -523,8 +524,18 @@ fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
         || file_crc32c(&job.path, len),
     );
     let mut outcome = outcome;
-    if let (Ok((crc, read)), Some(listed)) = (hashed, &job.listed) {
-        compare_crc(&job.path, listed, crc, read, outcome.bytes, &mut outcome);
+    match (hashed, &job.listed) {
+        (Ok((crc, read)), Some(listed)) => {
+            compare_crc(&job.path, listed, crc, read, outcome.bytes, &mut outcome)
+        }
+        // The walk read the file; the checksum's reads failed: say so, never skip it.
+        (Err(e), _) => outcome.problems.push(problem(
+            &job.path,
+            None,
+            None,
+            format!("cannot read: {}", crate::error::Error::from(e).kind()),
+        )),
+        (Ok(_), None) => {}
     }
     outcome
 }

@@ -36,7 +36,7 @@ const WINDOW_BYTES: usize = 32 << 10;
 const IN_FLIGHT_PER_THREAD: usize = 2;
 
 /// A gzip member's header and trailer (10 + 8 bytes).
-const GZIP_OVERHEAD: u64 = 18;
+pub(crate) const GZIP_OVERHEAD: u64 = 18;
 
 /// How chunks are framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,14 +45,6 @@ pub(crate) enum Format {
     Gzip,
     /// Chunks of one zlib stream.
     Zlib,
-}
-
-/// The most bytes `raw` uncompressed bytes can take on disk, cut into chunks, each with
-/// its framing; plus the stream's trailer. libdeflate's bound is 5 bytes per 5,000
-/// (stored blocks) plus a header; zlib-rs's is tighter, plus a sync flush per chunk.
-pub fn chunked_bound(raw: u64) -> u64 {
-    let chunks = raw.div_ceil(CHUNK_BYTES as u64).max(1);
-    raw + raw / 999 + chunks * (GZIP_OVERHEAD + 16) + 16
 }
 
 /// One thread's compressors, reused from chunk to chunk.
@@ -382,7 +374,9 @@ mod tests {
                     .unwrap(),
             };
             assert_eq!(back, data, "{format:?}");
-            assert!(inline.len() as u64 <= chunked_bound(data.len() as u64));
+            assert!(
+                inline.len() as u64 <= super::super::compress::compressed_bound(data.len() as u64)
+            );
         }
     }
 }
