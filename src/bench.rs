@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::error::Result;
-use crate::pipeline::{PipelineBuilder, PipelineOptions};
+use crate::pipeline::{CacheReport, PipelineBuilder, PipelineOptions};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -24,6 +24,9 @@ pub struct BenchOptions {
 pub struct EpochReport {
     /// The epoch (0 ran with a cold cache, if the files were not read before).
     pub epoch: u64,
+    /// Where its records came from: `files` (read and parsed), `filling` (read and
+    /// parsed, and kept in the cache) or `cache`.
+    pub source: &'static str,
     /// Records delivered.
     pub records: u64,
     /// Batches delivered.
@@ -81,6 +84,23 @@ pub struct RunReport {
     pub buffers_peak_bytes: u64,
     /// The bound the options put on `buffers_peak_bytes`.
     pub buffers_bound_bytes: u64,
+    /// With a cache: what it did, and the filling and cached epochs' rates apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheSummary>,
+}
+
+/// The cache's part of a run's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheSummary {
+    /// What the cache did.
+    #[serde(flatten)]
+    pub report: CacheReport,
+    /// Records per second of the epoch that filled it (absent when reused).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filling_records_per_sec: Option<f64>,
+    /// Records per second of the epochs read from it (absent when none was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cached_records_per_sec: Option<f64>,
 }
 
 impl RunReport {
@@ -163,6 +183,16 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
     let pipeline = PipelineBuilder::new(options.paths.clone())
         .with_options(options.clone())
         .build()?;
+    let cached_from = match pipeline.cache() {
+        None => u64::MAX,
+        Some(c) if c.state == "reused" => 0,
+        Some(_) => 1,
+    };
+    let source = |epoch: u64| match (epoch >= cached_from, cached_from) {
+        (true, _) => "cache",
+        (false, u64::MAX) => "files",
+        (false, _) => "filling",
+    };
     let (_, cpu_start) = usage();
     let started = Instant::now();
     let mut epochs: Vec<EpochReport> = Vec::new();
@@ -205,6 +235,7 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
         epoch_waited += got - asked;
         let e = current.get_or_insert(EpochReport {
             epoch: batch.epoch,
+            source: source(batch.epoch),
             records: 0,
             batches: 0,
             bytes: 0,
@@ -229,6 +260,20 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
     }
     let tuned = pipeline.tuned();
     let memory = pipeline.memory();
+    let rate = |from: &str| {
+        let picked: Vec<&EpochReport> = epochs.iter().filter(|e| e.source == from).collect();
+        (!picked.is_empty()).then(|| {
+            per_sec(
+                picked.iter().map(|e| e.records).sum(),
+                picked.iter().map(|e| e.seconds).sum(),
+            )
+        })
+    };
+    let cache = pipeline.cache().map(|report| CacheSummary {
+        report,
+        filling_records_per_sec: rate("filling"),
+        cached_records_per_sec: rate("cache"),
+    });
     drop(pipeline);
     let seconds = (end - started).as_secs_f64();
     let records: u64 = epochs.iter().map(|e| e.records).sum();
@@ -253,6 +298,7 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
         prefetch: tuned.prefetch,
         buffers_peak_bytes: memory.peak_bytes,
         buffers_bound_bytes: memory.bound_bytes,
+        cache,
     })
 }
 

@@ -406,6 +406,10 @@ pub enum ErrorKind {
     /// The pipeline reads `tf.train.Example` records; these are SequenceExamples.
     #[error("the pipeline reads tf.train.Example records; these shards hold SequenceExamples")]
     SequenceExamplesUnsupported,
+    /// The pipeline's cache file changed while the run read it (it was checked whole
+    /// when the run began).
+    #[error("cache file damaged while read: {0}")]
+    CacheDamaged(String),
     /// A record that does not fit the feature spec.
     #[error("schema mismatch: {0}")]
     RecordMismatch(crate::example::schema::SpecMismatch),

@@ -52,6 +52,14 @@ pub struct BenchArgs {
     /// Keep batch order reproducible (true) or hand batches out as they are ready (false).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub deterministic: bool,
+    /// Cache what the first epoch parsed in memory: later epochs skip reading and
+    /// parsing (shuffle and batches still change per epoch).
+    #[arg(long, conflicts_with = "cache_file")]
+    pub cache: bool,
+    /// Cache what the first epoch parsed in this local file, kept for later runs (used
+    /// when it holds exactly these shards, spec and record type; else rebuilt).
+    #[arg(long, value_name = "PATH")]
+    pub cache_file: Option<PathBuf>,
     /// Read uncompressed shards with read(2) into buffers instead of mapping them (for
     /// files that may change while read).
     #[arg(long)]
@@ -88,10 +96,11 @@ fn print_run(out: &mut impl Write, title: &str, run: &RunReport) -> std::io::Res
         run.parallelism, run.cycle_length, run.prefetch
     )?;
     for e in &run.epochs {
-        let label = if e.epoch == 0 {
-            "epoch 0 (cold)".to_owned()
-        } else {
-            format!("epoch {}", e.epoch)
+        let label = match (e.epoch, e.source) {
+            (n, "filling") => format!("epoch {n} (filling)"),
+            (n, "cache") => format!("epoch {n} (cached)"),
+            (0, _) => "epoch 0 (cold)".to_owned(),
+            (n, _) => format!("epoch {n}"),
         };
         write!(
             out,
@@ -131,7 +140,43 @@ fn print_run(out: &mut impl Write, title: &str, run: &RunReport) -> std::io::Res
         "buffers",
         mib(run.buffers_peak_bytes),
         mib(run.buffers_bound_bytes)
-    )
+    )?;
+    if let Some(c) = &run.cache {
+        let r = &c.report;
+        let place = r
+            .file
+            .as_deref()
+            .map_or("memory".to_owned(), |f| format!("file {f}"));
+        let why = r
+            .reason
+            .as_deref()
+            .map_or(String::new(), |w| format!(" ({w})"));
+        write!(
+            out,
+            "  {:<15} {} in {place}{why}: {} records, {:.1} MiB",
+            "cache",
+            r.state,
+            r.records,
+            mib(r.bytes)
+        )?;
+        if r.parsed_bytes > 0 {
+            write!(
+                out,
+                " ({:.2}x the parsed batches' {:.1} MiB)",
+                r.bytes as f64 / r.parsed_bytes as f64,
+                mib(r.parsed_bytes)
+            )?;
+        }
+        if let (Some(fill), Some(cached)) = (c.filling_records_per_sec, c.cached_records_per_sec) {
+            write!(
+                out,
+                "; cached epochs {cached:.0} records/s, {:.2}x the filling epoch",
+                cached / fill
+            )?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
 }
 
 impl BenchArgs {
@@ -176,6 +221,18 @@ impl BenchArgs {
         }
         if let Some(p) = self.prefetch {
             builder = builder.with_prefetch(p);
+        }
+        if self.cache {
+            builder = builder.with_cache(tfshard::pipeline::CacheMode::Memory);
+        }
+        if let Some(path) = &self.cache_file {
+            if tfshard::store::is_url(path) {
+                return Err(CliError::Usage(format!(
+                    "--cache-file must be a local path, not {}",
+                    path.display()
+                )));
+            }
+            builder = builder.with_cache(tfshard::pipeline::CacheMode::File(path.clone()));
         }
         let step_time = self.step_time.as_deref().map(parse_duration).transpose()?;
         Ok(BenchOptions {

@@ -113,6 +113,12 @@ impl BytesValues {
         (offsets, data)
     }
 
+    /// Makes room for `values` more values of `bytes` bytes in all.
+    pub(crate) fn reserve(&mut self, values: usize, bytes: usize) {
+        self.views.reserve_exact(values);
+        self.copied.reserve_exact(bytes);
+    }
+
     /// Appends a value copied from anywhere.
     pub fn push(&mut self, value: &[u8]) {
         let start = self.copied.len();

@@ -139,6 +139,11 @@ pub(crate) struct Columns {
 }
 
 impl Columns {
+    /// The columns, in spec order.
+    pub(crate) fn columns_mut(&mut self) -> &mut [Column] {
+        &mut self.columns
+    }
+
     /// The decoded batch.
     pub(crate) fn finish(self, epoch: u64, rows: usize, record_bytes: u64) -> Batch {
         Batch {

@@ -4,6 +4,7 @@
 
 use std::ops::Range;
 
+use crate::pipeline::cache::CachedRows;
 use crate::tfrecord::mapped::SharedMap;
 
 /// Where a record came from, for error messages.
@@ -79,13 +80,20 @@ pub struct RawBatch {
     pub seq: u64,
     /// The epoch (from 0).
     pub epoch: u64,
-    /// The records.
+    /// The records (none for a batch of cached rows).
     pub records: Vec<RawRecord>,
+    /// A batch of the epoch that fills the cache: it goes into the cache once parsed.
+    pub fill: bool,
+    /// Only for the cache (the filling epoch's dropped remainder): not delivered.
+    pub cache_only: bool,
+    /// Rows to gather from the cache instead of records to parse.
+    pub cached: Option<CachedRows>,
 }
 
 impl RawBatch {
     /// Bytes of the records' slots (not their payloads).
     pub fn slot_bytes(&self) -> u64 {
         self.records.capacity() as u64 * SLOT_BYTES
+            + self.cached.as_ref().map_or(0, CachedRows::slot_bytes)
     }
 }

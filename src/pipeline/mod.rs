@@ -42,12 +42,14 @@
 //! ```
 
 pub(crate) mod batch;
+pub(crate) mod cache;
 pub(crate) mod interleave;
 pub(crate) mod memory;
 pub(crate) mod parse;
 pub(crate) mod prefetch;
 pub(crate) mod shuffle;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -56,14 +58,16 @@ use std::thread::JoinHandle;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::dataset::Dataset;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::example::{FeatureSpec, RecordType};
 use crate::tfrecord::Compression;
 
 pub use crate::example::bytes::BytesValues;
 pub use crate::example::columnar::{Batch, Column, Values};
+pub use cache::{CacheMode, CacheReport};
 
 use batch::{Payload, RawBatch, RawRecord};
+use cache::{Cache, CachedEpoch, CachedRows, Chunk, SourceFile};
 use interleave::Interleave;
 use memory::{Held, Pool};
 use parse::Parser;
@@ -117,6 +121,8 @@ pub struct PipelineOptions {
     pub threads: usize,
     /// The sequential baseline (see the module docs).
     pub sequential: bool,
+    /// Cache what the first epoch parsed, in memory or in a file ([`CacheMode`]).
+    pub cache: Option<CacheMode>,
 }
 
 /// Builds a [`Pipeline`].
@@ -149,6 +155,7 @@ impl PipelineBuilder {
                     .map(|n| n.get())
                     .unwrap_or(1),
                 sequential: false,
+                cache: None,
             },
         }
     }
@@ -239,6 +246,13 @@ impl PipelineBuilder {
         self
     }
 
+    /// Caches what the first epoch parsed (`ds.map(parse).cache()`): later epochs, and
+    /// with a file later runs, skip reading and parsing (see [`cache`]).
+    pub fn with_cache(mut self, cache: CacheMode) -> Self {
+        self.options.cache = Some(cache);
+        self
+    }
+
     /// The sequential baseline.
     pub fn sequential(mut self) -> Self {
         self.options.sequential = true;
@@ -266,9 +280,24 @@ impl PipelineBuilder {
         for f in &files {
             crate::store::paths::len(f)?;
         }
+        let cache = match &o.cache {
+            Some(mode) => Some(Arc::new(Cache::open(
+                mode,
+                &spec,
+                RecordType::Example,
+                &cache_sources(&dataset)?,
+            )?)),
+            None => None,
+        };
         let tuned = autotune(&o, files.len());
         let held = Arc::new(Held::default());
-        let producer = Producer::new(&o, files.clone(), tuned.cycle_length, held.clone());
+        let producer = Producer::new(
+            &o,
+            files.clone(),
+            tuned.cycle_length,
+            held.clone(),
+            cache.clone(),
+        );
         let inner = if o.sequential {
             Inner::Inline {
                 producer: Box::new(producer),
@@ -287,6 +316,7 @@ impl PipelineBuilder {
         };
         Ok(Pipeline {
             inner,
+            cache,
             spec,
             files,
             tuned,
@@ -347,6 +377,45 @@ fn autotune(o: &PipelineOptions, files: usize) -> Tuned {
     }
 }
 
+/// The shards a cache is filled from, as its header names them: the canonical path,
+/// the size, and the manifest's CRC32C (else the modification time).
+fn cache_sources(dataset: &Dataset) -> Result<Vec<SourceFile>> {
+    let mut crcs = HashMap::new();
+    for (path, m) in &dataset.manifests {
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        for s in &m.shards {
+            crcs.insert(dir.join(&s.file), s.crc32c.clone());
+        }
+    }
+    dataset
+        .shards
+        .iter()
+        .map(|shard| {
+            let local = !crate::store::is_url(shard);
+            let crc32c = crcs.get(shard).cloned();
+            let modified_ns = match (local, &crc32c) {
+                (true, None) => std::fs::metadata(shard)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map(|d| d.as_nanos()),
+                _ => None,
+            };
+            let file = if local {
+                std::fs::canonicalize(shard).unwrap_or_else(|_| shard.clone())
+            } else {
+                shard.clone()
+            };
+            Ok(SourceFile {
+                file: file.display().to_string(),
+                bytes: crate::store::paths::len(shard)?,
+                crc32c,
+                modified_ns,
+            })
+        })
+        .collect()
+}
+
 /// Interleave → shuffle → batch, on one thread (or the consumer's, sequentially).
 struct Producer {
     files: Vec<PathBuf>,
@@ -366,8 +435,15 @@ struct Producer {
     draining: bool,
     pool: Pool,
     held: Arc<Held>,
-    /// Bytes of the shuffle buffer's slots last counted in `held`.
+    /// Bytes of the shuffle buffers' slots last counted in `held`.
     shuffle_slot_bytes: usize,
+    /// The cache, if any, and whether the first epoch fills it.
+    cache: Option<Arc<Cache>>,
+    filling: bool,
+    /// A cached epoch under way.
+    cached: Option<CachedEpoch>,
+    /// The shuffle buffer of cached epochs: (chunk, row) pairs.
+    row_shuffle: ShuffleBuffer<(u32, u32)>,
 }
 
 /// Record buffers the pool keeps for reuse: enough for the shuffle buffer and a few
@@ -382,8 +458,14 @@ impl Producer {
         files: Vec<PathBuf>,
         cycle_length: usize,
         held: Arc<Held>,
+        cache: Option<Arc<Cache>>,
     ) -> Producer {
         Producer {
+            filling: cache.as_ref().is_some_and(|c| !c.is_ready()),
+            cache,
+            cached: None,
+            row_shuffle: ShuffleBuffer::new(o.shuffle_buffer, o.seed),
+
             files,
             compression: o.compression,
             mmap: o.mmap,
@@ -432,61 +514,203 @@ impl Producer {
         }
     }
 
-    /// Counts the shuffle buffer's slots again (they grow, rarely, as it fills).
+    /// Counts the shuffle buffers' slots again (they grow, rarely, as they fill).
     fn count_shuffle_slots(&mut self) {
-        let now = self.shuffle.slot_bytes();
+        let now = self.shuffle.slot_bytes() + self.row_shuffle.slot_bytes();
         self.held.resize(self.shuffle_slot_bytes, now);
         self.shuffle_slot_bytes = now;
     }
 
+    /// Whether this epoch's records come from the cache.
+    fn epoch_from_cache(&self) -> bool {
+        self.cache.is_some() && (!self.filling || self.epoch >= 1)
+    }
+
+    /// Whether the next epoch is to come from the cache, which the first epoch's last
+    /// batches (being parsed) have not completed yet.
+    fn waits_for_cache(&self) -> bool {
+        self.interleave.is_none()
+            && self.cached.is_none()
+            && self.epoch < self.epochs
+            && self.epoch_from_cache()
+            && self.cache.as_ref().is_some_and(|c| !c.is_ready())
+    }
+
     /// The next raw batch, or `None` after the last epoch.
-    fn next_batch(&mut self) -> Result<Option<RawBatch>> {
+    fn next_batch(&mut self) -> Result<Next> {
         loop {
-            if self.interleave.is_none() {
+            if self.interleave.is_none() && self.cached.is_none() {
                 if self.epoch >= self.epochs {
-                    return Ok(None);
+                    return Ok(Next::End);
                 }
-                self.start_epoch();
-            }
-            let mut records = Vec::with_capacity(self.batch_size);
-            while records.len() < self.batch_size {
-                if !self.draining {
-                    let interleave = self.interleave.as_mut().expect("started above");
-                    if let Some(record) = interleave.next(&mut self.pool)? {
-                        records.extend(self.shuffle.push(record));
-                        continue;
-                    }
-                    self.draining = true;
+                if self.waits_for_cache() {
+                    return Ok(Next::WaitForCache);
                 }
-                match self.shuffle.pop() {
-                    Some(r) => records.push(r),
-                    None => break,
+                if self.epoch_from_cache() {
+                    let cache = self.cache.as_ref().expect("checked by epoch_from_cache");
+                    self.cached = Some(CachedEpoch::new(cache.chunks()?));
+                    self.draining = false;
+                } else {
+                    self.start_epoch();
                 }
             }
-            let epoch = self.epoch;
-            if records.len() < self.batch_size {
-                // The epoch is over.
-                self.interleave = None;
-                self.epoch += 1;
-                if records.is_empty() || self.drop_remainder {
-                    for buffer in records.into_iter().filter_map(RawRecord::into_buffer) {
-                        self.pool.put_back(buffer, &self.held);
+            let next = if self.cached.is_some() {
+                self.next_cached_batch()?
+            } else {
+                self.next_read_batch()?
+            };
+            if let Some(raw) = next {
+                self.count_shuffle_slots();
+                self.held.add(raw.slot_bytes());
+                return Ok(Next::Batch(raw));
+            }
+        }
+    }
+
+    /// The next batch of records read from the shards; `None` when the epoch ended with
+    /// nothing more to deliver.
+    fn next_read_batch(&mut self) -> Result<Option<RawBatch>> {
+        let mut records = Vec::with_capacity(self.batch_size);
+        while records.len() < self.batch_size {
+            if !self.draining {
+                let interleave = self.interleave.as_mut().expect("started");
+                if let Some(record) = interleave.next(&mut self.pool)? {
+                    records.extend(self.shuffle.push(record));
+                    continue;
+                }
+                self.draining = true;
+            }
+            match self.shuffle.pop() {
+                Some(r) => records.push(r),
+                None => break,
+            }
+        }
+        let epoch = self.epoch;
+        let fill = self.filling && epoch == 0;
+        let mut cache_only = false;
+        if records.len() < self.batch_size {
+            // The epoch is over. A filling epoch caches its last short batch even when
+            // it is dropped, so that later epochs have every record.
+            self.interleave = None;
+            self.epoch += 1;
+            if fill {
+                let batches = self.seq + u64::from(!records.is_empty());
+                self.cache.as_ref().expect("filling").expect(batches)?;
+            }
+            if records.is_empty() || (self.drop_remainder && !fill) {
+                for buffer in records.into_iter().filter_map(RawRecord::into_buffer) {
+                    self.pool.put_back(buffer, &self.held);
+                }
+                return Ok(None);
+            }
+            cache_only = self.drop_remainder;
+        }
+        let seq = self.seq;
+        self.seq += 1;
+        Ok(Some(RawBatch {
+            seq,
+            epoch,
+            records,
+            fill,
+            cache_only,
+            cached: None,
+        }))
+    }
+
+    /// The next batch of cached rows; `None` when the epoch ended with nothing more to
+    /// deliver.
+    fn next_cached_batch(&mut self) -> Result<Option<RawBatch>> {
+        let cached = self.cached.as_mut().expect("a cached epoch");
+        let mut rows = CachedRows {
+            chunks: Vec::new(),
+            rows: Vec::with_capacity(self.batch_size),
+        };
+        cached.start_batch();
+        while rows.rows.len() < self.batch_size {
+            if !self.draining {
+                if let Some(row) = cached.next_row()? {
+                    if let Some(out) = self.row_shuffle.push(row) {
+                        cached.take(out, &mut rows);
                     }
                     continue;
                 }
+                self.draining = true;
             }
-            self.count_shuffle_slots();
-            let seq = self.seq;
-            self.seq += 1;
-            let raw = RawBatch {
-                seq,
-                epoch,
-                records,
-            };
-            self.held.add(raw.slot_bytes());
-            return Ok(Some(raw));
+            match self.row_shuffle.pop() {
+                Some(row) => cached.take(row, &mut rows),
+                None => break,
+            }
         }
+        let epoch = self.epoch;
+        if rows.rows.len() < self.batch_size {
+            self.cached = None;
+            self.epoch += 1;
+            if rows.rows.is_empty() || self.drop_remainder {
+                return Ok(None);
+            }
+        }
+        let seq = self.seq;
+        self.seq += 1;
+        Ok(Some(RawBatch {
+            seq,
+            epoch,
+            records: Vec::new(),
+            fill: false,
+            cache_only: false,
+            cached: Some(rows),
+        }))
     }
+}
+
+/// What the producer has next.
+enum Next {
+    Batch(RawBatch),
+    /// The next epoch comes from the cache, which the filling epoch's batches still
+    /// being parsed have not completed.
+    WaitForCache,
+    /// Every epoch is done.
+    End,
+}
+
+/// Parses a raw batch, or gathers a batch of cached rows; a batch of the filling epoch
+/// goes into the cache too (a `cache_only` one, the dropped remainder, only there: the
+/// consumer gets an empty batch, which it skips).
+fn process(
+    parser: &Parser,
+    mut raw: RawBatch,
+    files: &[PathBuf],
+    cache: Option<&Cache>,
+) -> (Result<Batch>, Vec<Payload>) {
+    if let Some(rows) = raw.cached.take() {
+        return (Ok(parser.gather(&rows, raw.epoch)), Vec::new());
+    }
+    let Some(cache) = cache.filter(|_| raw.fill) else {
+        return parser.parse(raw, files);
+    };
+    let (seq, cache_only) = (raw.seq, raw.cache_only);
+    let lens = raw
+        .records
+        .iter()
+        .map(|r| u32::try_from(r.bytes().len()).unwrap_or(u32::MAX))
+        .collect();
+    let (parsed, spare) = parser.parse(raw, files);
+    let parsed = parsed
+        .and_then(|batch| {
+            let parsed_bytes = batch.payload_bytes();
+            cache.fill(seq, Chunk::from_batch(&batch, lens), parsed_bytes)?;
+            Ok(if cache_only {
+                Batch {
+                    epoch: batch.epoch,
+                    rows: 0,
+                    columns: Vec::new(),
+                    record_bytes: 0,
+                }
+            } else {
+                batch
+            })
+        })
+        .inspect_err(|_| cache.abandon());
+    (parsed, spare)
 }
 
 enum Inner {
@@ -516,6 +740,7 @@ type RawItem = (u64, Result<RawBatch>);
 #[derive(Clone)]
 struct Parse {
     parser: Parser,
+    cache: Option<Arc<Cache>>,
     files: Arc<Vec<PathBuf>>,
     spare: Sender<Vec<Payload>>,
     shared: Arc<Shared>,
@@ -527,7 +752,7 @@ impl Parse {
     fn run(&self, (seq, raw): RawItem) -> prefetch::Ready {
         let result = raw.and_then(|raw| {
             let slots = raw.slot_bytes();
-            let (parsed, spare) = self.parser.parse(raw, &self.files);
+            let (parsed, spare) = process(&self.parser, raw, &self.files, self.cache.as_deref());
             if let Ok(batch) = &parsed {
                 let bytes = batch.held_bytes();
                 self.held.add(bytes);
@@ -560,6 +785,8 @@ fn produce(
         let failed = item.1.is_err();
         out.send(item).is_ok() && !failed
     };
+    // Credits received while waiting for the cache, not yet used.
+    let mut banked = 0usize;
     loop {
         if parse.shared.stop.load(Ordering::Relaxed) {
             return;
@@ -568,6 +795,10 @@ fn produce(
             producer.recycle(&mut payloads);
         }
         let have_credit = match credits.try_recv() {
+            _ if banked > 0 => {
+                banked -= 1;
+                true
+            }
             Ok(()) => true,
             Err(_) => match raw_rx.try_recv() {
                 Ok(raw) => {
@@ -597,10 +828,36 @@ fn produce(
         }
         let seq = producer.seq;
         match producer.next_batch() {
-            Ok(Some(raw)) => {
+            Ok(Next::Batch(raw)) => {
                 let _ = raw_tx.send((raw.seq, Ok(raw)));
             }
-            Ok(None) => break,
+            Ok(Next::End) => break,
+            Ok(Next::WaitForCache) => {
+                // The cached epochs start once the filling epoch's last batches are
+                // parsed (and in the cache): help parse them meanwhile.
+                banked += 1;
+                let sealed = producer.cache.as_ref().expect("waits").sealed().clone();
+                crossbeam_channel::select! {
+                    recv(raw_rx) -> raw => {
+                        if let Ok(raw) = raw {
+                            if !send_out(parse.run(raw)) {
+                                return;
+                            }
+                        }
+                    }
+                    recv(sealed) -> _ => {}
+                    recv(credits) -> c => {
+                        if c.is_err() {
+                            return;
+                        }
+                        banked += 1;
+                    }
+                }
+                if producer.cache.as_ref().is_some_and(|c| c.is_abandoned()) {
+                    // The filling failed; its error is on its way to the consumer.
+                    return;
+                }
+            }
             Err(e) => {
                 let _ = raw_tx.send((seq, Err(e)));
                 break;
@@ -635,6 +892,7 @@ fn start_threads(
     let (raw_tx, raw_rx) = unbounded::<RawItem>();
     let (spare_tx, spare_rx) = unbounded();
     let parse = Parse {
+        cache: producer.cache.clone(),
         parser,
         files: Arc::new(files),
         spare: spare_tx,
@@ -724,6 +982,7 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> std::io::Result<JoinH
 /// A running pipeline: an iterator of parsed batches.
 pub struct Pipeline {
     inner: Inner,
+    cache: Option<Arc<Cache>>,
     spec: Vec<FeatureSpec>,
     files: Vec<PathBuf>,
     tuned: Tuned,
@@ -803,6 +1062,12 @@ impl Pipeline {
         }
     }
 
+    /// What the cache did (`None` without one): filled, rebuilt (and why) or reused, its
+    /// records and bytes.
+    pub fn cache(&self) -> Option<CacheReport> {
+        self.cache.as_ref().map(|c| c.report())
+    }
+
     /// The settings in use (after automatic tuning; the prefetch depth as it is now).
     pub fn tuned(&self) -> Tuned {
         let mut tuned = self.tuned;
@@ -835,22 +1100,40 @@ impl Iterator for Pipeline {
                 producer,
                 parser,
                 held,
-            } => match producer.next_batch() {
-                Ok(Some(raw)) => {
-                    held.sub(raw.slot_bytes());
-                    let (parsed, mut spare) = parser.parse(raw, &self.files);
-                    producer.recycle(&mut spare);
-                    if parsed.is_err() {
+            } => loop {
+                match producer.next_batch() {
+                    Ok(Next::Batch(raw)) => {
+                        held.sub(raw.slot_bytes());
+                        let cache = self.cache.as_deref();
+                        let (parsed, mut spare) = process(parser, raw, &self.files, cache);
+                        producer.recycle(&mut spare);
+                        match parsed {
+                            Ok(batch) if batch.rows == 0 => continue,
+                            Ok(batch) => return Some(Ok(batch)),
+                            Err(e) => {
+                                producer.epoch = producer.epochs;
+                                producer.interleave = None;
+                                producer.cached = None;
+                                return Some(Err(e));
+                            }
+                        }
+                    }
+                    Ok(Next::End) => return None,
+                    Ok(Next::WaitForCache) => {
+                        // Sequentially, every batch of the filling epoch was parsed
+                        // before the next is asked for: only a failed filling is left.
                         producer.epoch = producer.epochs;
                         producer.interleave = None;
+                        return Some(Err(Error::new(ErrorKind::CacheDamaged(
+                            "the filling epoch did not complete".into(),
+                        ))));
                     }
-                    Some(parsed)
-                }
-                Ok(None) => None,
-                Err(e) => {
-                    producer.epoch = producer.epochs;
-                    producer.interleave = None;
-                    Some(Err(e))
+                    Err(e) => {
+                        producer.epoch = producer.epochs;
+                        producer.interleave = None;
+                        producer.cached = None;
+                        return Some(Err(e));
+                    }
                 }
             },
         }

@@ -7,6 +7,7 @@ use crate::example::bytes::Home;
 use crate::example::columnar::{Batch, Decoder};
 use crate::example::FeatureSpec;
 use crate::pipeline::batch::{Payload, RawBatch};
+use crate::pipeline::cache::{self, CachedRows};
 use crate::tfrecord::frame;
 
 /// Cache lines of the next record fetched ahead while one is parsed.
@@ -87,6 +88,15 @@ impl Parser {
             return (Err(e), spare);
         }
         (Ok(columns.finish(epoch, rows, record_bytes)), spare)
+    }
+}
+
+impl Parser {
+    /// A batch of cached rows (see [`crate::pipeline::cache`]).
+    pub(crate) fn gather(&self, rows: &CachedRows, epoch: u64) -> Batch {
+        let mut columns = self.decoder.start();
+        let bytes = cache::gather(self.decoder.spec(), rows, columns.columns_mut());
+        columns.finish(epoch, rows.rows.len(), bytes)
     }
 }
 

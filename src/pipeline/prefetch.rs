@@ -113,7 +113,13 @@ impl Prefetch {
         self.limit.store(grown, Ordering::Relaxed);
     }
 
+    /// Hands a batch out; `None` for an empty one (a batch only for the cache), which
+    /// is skipped, its credit given back.
     fn deliver(&mut self, batch: Result<Batch>) -> Option<Result<Batch>> {
+        if batch.as_ref().is_ok_and(|b| b.rows == 0) {
+            let _ = self.credits.send(());
+            return None;
+        }
         self.delivered += 1;
         if let Ok(b) = &batch {
             self.largest_batch = self.largest_batch.max(b.payload_bytes());
@@ -129,7 +135,10 @@ impl Prefetch {
         loop {
             if let Some(ready) = self.waiting.remove(&self.next_seq) {
                 self.next_seq += 1;
-                return self.deliver(ready);
+                match self.deliver(ready) {
+                    Some(batch) => return Some(batch),
+                    None => continue,
+                }
             }
             let received = match self.rx.try_recv() {
                 Ok(item) => Ok(item),
@@ -147,7 +156,10 @@ impl Prefetch {
                     // An error is reported at once, whatever the order.
                     if !self.deterministic || seq == self.next_seq || batch.is_err() {
                         self.next_seq += u64::from(seq == self.next_seq);
-                        return self.deliver(batch);
+                        match self.deliver(batch) {
+                            Some(batch) => return Some(batch),
+                            None => continue,
+                        }
                     }
                     self.waiting.insert(seq, batch);
                 }

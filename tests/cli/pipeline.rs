@@ -11,7 +11,7 @@ use crate::convert::write_table;
 use crate::{convert_parquet, run, s, scratch};
 
 /// 10 shards of 500 records each, ids 0..5000 in order.
-fn shards(name: &str) -> PathBuf {
+pub(crate) fn shards(name: &str) -> PathBuf {
     let dir = scratch(name);
     let input = dir.join("t.parquet");
     write_table(&input, 5000, 0, 1000);
@@ -23,7 +23,7 @@ fn shards(name: &str) -> PathBuf {
 }
 
 /// Every `y` (id % 10) and `id` (as a number) of every batch, with its epoch.
-fn ids(batches: &[Batch]) -> Vec<(u64, u64)> {
+pub(crate) fn ids(batches: &[Batch]) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     for b in batches {
         let Some(col) = b.column("id") else {
