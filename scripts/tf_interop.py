@@ -13,6 +13,7 @@ Called by scripts/tf_interop.sh with the tfshard binary and a scratch folder.
 3. List-of-list columns in SequenceExample mode, parsed with
    `tf.io.parse_single_sequence_example`.
 """
+import base64
 import datetime
 import decimal
 import json
@@ -271,6 +272,73 @@ def sequence_table():
     print("sequence examples: TensorFlow parses the list-of-list columns as feature lists")
 
 
+def sequence_pipeline():
+    """The pipeline's batches of SequenceExamples equal tf.io.parse_sequence_example's with
+    tf.io.RaggedFeature: context features as columns, each feature list two levels of
+    row splits (records -> steps -> values); also when the batches come from the cache."""
+    n = 13
+    table = pa.table({
+        "label": pa.array(range(n), pa.int64()),
+        "name": pa.array([f"seq-{i}" for i in range(n)]),
+        "scores": pa.array([[0.5 * j for j in range(i % 4)] for i in range(n)], pa.list_(pa.float32())),
+        "steps": pa.array([[[i, j] * (j % 3) for j in range(i % 5)] if i % 6 else None for i in range(n)],
+                          pa.list_(pa.list_(pa.int64()))),
+        "frames": pa.array([[[1.0 * i, 2.0 * j] for j in range(i % 4)] for i in range(n)],
+                           pa.list_(pa.list_(pa.float32(), 2))),
+        "words": pa.array([[[f"w{i}.{j}.{k}" for k in range(j)] for j in range(i % 3)] for i in range(n)],
+                          pa.list_(pa.list_(pa.string()))),
+    })
+    src = os.path.join(WORK, "sequence-pipeline.parquet")
+    pq.write_table(table, src)
+    out = os.path.join(WORK, "sequence-pipeline")
+    tfshard("convert", "parquet", src, "-o", out, "--record-type", "sequence-example", "--quiet",
+            "--max-records-per-shard", "4")
+    manifest = json.load(open(os.path.join(out, "data.manifest.json")))
+    dtype = {"int64": tf.int64, "float": tf.float32, "bytes": tf.string}
+    context, lists = {}, {}
+    for f in manifest["features"]:
+        d = dtype[f["kind"]]
+        if f.get("part") == "feature_lists":
+            lists[f["name"]] = tf.io.RaggedFeature(d, row_splits_dtype=tf.int64)
+        elif f["shape"] is None:
+            context[f["name"]] = tf.io.RaggedFeature(d, row_splits_dtype=tf.int64)
+        else:
+            context[f["name"]] = tf.io.FixedLenFeature(f["shape"], d)
+    check(set(lists) == {"steps", "frames", "words"}, f"feature lists: {sorted(lists)}")
+    files = [os.path.join(out, s["file"]) for s in manifest["shards"]]
+    batch = 5
+    want = []
+    for records in tf.data.TFRecordDataset(files).batch(batch):
+        ctx, seq, _ = tf.io.parse_sequence_example(records, context_features=context, sequence_features=lists)
+        want.append((ctx, seq))
+    reader = os.environ.get("TFSHARD_READ_BATCHES") or os.path.join(ROOT, "target/debug/examples/read_batches")
+    for extra in ([], ["--cache"]):
+        lines = subprocess.run([reader, out, str(batch), *extra], check=True, capture_output=True,
+                               text=True).stdout.splitlines()
+        label = "cached " if extra else ""
+        check(len(lines) == len(want), f"{label}batches: {len(lines)} != {len(want)}")
+        for b, (line, (ctx, seq)) in enumerate(zip(lines, want)):
+            got = json.loads(line)["columns"]
+
+            def flat(name, t):
+                v = t.flat_values.numpy() if isinstance(t, tf.RaggedTensor) else t.numpy().reshape(-1)
+                if v.dtype == object:
+                    return [base64.b64encode(x).decode() for x in v.tolist()]
+                return v.tolist()
+
+            for name, t in list(ctx.items()) + list(seq.items()):
+                g = got[name]
+                check(g["values"] == flat(name, t), f"{label}batch {b} {name}: values {g['values']} != {flat(name, t)}")
+                if name in lists:
+                    check(g["row_splits"] == t.row_splits.numpy().tolist(), f"{label}batch {b} {name}: row splits")
+                    check(g["step_splits"] == t.values.row_splits.numpy().tolist(), f"{label}batch {b} {name}: step splits")
+                elif isinstance(t, tf.RaggedTensor):
+                    check(g["row_splits"] == t.row_splits.numpy().tolist(), f"{label}batch {b} {name}: row splits")
+                    check(g["step_splits"] is None, f"{label}batch {b} {name}: one level")
+    print(f"sequence pipeline: batches of {n} SequenceExamples equal tf.io.parse_sequence_example's "
+          "with RaggedFeature (read and cached)")
+
+
 def image_folder():
     """TensorFlow decodes every image/encoded; height, width and labels agree."""
     import shutil
@@ -413,4 +481,5 @@ shuffled_splits()
 image_folder()
 converted_table()
 sequence_table()
+sequence_pipeline()
 print(f"tf_interop: {checks} passed, 0 failed")

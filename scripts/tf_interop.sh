@@ -11,6 +11,8 @@ bin=${TFSHARD:-$root/target/debug/tfshard}
 example=${TFSHARD_WRITE_RECORDS:-$root/target/debug/examples/write_records}
 [ -x "$bin" ] || cargo build --quiet
 [ -x "$example" ] || cargo build --quiet --example write_records
+export TFSHARD_READ_BATCHES=${TFSHARD_READ_BATCHES:-$root/target/debug/examples/read_batches}
+[ -x "$TFSHARD_READ_BATCHES" ] || cargo build --quiet --example read_batches
 work="$root/target/interop"
 rm -rf "$work"
 mkdir -p "$work"

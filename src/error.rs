@@ -403,9 +403,6 @@ pub enum ErrorKind {
     /// A record's bytes do not form the message they should (the pipeline's parser).
     #[error("decode error: {0}")]
     Malformed(WireProblem),
-    /// The pipeline reads `tf.train.Example` records; these are SequenceExamples.
-    #[error("the pipeline reads tf.train.Example records; these shards hold SequenceExamples")]
-    SequenceExamplesUnsupported,
     /// The pipeline's cache file changed while the run read it (it was checked whole
     /// when the run began).
     #[error("cache file damaged while read: {0}")]

@@ -77,8 +77,13 @@ pub struct Column {
     /// The values of every row, row after row.
     pub values: Values,
     /// For variable-length columns: `rows + 1` offsets into `values`, as
-    /// `tf.RaggedTensor.row_splits`. `None` for fixed shapes (dense).
+    /// `tf.RaggedTensor.row_splits`. `None` for fixed shapes (dense). For a feature list
+    /// (SequenceExamples): `rows + 1` offsets into the steps.
     pub row_splits: Option<Vec<u64>>,
+    /// For a feature list: `steps + 1` offsets into `values`, the inner row splits of the
+    /// two-level ragged tensor (records → steps → values) that `tf.io.RaggedFeature`
+    /// gives. `None` for every other column.
+    pub step_splits: Option<Vec<u64>>,
 }
 
 /// A batch of parsed records, column by column.
@@ -106,7 +111,9 @@ impl Batch {
         self.columns
             .iter()
             .map(|c| {
-                c.values.payload_bytes() + 8 * c.row_splits.as_ref().map_or(0, Vec::len) as u64
+                c.values.payload_bytes()
+                    + 8 * c.row_splits.as_ref().map_or(0, Vec::len) as u64
+                    + 8 * c.step_splits.as_ref().map_or(0, Vec::len) as u64
             })
             .sum()
     }
@@ -116,7 +123,9 @@ impl Batch {
         self.columns
             .iter()
             .map(|c| {
-                c.values.held_bytes() + 8 * c.row_splits.as_ref().map_or(0, Vec::capacity) as u64
+                c.values.held_bytes()
+                    + 8 * c.row_splits.as_ref().map_or(0, Vec::capacity) as u64
+                    + 8 * c.step_splits.as_ref().map_or(0, Vec::capacity) as u64
             })
             .sum()
     }
@@ -126,7 +135,10 @@ impl Batch {
 #[derive(Debug, Clone)]
 pub struct Decoder {
     spec: Vec<FeatureSpec>,
+    /// Example features, or a SequenceExample's context features, by name.
     index: HashMap<Vec<u8>, usize>,
+    /// A SequenceExample's feature lists, by name (`None`: the records are Examples).
+    lists: Option<HashMap<Vec<u8>, usize>>,
 }
 
 /// The columns of a batch being decoded.
@@ -156,23 +168,25 @@ impl Columns {
 }
 
 impl Decoder {
-    /// A decoder for a spec (Example features only).
+    /// A decoder for a spec: of `tf.train.Example` features, or (when the spec says
+    /// which part each feature is in) of a `tf.train.SequenceExample`'s context features
+    /// and feature lists.
     ///
     /// # Errors
     ///
-    /// A spec with `feature_lists` (SequenceExamples are not decoded into columns).
+    /// None today (the signature leaves room for specs a decoder cannot follow).
     pub fn new(spec: &[FeatureSpec]) -> Result<Decoder> {
-        if spec.iter().any(|f| f.part == Some(Part::FeatureLists)) {
-            return Err(Error::new(ErrorKind::SequenceExamplesUnsupported));
-        }
-        let index = spec
-            .iter()
-            .enumerate()
-            .map(|(i, f)| (f.name.as_bytes().to_vec(), i))
-            .collect();
+        let by_name = |list: bool| -> HashMap<Vec<u8>, usize> {
+            spec.iter()
+                .enumerate()
+                .filter(|(_, f)| (f.part == Some(Part::FeatureLists)) == list)
+                .map(|(i, f)| (f.name.as_bytes().to_vec(), i))
+                .collect()
+        };
         Ok(Decoder {
             spec: spec.to_vec(),
-            index,
+            index: by_name(false),
+            lists: spec.iter().any(|f| f.part.is_some()).then(|| by_name(true)),
         })
     }
 
@@ -190,7 +204,9 @@ impl Decoder {
                 name: f.name.clone(),
                 shape: f.shape.clone(),
                 values: Values::new(f.kind),
-                row_splits: f.shape.is_none().then(|| vec![0]),
+                row_splits: (f.shape.is_none() || f.part == Some(Part::FeatureLists))
+                    .then(|| vec![0]),
+                step_splits: (f.part == Some(Part::FeatureLists)).then(|| vec![0]),
             })
             .collect();
         Columns {
@@ -211,6 +227,15 @@ impl Decoder {
         c.seen.iter_mut().for_each(|s| *s = false);
         self.parse_record(bytes, home, &mut c.columns, &mut c.seen, &mut c.order)?;
         for (i, column) in c.columns.iter_mut().enumerate() {
+            if let Some(steps) = &column.step_splits {
+                let steps = steps.len() as u64 - 1;
+                column
+                    .row_splits
+                    .as_mut()
+                    .expect("a list has both")
+                    .push(steps);
+                continue;
+            }
             match &mut column.row_splits {
                 Some(splits) => splits.push(column.values.len() as u64),
                 None if !c.seen[i] => {
@@ -234,6 +259,11 @@ impl Decoder {
     ) -> Result<()> {
         let mut entry_index = 0;
         fields(bytes, |field, wire, features| {
+            if field == 2 && wire == 2 {
+                if let Some(lists) = &self.lists {
+                    return self.parse_lists(features, lists, bytes, home, columns, seen);
+                }
+            }
             if field != 1 || wire != 2 {
                 return Ok(());
             }
@@ -281,6 +311,59 @@ impl Decoder {
                 self.spec[i]
                     .check_values(kind, count)
                     .map_err(|m| Error::new(ErrorKind::RecordMismatch(m)))
+            })
+        })
+    }
+}
+
+impl Decoder {
+    /// A SequenceExample's `FeatureLists`: each list's steps appended to its column, one
+    /// step split per `Feature`, each step checked against the spec's step shape.
+    fn parse_lists(
+        &self,
+        feature_lists: &[u8],
+        lists: &HashMap<Vec<u8>, usize>,
+        record: &[u8],
+        home: Home<'_>,
+        columns: &mut [Column],
+        seen: &mut [bool],
+    ) -> Result<()> {
+        fields(feature_lists, |field, wire, entry| {
+            if field != 1 || wire != 2 {
+                return Ok(());
+            }
+            let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
+            fields(entry, |field, _, payload| {
+                match field {
+                    1 => key = payload,
+                    2 => value = payload,
+                    _ => {}
+                }
+                Ok(())
+            })?;
+            let Some(&i) = lists.get(key) else {
+                return Ok(());
+            };
+            if std::mem::replace(&mut seen[i], true) {
+                return Err(malformed(WireProblem::DuplicateFeature {
+                    feature: columns[i].name.clone(),
+                }));
+            }
+            let column = &mut columns[i];
+            fields(value, |field, wire, feature| {
+                if field != 1 || wire != 2 {
+                    return Ok(());
+                }
+                let before = column.values.len();
+                let kind = append_feature(feature, &mut column.values, record, home)
+                    .map_err(|e| e.with_column(column.name.clone()))?;
+                let count = (column.values.len() - before) as u64;
+                self.spec[i]
+                    .check_values(kind, count)
+                    .map_err(|m| Error::new(ErrorKind::RecordMismatch(m)))?;
+                let end = column.values.len() as u64;
+                column.step_splits.as_mut().expect("a list").push(end);
+                Ok(())
             })
         })
     }

@@ -69,6 +69,9 @@ pub(crate) struct Chunk {
 struct ChunkColumn {
     /// `rows + 1` offsets into the values, for variable-length features.
     row_splits: Option<Vec<u64>>,
+    /// For a feature list: `steps + 1` offsets into the values (`row_splits` then
+    /// counts steps).
+    step_splits: Option<Vec<u64>>,
     values: ChunkValues,
 }
 
@@ -156,6 +159,7 @@ impl Chunk {
             .iter()
             .map(|c| ChunkColumn {
                 row_splits: c.row_splits.clone(),
+                step_splits: c.step_splits.clone(),
                 values: match &c.values {
                     Values::Int64(v) => ChunkValues::Int64(v.clone()),
                     Values::Float(v) => ChunkValues::Float(v.clone()),
@@ -185,6 +189,7 @@ impl Chunk {
                 .map(|c| {
                     c.values.held_bytes()
                         + 8 * c.row_splits.as_ref().map_or(0, Vec::capacity) as u64
+                        + 8 * c.step_splits.as_ref().map_or(0, Vec::capacity) as u64
                 })
                 .sum::<u64>()
     }
@@ -206,7 +211,11 @@ impl Chunk {
         }
         for c in &self.columns {
             out.push(c.values.kind() as u8);
-            out.push(u8::from(c.row_splits.is_some()));
+            out.push(u8::from(c.row_splits.is_some()) | (u8::from(c.step_splits.is_some()) << 1));
+            if let Some(splits) = &c.step_splits {
+                out.extend_from_slice(&(splits.len() as u64).to_le_bytes());
+                put_u64s(out, splits);
+            }
             if let Some(splits) = &c.row_splits {
                 put_u64s(out, splits);
             }
@@ -254,13 +263,21 @@ impl Chunk {
         let mut out = Vec::with_capacity(columns);
         for f in spec {
             let kind = r.u8()?;
-            let has_splits = r.u8()? != 0;
-            if kind != f.kind as u8 || has_splits != f.shape.is_none() {
+            let flags = r.u8()?;
+            let list = f.part == Some(crate::example::Part::FeatureLists);
+            let has_splits = f.shape.is_none() || list;
+            if kind != f.kind as u8 || flags != u8::from(has_splits) | (u8::from(list) << 1) {
                 return Err(format!(
                     "column {:?} is not laid out as the spec says",
                     f.name
                 ));
             }
+            let step_splits = if list {
+                let n = r.u64()?;
+                Some(r.u64s(usize::try_from(n).map_err(|_| "too many steps")?)?)
+            } else {
+                None
+            };
             let row_splits = if has_splits {
                 Some(r.u64s(rows + 1)?)
             } else {
@@ -302,6 +319,25 @@ impl Chunk {
                 }
             };
             let values_len = values.len() as u64;
+            let ordered = |splits: &[u64], last: u64| {
+                splits.first() == Some(&0)
+                    && splits.windows(2).all(|w| w[0] <= w[1])
+                    && splits.last() == Some(&last)
+            };
+            if let Some(steps) = &step_splits {
+                let row_splits = row_splits.as_deref().expect("a list has row splits");
+                if !ordered(steps, values_len)
+                    || !ordered(row_splits, steps.len().saturating_sub(1) as u64)
+                {
+                    return Err(format!("column {:?}: step splits out of order", f.name));
+                }
+                out.push(ChunkColumn {
+                    row_splits: Some(row_splits.to_vec()),
+                    step_splits,
+                    values,
+                });
+                continue;
+            }
             match (&row_splits, &f.shape) {
                 (Some(splits), _) => {
                     if splits.first() != Some(&0)
@@ -319,7 +355,11 @@ impl Chunk {
                 }
                 (None, None) => unreachable!("checked against the spec above"),
             }
-            out.push(ChunkColumn { row_splits, values });
+            out.push(ChunkColumn {
+                row_splits,
+                step_splits: None,
+                values,
+            });
         }
         if r.pos != bytes.len() {
             return Err("bytes after the last column".into());
@@ -409,9 +449,13 @@ pub(crate) fn gather(spec: &[FeatureSpec], rows: &CachedRows, columns: &mut [Col
         ranges.clear();
         ranges.extend(rows.rows.iter().map(|&(chunk, row)| {
             let row = row as usize;
-            match &rows.chunks[chunk as usize].columns[c].row_splits {
-                Some(splits) => splits[row] as usize..splits[row + 1] as usize,
-                None => row * per_row..(row + 1) * per_row,
+            let column = &rows.chunks[chunk as usize].columns[c];
+            match (&column.row_splits, &column.step_splits) {
+                (Some(splits), Some(steps)) => {
+                    steps[splits[row] as usize] as usize..steps[splits[row + 1] as usize] as usize
+                }
+                (Some(splits), None) => splits[row] as usize..splits[row + 1] as usize,
+                (None, _) => row * per_row..(row + 1) * per_row,
             }
         }));
         let count: usize = ranges.iter().map(|r| r.len()).sum();
@@ -457,6 +501,26 @@ pub(crate) fn gather(spec: &[FeatureSpec], rows: &CachedRows, columns: &mut [Col
                     }
                 }
             }
+        }
+        if let Some(out_steps) = &mut out.step_splits {
+            // Two levels: each row's steps, their ends moved to where its values land.
+            let out_rows = out.row_splits.as_mut().expect("a list has row splits");
+            let mut base = 0u64;
+            for &(chunk, row) in &rows.rows {
+                let column = &rows.chunks[chunk as usize].columns[c];
+                let (Some(splits), Some(steps)) = (&column.row_splits, &column.step_splits) else {
+                    unreachable!("chunks are checked against the spec")
+                };
+                let (s0, s1) = (
+                    splits[row as usize] as usize,
+                    splits[row as usize + 1] as usize,
+                );
+                let first = steps[s0];
+                out_steps.extend(steps[s0 + 1..=s1].iter().map(|&end| base + end - first));
+                base += steps[s1] - first;
+                out_rows.push(out_steps.len() as u64 - 1);
+            }
+            continue;
         }
         if let Some(splits) = &mut out.row_splits {
             splits.reserve_exact(ranges.len());

@@ -59,7 +59,7 @@ use crossbeam_channel::{unbounded, Receiver, Sender};
 
 use crate::dataset::Dataset;
 use crate::error::{Error, ErrorKind, Result};
-use crate::example::{FeatureSpec, RecordType};
+use crate::example::FeatureSpec;
 use crate::tfrecord::Compression;
 
 pub use crate::example::bytes::BytesValues;
@@ -268,12 +268,10 @@ impl PipelineBuilder {
     pub fn build(self) -> Result<Pipeline> {
         let o = self.options;
         let dataset = Dataset::discover(&o.paths)?;
-        if dataset.record_type() == RecordType::SequenceExample {
-            return Err(Error::new(crate::ErrorKind::SequenceExamplesUnsupported));
-        }
+        let record_type = dataset.record_type();
         let spec = match o.spec.clone() {
             Some(spec) => spec,
-            None => crate::records::feature_spec(&dataset, o.compression, RecordType::Example)?,
+            None => crate::records::feature_spec(&dataset, o.compression, record_type)?,
         };
         let parser = Parser::new(&spec)?;
         let files = dataset.shards.clone();
@@ -284,7 +282,7 @@ impl PipelineBuilder {
             Some(mode) => Some(Arc::new(Cache::open(
                 mode,
                 &spec,
-                RecordType::Example,
+                record_type,
                 &cache_sources(&dataset)?,
             )?)),
             None => None,

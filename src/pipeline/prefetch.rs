@@ -191,6 +191,7 @@ mod tests {
                 shape: Some(vec![]),
                 values: Values::Bytes(values),
                 row_splits: None,
+                step_splits: None,
             }],
             record_bytes: bytes as u64,
         })

@@ -360,3 +360,124 @@ fn bench_reports_the_filling_and_the_cached_epochs_apart() {
     assert_eq!(code, 0);
     assert!(!out.contains("cache"), "no cache unless asked: {out}");
 }
+
+/// SequenceExamples: `id` in the context, `frames` a feature list whose row `id` has
+/// `id % 4` steps, step `j` holding `j + 1` floats `[id, j, j, ...]`.
+fn sequence_shards(name: &str) -> PathBuf {
+    use arrow_array::builder::{Float32Builder, ListBuilder};
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+    use std::sync::Arc;
+    let dir = scratch(name);
+    let mut frames = ListBuilder::new(ListBuilder::new(Float32Builder::new()));
+    for id in 0..300u32 {
+        for j in 0..id % 4 {
+            let step = frames.values();
+            step.values().append_value(id as f32);
+            for _ in 0..j {
+                step.values().append_value(j as f32);
+            }
+            step.append(true);
+        }
+        frames.append(true);
+    }
+    let batch = RecordBatch::try_from_iter(vec![
+        (
+            "id",
+            Arc::new(Int64Array::from_iter_values(0..300)) as ArrayRef,
+        ),
+        ("frames", Arc::new(frames.finish()) as ArrayRef),
+    ])
+    .unwrap();
+    let input = dir.join("seq.parquet");
+    let mut w = parquet::arrow::ArrowWriter::try_new(
+        fs::File::create(&input).unwrap(),
+        batch.schema(),
+        None,
+    )
+    .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+    let out = dir.join("shards");
+    let (code, _, err) = crate::convert_parquet(
+        &input,
+        &out,
+        &[
+            "--record-type",
+            "sequence-example",
+            "--max-records-per-shard",
+            "40",
+            "--quiet",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// (epoch, id) of every row, each row's steps checked against its id.
+fn sequence_rows(batches: &[Batch]) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    for b in batches {
+        let Some(Values::Int64(ids)) = b.column("id").map(|c| &c.values) else {
+            panic!("id is int64")
+        };
+        let frames = b.column("frames").unwrap();
+        let Values::Float(values) = &frames.values else {
+            panic!("frames are floats")
+        };
+        let rows = frames.row_splits.as_ref().expect("records -> steps");
+        let steps = frames.step_splits.as_ref().expect("steps -> values");
+        assert_eq!(rows.len(), b.rows + 1);
+        for (r, &id) in ids.iter().enumerate() {
+            let mut want = Vec::new();
+            for j in 0..id % 4 {
+                let mut step = vec![id as f32];
+                step.extend(std::iter::repeat_n(j as f32, j as usize));
+                want.push(step);
+            }
+            let got: Vec<Vec<f32>> = (rows[r]..rows[r + 1])
+                .map(|s| {
+                    values[steps[s as usize] as usize..steps[s as usize + 1] as usize].to_vec()
+                })
+                .collect();
+            assert_eq!(got, want, "id {id}");
+            out.push((b.epoch, id as u64));
+        }
+    }
+    out
+}
+
+#[test]
+fn sequence_examples_go_through_the_pipeline_read_and_cached() {
+    let dir = sequence_shards("cache_sequence");
+    for sequential in [false, true] {
+        for cache in [None, Some(CacheMode::Memory)] {
+            let mut b = Pipeline::builder(vec![dir.clone()])
+                .with_epochs(3)
+                .with_shuffle(50, 9)
+                .with_batch(7, false);
+            if let Some(c) = cache.clone() {
+                b = b.with_cache(c);
+            }
+            if sequential {
+                b = b.sequential();
+            }
+            let mut pipeline = b.build().unwrap();
+            let batches = pipeline
+                .by_ref()
+                .collect::<tfshard::Result<Vec<_>>>()
+                .unwrap();
+            let rows = sequence_rows(&batches);
+            for e in 0..3 {
+                assert_eq!(sorted(epoch(&rows, e)), (0..300).collect::<Vec<_>>());
+            }
+            if cache.is_some() {
+                assert_eq!(pipeline.cache().unwrap().records, 300);
+            }
+        }
+    }
+    // bench reads them too.
+    let (code, out, err) = run(["bench", s(&dir), "--json", "--cache"]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["records"], 600);
+}
