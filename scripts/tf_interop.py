@@ -339,6 +339,88 @@ def sequence_pipeline():
           "with RaggedFeature (read and cached)")
 
 
+def tfds_layout():
+    """`--tfds NAME`: tensorflow_datasets loads the folder with builder_from_directory;
+    every record of every split has pyarrow's values with the dtypes and shapes that
+    features.json declares; images decode through TFDS's Image feature, labels through
+    ClassLabel with the folder names; GIF and WebP are refused or skipped; workers'
+    parts finalized with --tfds load the same."""
+    import shutil
+    import tensorflow_datasets as tfds
+    n = 300
+    rows = list(range(n))
+    table = pa.table({
+        "id": pa.array(rows, pa.int64()),
+        "maybe": pa.array([None if i % 3 == 0 else i * 7 for i in rows], pa.int64()),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array([float(i + k) for i in rows for k in range(3)], pa.float32()), 3),
+        "name": pa.array([f"row {i} \u00e9" for i in rows]),
+        "flag": pa.array([i % 2 == 0 for i in rows]),
+        "big": pa.array([2**62 + i for i in rows], pa.uint64()),
+        "ragged": pa.array([list(range(i % 4)) for i in rows], pa.list_(pa.int64())),
+        "meta": pa.array([{"a": i, "b": f"b{i}"} for i in rows], pa.struct([("a", pa.int32()), ("b", pa.string())])),
+        "x64": pa.array([i / 3 for i in rows], pa.float64()),
+    })
+    src = os.path.join(WORK, "tfds.parquet")
+    pq.write_table(table, src)
+    out = os.path.join(WORK, "tfds-out")
+    tfshard("convert", "parquet", src, "-o", out, "--tfds", "interop_ds", "--split", "train=0.7,test=0.3",
+            "--target-shard-size", "8KB", "--quiet")
+    builder = tfds.builder_from_directory(os.path.join(out, "interop_ds", "1.0.0"))
+    seen = []
+    for split in ("train", "test"):
+        check(builder.info.splits[split].num_shards > 1, f"tfds: {split} in several shards")
+        for ex in tfds.as_numpy(builder.as_dataset(split=split)):
+            i = int(ex["id"])
+            seen.append(i)
+            check(ex["id"].dtype == np.int64 and ex["id"].shape == (), "tfds: id is an int64 scalar")
+            want_maybe = [] if i % 3 == 0 else [i * 7]
+            check(ex["maybe"].tolist() == want_maybe, f"tfds: null as an empty array ({ex['maybe']})")
+            check(ex["vec"].dtype == np.float32 and ex["vec"].tolist() == [float(i + k) for k in range(3)], "tfds: vec")
+            check(ex["name"] == f"row {i} \u00e9".encode(), "tfds: string")
+            check(ex["flag"].dtype == np.bool_ and bool(ex["flag"]) == (i % 2 == 0), "tfds: bool")
+            check(ex["big"].dtype == np.uint64 and int(ex["big"]) == 2**62 + i, f"tfds: uint64 {ex['big']}")
+            check(ex["ragged"].tolist() == list(range(i % 4)), "tfds: variable length")
+            check(int(ex["meta"]["a"]) == i and ex["meta"]["b"] == f"b{i}".encode(), "tfds: nested dict")
+            check(ex["x64"] == np.float32(i / 3), "tfds: float64 as float32")
+    check(sorted(seen) == rows, "tfds: every row once over the splits")
+
+    # Images: JPEG, PNG, BMP decode through Image; GIF and WebP are an error, or skipped.
+    images = os.path.join(ROOT, "testdata", "images")
+    img_out = os.path.join(WORK, "tfds-images")
+    bad = subprocess.run([BIN, "convert", "images", images, "-o", img_out, "--tfds", "imgs", "--quiet"],
+                         capture_output=True, text=True)
+    check(bad.returncode == 1 and "TFDS's Image feature cannot decode" in bad.stderr
+          and (".gif" in bad.stderr or ".webp" in bad.stderr), f"tfds: gif/webp refused: {bad.stderr}")
+    tfshard("convert", "images", images, "-o", img_out, "--tfds", "imgs", "--on-error", "skip",
+            "--overwrite", "--quiet")
+    manifest = json.load(open(os.path.join(img_out, "imgs", "1.0.0", "imgs-train.manifest.json")))
+    skipped = sorted(s["path"].rsplit(".", 1)[1] for s in manifest["skipped"])
+    check(skipped == ["gif", "webp"], f"tfds: skipped {skipped}")
+    builder = tfds.builder_from_directory(os.path.join(img_out, "imgs", "1.0.0"))
+    label = builder.info.features["image"]["class"]["label"]
+    check(label.names == manifest["classes"], f"tfds: ClassLabel names {label.names}")
+    count = 0
+    for ex in tfds.as_numpy(builder.as_dataset(split="train")):
+        img = ex["image"]["encoded"]
+        check(img.dtype == np.uint8 and img.ndim == 3 and img.shape[2] == 3, f"tfds: image {img.shape}")
+        check(img.shape[:2] == (int(ex["image"]["height"]), int(ex["image"]["width"])), "tfds: image size")
+        check(label.names[int(ex["image"]["class"]["label"])] == ex["image"]["class"]["text"].decode(), "tfds: label")
+        count += 1
+    check(count == 5, f"tfds: {count} images")
+
+    # Workers, then finalize --tfds.
+    many = os.path.join(WORK, "tfds-workers")
+    for i in (1, 0):
+        tfshard("convert", "parquet", src, "-o", many, "--tfds", "interop_ds", "--target-shard-size", "8KB",
+                "--num-workers", "2", "--worker-index", str(i), "--quiet")
+    tfshard("finalize", many, "--tfds", "interop_ds", "--quiet")
+    builder = tfds.builder_from_directory(os.path.join(many, "interop_ds", "1.0.0"))
+    ids = [int(ex["id"]) for ex in tfds.as_numpy(builder.as_dataset(split="train"))]
+    check(sorted(ids) == rows, "tfds: workers' set, every row once")
+    print(f"tfds: builder_from_directory loads --tfds output: {n} rows over 2 splits with pyarrow's values, "
+          f"{count} images through Image and ClassLabel, GIF/WebP refused or skipped, workers + finalize")
+
+
 def image_folder():
     """TensorFlow decodes every image/encoded; height, width and labels agree."""
     import shutil
@@ -482,4 +564,5 @@ image_folder()
 converted_table()
 sequence_table()
 sequence_pipeline()
+tfds_layout()
 print(f"tf_interop: {checks} passed, 0 failed")

@@ -20,10 +20,19 @@ pub struct Dataset {
     pub manifests: Vec<(PathBuf, Manifest)>,
 }
 
-/// Whether a file name is one a shard folder scan picks up.
+/// Whether a file name is one a shard folder scan picks up: ours (`*.tfrecord`,
+/// `*.tfrecord.gz`, `*.tfrecord.zlib`) or TFDS's (`*.tfrecord-NNNNN-of-NNNNN`).
 pub fn is_shard_file_name(name: &str) -> bool {
+    let tfds = name.rsplit_once(".tfrecord-").is_some_and(|(_, rest)| {
+        rest.split_once("-of-").is_some_and(|(i, n)| {
+            [i, n]
+                .iter()
+                .all(|d| d.len() >= 5 && d.bytes().all(|b| b.is_ascii_digit()))
+        })
+    });
     !name.starts_with('.')
-        && (name.ends_with(".tfrecord")
+        && (tfds
+            || name.ends_with(".tfrecord")
             || name.ends_with(".tfrecord.gz")
             || name.ends_with(".tfrecord.zlib"))
 }

@@ -484,6 +484,22 @@ pub enum ErrorKind {
         /// The key.
         key: String,
     },
+    /// A feature `--tfds` cannot describe to TensorFlow Datasets.
+    #[error("feature \"{feature}\" cannot be a TFDS feature: {reason}")]
+    TfdsFeature {
+        /// The feature.
+        feature: String,
+        /// Why.
+        reason: String,
+    },
+    /// An image TFDS's `Image` feature cannot decode (it decodes GIF and WebP as 4-D).
+    #[error(
+        "TFDS's Image feature cannot decode {format} images (it reads them with a frame dimension)"
+    )]
+    TfdsImage {
+        /// `gif` or `webp`.
+        format: &'static str,
+    },
     /// The run was stopped through its [`crate::progress::CancelToken`] (the binary's
     /// SIGINT/SIGTERM handler); its temporaries are removed.
     #[error("interrupted")]
@@ -590,6 +606,8 @@ impl Error {
             }
             ErrorKind::UnlabeledImage => Some("hint: move it into a class folder, or use --labels none".into()),
             ErrorKind::OutputExists => Some("hint: pass --overwrite to replace this prefix's output".into()),
+            ErrorKind::TfdsImage { .. } => Some("hint: convert it to PNG or JPEG, leave it out with --on-error skip, or drop --tfds".into()),
+            ErrorKind::TfdsFeature { feature, .. } => Some(format!("hint: rename its column with --rename {feature}=NEW, or skip it with --exclude {feature}")),
             ErrorKind::NullInList => Some(format!("hint: drop the nulls upstream, or skip it with --exclude {column}")),
             ErrorKind::EncryptedParquet => {
                 Some("hint: decrypt it first; tfshard takes no Parquet encryption keys".into())

@@ -484,5 +484,51 @@ pub fn finalize(
     for (p, _, _) in &plans {
         out.delete_tree(&name::parts_dir_name(p))?;
     }
+    // 6. A TFDS dataset's files, from every manifest of it (the workers' manifests say
+    // which dataset).
+    let mut datasets: Vec<&str> = plans
+        .iter()
+        .filter_map(|(_, plan, _)| plan.manifest.options.get("tfds")?.as_str())
+        .collect();
+    datasets.dedup();
+    for name in datasets {
+        publish_tfds(output, name)?;
+    }
     Ok((sets, started.elapsed().as_secs_f64()))
+}
+
+/// Writes the TensorFlow Datasets files of dataset `name` ([`crate::tfds`]) from every
+/// manifest of it in `output` (`{name}-{split}.manifest.json` whose options say `tfds`).
+///
+/// # Errors
+///
+/// A manifest that cannot be read, a feature TFDS cannot express, a failed write.
+pub(crate) fn publish_tfds(output: &Path, name: &str) -> Result<()> {
+    let out = match store::locate(output)? {
+        Location::Local(d) => Out::Local(d),
+        Location::Remote(u) => Out::Remote(u),
+    };
+    let mut names = out.names("")?;
+    names.sort();
+    let mut splits = Vec::new();
+    for n in names {
+        let Some(split) = n
+            .strip_suffix(crate::manifest::MANIFEST_SUFFIX)
+            .and_then(|p| p.strip_prefix(name))
+            .and_then(|p| p.strip_prefix('-'))
+        else {
+            continue;
+        };
+        let manifest: crate::manifest::Manifest = serde_json::from_slice(&out.read(&n)?)
+            .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.path(&n)))?;
+        if manifest.options.get("tfds").and_then(|v| v.as_str()) == Some(name) {
+            splits.push((split.to_owned(), manifest));
+        }
+    }
+    let named: Vec<(String, &crate::manifest::Manifest)> =
+        splits.iter().map(|(s, m)| (s.clone(), m)).collect();
+    for (file, bytes) in crate::tfds::files(name, &named)? {
+        out.write(&file, bytes, false)?;
+    }
+    Ok(())
 }

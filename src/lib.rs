@@ -59,6 +59,7 @@ pub mod records;
 pub(crate) mod shard;
 pub(crate) mod source;
 pub mod store;
+pub mod tfds;
 pub mod tfrecord;
 pub mod verify;
 

@@ -382,15 +382,20 @@ fn plan_manifest(
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let prefix = m
-        .options
-        .get("prefix")
-        .and_then(|p| p.as_str())
-        .map(str::to_owned)
-        .unwrap_or_else(|| {
-            let name = path.file_name().unwrap_or_default().to_string_lossy();
-            name.trim_end_matches(MANIFEST_SUFFIX).to_owned()
-        });
+    let stem = || {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        name.trim_end_matches(MANIFEST_SUFFIX).to_owned()
+    };
+    // A TFDS set's manifest `{NAME}-{split}` names shards `{NAME}-{split}.tfrecord-…`.
+    let prefix = if m.options.contains_key("tfds") {
+        format!("{}.tfrecord", stem())
+    } else {
+        m.options
+            .get("prefix")
+            .and_then(|p| p.as_str())
+            .map(str::to_owned)
+            .unwrap_or_else(stem)
+    };
     let mut listed = BTreeSet::new();
     // One listing of the folder (one request on a store) answers which shards exist.
     let present: BTreeSet<PathBuf> = crate::store::paths::files_in(dir)?.into_iter().collect();

@@ -1,6 +1,6 @@
 //! `tfshard convert parquet|images`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -138,6 +138,10 @@ pub struct ShardFlags {
     /// Shard name prefix: PREFIX-00000-of-00012.tfrecord [default: data].
     #[arg(long, value_name = "NAME")]
     pub prefix: Option<String>,
+    /// Also write the layout TensorFlow Datasets loads: shards, manifests and TFDS's
+    /// files in OUT/NAME/1.0.0 (tfds.builder_from_directory("OUT/NAME/1.0.0")).
+    #[arg(long, value_name = "NAME")]
+    pub tfds: Option<String>,
     /// Compression of the shards.
     #[arg(long, value_enum, default_value_t = WriteCompression::None)]
     pub compression: WriteCompression,
@@ -322,6 +326,11 @@ fn parse_rename(pairs: &[String]) -> Result<Vec<(String, String)>, CliError> {
         .collect()
 }
 
+/// `OUT/NAME/1.0.0`, the folder `--tfds NAME` writes to.
+pub fn tfds_dir(output: &Path, name: &str) -> PathBuf {
+    output.join(name).join(tfshard::tfds::VERSION)
+}
+
 impl ShardFlags {
     fn apply(&self, options: &mut ConvertOptions) -> Result<(), CliError> {
         options.target_bytes = parse_size(&self.target_shard_size)?;
@@ -338,6 +347,10 @@ impl ShardFlags {
         options.index = self.index;
         options.overwrite = self.overwrite;
         options.resume = self.resume;
+        if let Some(name) = &self.tfds {
+            options.output = tfds_dir(&options.output, name);
+            options.tfds = Some(name.clone());
+        }
         Ok(())
     }
 }

@@ -18,6 +18,9 @@ pub struct FinalizeArgs {
     /// Replace an existing set of the same prefix.
     #[arg(long)]
     pub overwrite: bool,
+    /// The workers ran with --tfds NAME: finalize OUT/NAME/1.0.0, and write TFDS's files.
+    #[arg(long, value_name = "NAME", conflicts_with = "prefix")]
+    pub tfds: Option<String>,
     #[command(flatten)]
     pub common: Common,
 }
@@ -25,8 +28,12 @@ pub struct FinalizeArgs {
 impl FinalizeArgs {
     /// Finalizes and reports.
     pub fn run(&self) -> CliResult {
+        let output = match &self.tfds {
+            Some(name) => super::convert::tfds_dir(&self.output, name),
+            None => self.output.clone(),
+        };
         let (sets, seconds) =
-            tfshard::finalize::finalize(&self.output, self.prefix.as_deref(), self.overwrite)?;
+            tfshard::finalize::finalize(&output, self.prefix.as_deref(), self.overwrite)?;
         let records: u64 = sets.iter().map(|s| s.records).sum();
         let shards: u64 = sets.iter().map(|s| s.shards).sum();
         let bytes: u64 = sets.iter().map(|s| s.bytes).sum();
@@ -34,7 +41,7 @@ impl FinalizeArgs {
         if self.common.json {
             let single = sets.len() == 1;
             let mut value = json!({
-                "output": self.output,
+                "output": output,
                 "manifest": if single { json!(sets[0].manifest) } else { json!(null) },
                 "records": records,
                 "shards": shards,

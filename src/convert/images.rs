@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::convert::route::Router;
 use crate::convert::{ConvertOptions, Source};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{EncodeOptions, EncodedBatch};
 use crate::example::image;
 use crate::example::RecordType;
@@ -139,6 +139,13 @@ impl Source for ImageSource {
                 .collect();
             batch.clear();
             for (file, image) in chunk.iter().zip(read) {
+                let image = image.and_then(|image| match image.format {
+                    // TFDS's Image feature decodes these with a frame dimension.
+                    format @ ("gif" | "webp") if options.tfds.is_some() => {
+                        Err(Error::new(ErrorKind::TfdsImage { format }).with_file(&file.path))
+                    }
+                    _ => Ok(image),
+                });
                 match image {
                     Ok(image) => {
                         bytes_read += image.bytes.len() as u64;

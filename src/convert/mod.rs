@@ -106,6 +106,10 @@ pub struct ConvertOptions {
     pub shuffle: Option<ShuffleOptions>,
     /// `--split`: (name, fraction) pairs; the names replace the prefix.
     pub splits: Option<Vec<(String, f64)>>,
+    /// Also write the TensorFlow Datasets layout of this dataset name ([`crate::tfds`]):
+    /// shards named as TFDS names them, in `output`, which is then the dataset's version
+    /// folder (`OUT/NAME/1.0.0`; the CLI's `--tfds NAME` makes it so).
+    pub tfds: Option<String>,
     /// `--partition-base`: where Hive `key=value` segments are counted from (default:
     /// each folder input).
     pub partition_base: Option<PathBuf>,
@@ -169,7 +173,7 @@ impl ConvertOptions {
         ConvertOptions {
             inputs,
             output,
-            prefix: "data".into(),
+            prefix: DEFAULT_PREFIX.into(),
             target_bytes: DEFAULT_TARGET_BYTES,
             max_records: None,
             min_shards: None,
@@ -184,6 +188,7 @@ impl ConvertOptions {
             seed: 0,
             shuffle: None,
             splits: None,
+            tfds: None,
             partition_base: None,
             partitioning: Partitioning::Auto,
             staging_dir: None,
@@ -222,6 +227,9 @@ impl ConvertOptions {
         if let Some(base) = &self.partition_base {
             o.insert("partition_base".into(), json!(base.display().to_string()));
         }
+        if let Some(name) = &self.tfds {
+            o.insert("tfds".into(), json!(name));
+        }
         if self.partitioning != Partitioning::Auto {
             let name = match self.partitioning {
                 Partitioning::Hive => "hive",
@@ -246,6 +254,34 @@ impl ConvertOptions {
             return invalid("inputs", "no input given".into());
         }
         check_prefix("prefix", &self.prefix)?;
+        if let Some(name) = &self.tfds {
+            crate::tfds::check_name(name).map_err(|why| Error::invalid_option("tfds", why))?;
+            if self.compression != Compression::None {
+                return invalid(
+                    "tfds",
+                    "TFDS reads plain TFRecord files; it cannot be used with --compression".into(),
+                );
+            }
+            if self.encode.record_type != RecordType::Example {
+                return invalid(
+                    "tfds",
+                    "TFDS reads tf.train.Example records; it cannot be used with \
+                     --record-type sequence-example"
+                        .into(),
+                );
+            }
+            if self.prefix != DEFAULT_PREFIX {
+                return invalid(
+                    "tfds",
+                    "TFDS names the shards {NAME}-{split}.tfrecord-…; it cannot be used with --prefix"
+                        .into(),
+                );
+            }
+            for (split, _) in self.splits.iter().flatten() {
+                crate::tfds::check_split(split)
+                    .map_err(|why| Error::invalid_option("split", why))?;
+            }
+        }
         if self.target_bytes == 0 {
             return invalid("target-shard-size", "must be at least 1 byte".into());
         }
@@ -325,9 +361,16 @@ impl ConvertOptions {
 
     /// The output prefixes: the split names, or the prefix.
     pub fn prefixes(&self) -> Vec<String> {
-        match &self.splits {
+        let names = match &self.splits {
             Some(s) => s.iter().map(|(n, _)| n.clone()).collect(),
-            None => vec![self.prefix.clone()],
+            None => vec![match &self.tfds {
+                Some(_) => crate::tfds::DEFAULT_SPLIT.to_owned(),
+                None => self.prefix.clone(),
+            }],
+        };
+        match &self.tfds {
+            Some(name) => names.iter().map(|s| crate::tfds::prefix(name, s)).collect(),
+            None => names,
         }
     }
 }
@@ -395,6 +438,9 @@ impl ConvertOptions {
         }
     }
 }
+
+/// The shard prefix when none is given.
+pub const DEFAULT_PREFIX: &str = "data";
 
 /// Where records come from. A third source is one new file implementing this.
 pub(crate) trait Source {
@@ -621,6 +667,10 @@ fn run(
     crate::failpoint::hit("convert:planned")?;
     let prefixes = options.prefixes();
     let location = store::locate(&options.output)?;
+    if options.tfds.is_some() {
+        // Names TFDS cannot nest fail before anything is written.
+        crate::tfds::check_features(&source.manifest(options, 0).features)?;
+    }
     if let Some(worker) = options.worker {
         // A worker publishes nothing: its part goes to a hidden folder that finalize
         // reads. The output itself must not hold a published set.
@@ -765,13 +815,21 @@ fn run(
         .zip(paths)
         .zip(&manifests)
         .map(|((out, manifest_path), manifest)| SplitSummary {
-            name: out.prefix().to_owned(),
+            name: options
+                .tfds
+                .as_deref()
+                .and_then(|name| crate::tfds::split_of(name, out.prefix()))
+                .unwrap_or(out.prefix())
+                .to_owned(),
             manifest: manifest_path,
             records: manifest.records,
             shards: manifest.shards.len() as u64,
             bytes: manifest.bytes,
         })
         .collect();
+    if let (Some(name), None) = (&options.tfds, options.worker) {
+        crate::finalize::publish_tfds(&options.output, name)?;
+    }
     let single = options.splits.is_none();
     Ok(ConvertSummary {
         output: options.output.clone(),

@@ -3,17 +3,31 @@
 use crate::manifest::MANIFEST_SUFFIX;
 use crate::tfrecord::Compression;
 
-/// `{prefix}-{index:05}-of-{count:05}.tfrecord` plus `.gz`/`.zlib`.
+/// `{prefix}-{index:05}-of-{count:05}.tfrecord` plus `.gz`/`.zlib`; for a TFDS prefix
+/// (`{NAME}-{split}.tfrecord`, see [`crate::tfds`]) TFDS's `{prefix}-{index:05}-of-{count:05}`
+/// (always uncompressed).
 pub fn shard_name(prefix: &str, index: usize, count: usize, compression: Compression) -> String {
+    if is_tfds_prefix(prefix) {
+        return format!("{prefix}-{index:05}-of-{count:05}");
+    }
     format!(
         "{prefix}-{index:05}-of-{count:05}.tfrecord{}",
         compression.suffix()
     )
 }
 
-/// `{prefix}.manifest.json`.
+/// `{prefix}.manifest.json` (for a TFDS prefix, `{NAME}-{split}.manifest.json`).
 pub fn manifest_name(prefix: &str) -> String {
+    let prefix = prefix.strip_suffix(TFDS_SUFFIX).unwrap_or(prefix);
     format!("{prefix}{MANIFEST_SUFFIX}")
+}
+
+/// What ends the shard prefix of a TFDS split.
+const TFDS_SUFFIX: &str = ".tfrecord";
+
+/// Whether shards of `prefix` are named as TFDS names them.
+pub fn is_tfds_prefix(prefix: &str) -> bool {
+    prefix.ends_with(TFDS_SUFFIX)
 }
 
 /// `.{prefix}.tfshard-tmp`: the one hidden folder a run keeps its temporaries in.
@@ -47,6 +61,12 @@ pub fn is_own_shard(prefix: &str, name: &str) -> bool {
         return false;
     };
     let rest = rest.strip_suffix(".idx").unwrap_or(rest);
+    let digits = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
+    if is_tfds_prefix(prefix) {
+        return rest
+            .split_once("-of-")
+            .is_some_and(|(i, n)| digits(i) && digits(n));
+    }
     let rest = rest
         .strip_suffix(".tfrecord.gz")
         .or_else(|| rest.strip_suffix(".tfrecord.zlib"))
@@ -54,7 +74,6 @@ pub fn is_own_shard(prefix: &str, name: &str) -> bool {
     let Some(rest) = rest else {
         return false;
     };
-    let digits = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
     match rest.split_once("-of-") {
         Some((index, count)) => digits(index) && digits(count),
         None => false,
@@ -80,6 +99,23 @@ mod tests {
             "d-123456-of-200000.tfrecord.zlib"
         );
         assert_eq!(manifest_name("data"), "data.manifest.json");
+        assert_eq!(
+            shard_name("ds-train.tfrecord", 1, 12, Compression::None),
+            "ds-train.tfrecord-00001-of-00012"
+        );
+        assert_eq!(manifest_name("ds-train.tfrecord"), "ds-train.manifest.json");
+        assert!(is_own_shard(
+            "ds-train.tfrecord",
+            "ds-train.tfrecord-00001-of-00012"
+        ));
+        assert!(!is_own_shard(
+            "ds-train.tfrecord",
+            "ds-train.tfrecord-00001-of-00012.tfrecord"
+        ));
+        assert!(!is_own_shard(
+            "ds-train",
+            "ds-train.tfrecord-00001-of-00012"
+        ));
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod resume;
 mod roundtrip;
 mod shuffle;
 mod store;
+mod tfds;
 mod verify;
 mod workers;
 
