@@ -806,17 +806,29 @@ fn produce(
                     continue;
                 }
                 Err(_) => {
-                    // Nothing to do but wait for a credit or a batch to parse.
-                    crossbeam_channel::select! {
-                        recv(credits) -> c => c.is_ok(),
-                        recv(raw_rx) -> raw => {
-                            if let Ok(raw) = raw {
-                                if !send_out(parse.run(raw)) {
-                                    return;
-                                }
+                    // Nothing to do but wait for a credit or a batch to parse: poll a
+                    // short while first (a consumer that keeps up gives a credit back
+                    // every few microseconds, sooner than a parked thread wakes), then
+                    // park.
+                    match poll(&credits, &raw_rx) {
+                        Some(Polled::Credit) => true,
+                        Some(Polled::Raw(raw)) => {
+                            if !send_out(parse.run(raw)) {
+                                return;
                             }
                             continue;
                         }
+                        None => crossbeam_channel::select! {
+                            recv(credits) -> c => c.is_ok(),
+                            recv(raw_rx) -> raw => {
+                                if let Ok(raw) = raw {
+                                    if !send_out(parse.run(raw)) {
+                                        return;
+                                    }
+                                }
+                                continue;
+                            }
+                        },
                     }
                 }
             },
@@ -867,6 +879,34 @@ fn produce(
     for raw in raw_rx.iter() {
         if !send_out(parse.run(raw)) {
             return;
+        }
+    }
+}
+
+/// What [`poll`] found.
+enum Polled {
+    Credit,
+    Raw(RawItem),
+}
+
+/// How long the producer polls for a credit or a batch to parse before it parks.
+const POLL_FOR: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Polls both channels for up to [`POLL_FOR`]; `None`: nothing came.
+fn poll(credits: &Receiver<()>, raw_rx: &Receiver<RawItem>) -> Option<Polled> {
+    let start = std::time::Instant::now();
+    loop {
+        for _ in 0..32 {
+            if credits.try_recv().is_ok() {
+                return Some(Polled::Credit);
+            }
+            if let Ok(raw) = raw_rx.try_recv() {
+                return Some(Polled::Raw(raw));
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= POLL_FOR {
+            return None;
         }
     }
 }

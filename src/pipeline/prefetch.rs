@@ -47,6 +47,9 @@ pub struct Prefetch {
 /// fit in this many bytes.
 pub const GROWTH_BUDGET_BYTES: u64 = 16 << 20;
 
+/// How long the consumer polls for a batch before it parks.
+const SPIN_WAIT: std::time::Duration = std::time::Duration::from_micros(50);
+
 impl Prefetch {
     /// Reads from the workers' queue, granting `initial` credits; the limit may grow to
     /// `max_limit` (equal to `initial`: fixed). Each batch taken leaves `held`.
@@ -130,6 +133,25 @@ impl Prefetch {
         Some(batch)
     }
 
+    /// Waits for the next parsed batch: polls a short while first (a batch is usually
+    /// microseconds away when the workers keep up, sooner than a parked thread wakes),
+    /// then parks.
+    fn wait(&mut self) -> std::result::Result<Ready, ()> {
+        let start = std::time::Instant::now();
+        loop {
+            for _ in 0..32 {
+                match self.rx.try_recv() {
+                    Ok(item) => return Ok(item),
+                    Err(TryRecvError::Disconnected) => return Err(()),
+                    Err(TryRecvError::Empty) => std::hint::spin_loop(),
+                }
+            }
+            if start.elapsed() >= SPIN_WAIT {
+                return self.rx.recv().map_err(|_| ());
+            }
+        }
+    }
+
     /// The next batch; `None` when every worker is done.
     pub fn next_batch(&mut self) -> Option<Result<Batch>> {
         loop {
@@ -146,7 +168,7 @@ impl Prefetch {
                     self.starved();
                     match self.helper.as_mut().and_then(|help| help()) {
                         Some(item) => Ok(item),
-                        None => self.rx.recv().map_err(|_| ()),
+                        None => self.wait(),
                     }
                 }
                 Err(TryRecvError::Disconnected) => Err(()),
