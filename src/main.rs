@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 fn main() -> ExitCode {
-    if std::env::args_os().nth(1).is_some_and(|c| c == "bench") {
+    if std::env::args_os().nth(1).is_some_and(|c| c == "bench")
+        && std::env::var_os("TFSHARD_SYSTEM_ALLOCATOR").is_none()
+    {
         // Before any thread starts; see `Allocator`.
         FAST.store(true, Ordering::Relaxed);
     }
