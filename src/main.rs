@@ -51,7 +51,7 @@ static FAST: AtomicBool = AtomicBool::new(false);
 /// its peak memory on the standard table went from 60 to 124 MiB (purging sooner brought
 /// it back at 1.35x the time). A block is freed by the allocator it came from (mimalloc
 /// answers whether it owns a pointer), so the switch needs no care about blocks made
-/// before it.
+/// before it. `TFSHARD_SYSTEM_ALLOCATOR=1` keeps `bench` on glibc, to compare.
 struct Allocator;
 
 #[global_allocator]
