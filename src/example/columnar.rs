@@ -271,15 +271,7 @@ impl Decoder {
                 if field != 1 || wire != 2 {
                     return Ok(());
                 }
-                let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
-                fields(entry, |field, _, payload| {
-                    match field {
-                        1 => key = payload,
-                        2 => value = payload,
-                        _ => {}
-                    }
-                    Ok(())
-                })?;
+                let (key, value) = map_entry(entry)?;
                 // Records of a shard list their features in the same order: the k-th
                 // entry is most likely the column the k-th entry of the last record was,
                 // which one comparison confirms; the hash lookup is the fallback.
@@ -332,15 +324,7 @@ impl Decoder {
             if field != 1 || wire != 2 {
                 return Ok(());
             }
-            let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
-            fields(entry, |field, _, payload| {
-                match field {
-                    1 => key = payload,
-                    2 => value = payload,
-                    _ => {}
-                }
-                Ok(())
-            })?;
+            let (key, value) = map_entry(entry)?;
             let Some(&i) = lists.get(key) else {
                 return Ok(());
             };
@@ -367,6 +351,20 @@ impl Decoder {
             })
         })
     }
+}
+
+/// The key and value of a protobuf map entry (`features`, `feature_list`).
+fn map_entry(entry: &[u8]) -> Result<(&[u8], &[u8])> {
+    let (mut key, mut value): (&[u8], &[u8]) = (&[], &[]);
+    fields(entry, |field, _, payload| {
+        match field {
+            1 => key = payload,
+            2 => value = payload,
+            _ => {}
+        }
+        Ok(())
+    })?;
+    Ok((key, value))
 }
 
 /// Appends the values of one `Feature` message; returns the kind of its value list

@@ -140,6 +140,19 @@ pub struct FeatureSpec {
 }
 
 impl FeatureSpec {
+    /// A feature of an Example with no Arrow type, unit or partition noted.
+    pub fn new(name: impl Into<String>, kind: FeatureKind, shape: Option<Vec<u64>>) -> FeatureSpec {
+        FeatureSpec {
+            name: name.into(),
+            kind,
+            shape,
+            arrow_type: None,
+            unit: None,
+            part: None,
+            partition: None,
+        }
+    }
+
     /// Checks a feature of a record against this spec: its kind (`None`: no value
     /// list), and its number of values against a fixed shape.
     ///
@@ -431,15 +444,7 @@ mod tests {
     use super::{FeatureKind as K, FeatureSpec, SpecMismatch};
 
     fn spec(kind: K, shape: Option<Vec<u64>>) -> FeatureSpec {
-        FeatureSpec {
-            name: "x".into(),
-            kind,
-            shape,
-            arrow_type: None,
-            unit: None,
-            part: None,
-            partition: None,
-        }
+        FeatureSpec::new("x", kind, shape)
     }
 
     /// Issue #12: one check, one wording, for verify --deep and the pipeline.

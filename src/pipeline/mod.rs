@@ -43,6 +43,7 @@
 
 pub(crate) mod batch;
 pub(crate) mod cache;
+pub(crate) mod chunk;
 pub(crate) mod interleave;
 pub(crate) mod memory;
 pub(crate) mod parse;
@@ -686,16 +687,11 @@ fn process(
         return parser.parse(raw, files);
     };
     let (seq, cache_only) = (raw.seq, raw.cache_only);
-    let lens = raw
-        .records
-        .iter()
-        .map(|r| u32::try_from(r.bytes().len()).unwrap_or(u32::MAX))
-        .collect();
     let (parsed, spare) = parser.parse(raw, files);
     let parsed = parsed
         .and_then(|batch| {
             let parsed_bytes = batch.payload_bytes();
-            cache.fill(seq, Chunk::from_batch(&batch, lens), parsed_bytes)?;
+            cache.fill(seq, Chunk::from_batch(&batch), parsed_bytes)?;
             Ok(if cache_only {
                 Batch {
                     epoch: batch.epoch,

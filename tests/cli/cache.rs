@@ -389,14 +389,7 @@ fn sequence_shards(name: &str) -> PathBuf {
     ])
     .unwrap();
     let input = dir.join("seq.parquet");
-    let mut w = parquet::arrow::ArrowWriter::try_new(
-        fs::File::create(&input).unwrap(),
-        batch.schema(),
-        None,
-    )
-    .unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
+    crate::convert::write_batch(&input, &batch);
     let out = dir.join("shards");
     let (code, _, err) = crate::convert_parquet(
         &input,

@@ -166,6 +166,14 @@ pub fn write_table(path: &Path, rows: usize, first: usize, row_group: usize) {
     write_ids(path, &(first..first + rows).collect::<Vec<_>>(), row_group);
 }
 
+/// Writes one record batch as a Parquet file (default writer settings).
+pub fn write_batch(path: &Path, batch: &RecordBatch) {
+    let mut w =
+        ArrowWriter::try_new(fs::File::create(path).unwrap(), batch.schema(), None).unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
+
 /// Writes the standard test table for the given ids, in the given order: `y` is id % 10.
 pub fn write_ids(path: &Path, ids: &[usize], row_group: usize) {
     let mut x = FixedSizeListBuilder::new(Float32Builder::new(), 4);

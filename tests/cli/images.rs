@@ -325,14 +325,7 @@ fn huggingface_style_parquet_recipe() {
     ])
     .unwrap();
     let input = dir.join("train.parquet");
-    let mut w = parquet::arrow::ArrowWriter::try_new(
-        fs::File::create(&input).unwrap(),
-        batch.schema(),
-        None,
-    )
-    .unwrap();
-    w.write(&batch).unwrap();
-    w.close().unwrap();
+    crate::convert::write_batch(&input, &batch);
     let out = dir.join("out");
     let (code, _, err) = convert_parquet(
         &input,
