@@ -22,14 +22,16 @@ printf "%-10s %16s %16s %16s %8s %8s\n" batch "uncached rec/s" "memory rec/s" "f
 for bs in 64 256; do
   common=(bench "$dir" --json --drop-remainder --batch-size "$bs")
   read -r plain _ _ plain_anon < <("$bin" "${common[@]}" --epochs "$epochs" | rate files)
-  read -r mem bytes parsed anon < <("$bin" "${common[@]}" --epochs "$epochs" --cache | rate cache)
+  read -r mem b p a < <("$bin" "${common[@]}" --epochs "$epochs" --cache | rate cache)
+  # The memory figures at the default batch size.
+  [ "$bs" = 64 ] && { bytes=$b; parsed=$p; anon=$a; }
   rm -f "$cache_file"
   "$bin" "${common[@]}" --epochs 1 --cache-file "$cache_file" > /dev/null
   read -r file _ _ _ < <("$bin" "${common[@]}" --epochs "$epochs" --cache-file "$cache_file" | rate cache)
   printf "%-10s %16.0f %16.0f %16.0f %7.2fx %7.2fx\n" "$bs" "$plain" "$mem" "$file" \
     "$(echo "$mem / $plain" | bc -l)" "$(echo "$file / $plain" | bc -l)"
 done
-printf "memory cache: %.1f MiB for %.1f MiB of parsed batches (%.2fx); anonymous memory %.0f MiB (uncached run: %.0f MiB)\n" \
+printf "batch 64, memory cache: %.1f MiB for %.1f MiB of parsed batches (%.2fx); anonymous memory %.0f MiB (uncached run: %.0f MiB)\n" \
   "$(echo "$bytes / 1048576" | bc -l)" "$(echo "$parsed / 1048576" | bc -l)" "$(echo "$bytes / $parsed" | bc -l)" \
   "$(echo "$anon / 1048576" | bc -l)" "$(echo "$plain_anon / 1048576" | bc -l)"
 rm -f "$cache_file"
