@@ -1180,3 +1180,60 @@ fn resume_after_a_kill_on_s3() {
         );
     }
 }
+
+#[test]
+fn tfds_layout_written_to_s3_is_the_one_written_to_disk() {
+    let s = need_server!();
+    let b = bucket(s, "tfds");
+    let table = root().join("testdata/hive");
+    let common = [
+        "--tfds",
+        "hive_ds",
+        "--split",
+        "train=0.5,test=0.5",
+        "--quiet",
+    ];
+    let local = scratch("s3-tfds-local");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            &[
+                "convert",
+                "parquet",
+                table.to_str().unwrap(),
+                "-o",
+                local.to_str().unwrap(),
+            ][..],
+            &common,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let url = format!("s3://{b}/out");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            &["convert", "parquet", table.to_str().unwrap(), "-o", &url][..],
+            &common,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let down = scratch("s3-tfds-down");
+    client(
+        &s.endpoint,
+        &["get-dir", &b, "out/hive_ds/1.0.0", down.to_str().unwrap()],
+    );
+    let version = local.join("hive_ds/1.0.0");
+    for name in ["dataset_info.json", "features.json"] {
+        assert_eq!(
+            std::fs::read(down.join(name)).unwrap(),
+            std::fs::read(version.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+    assert_eq!(files(&down), files(&version), "the same shards");
+    let (code, out, err) = tfshard_at(&s.endpoint, &["verify", &format!("{url}/hive_ds/1.0.0")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("OK"), "{out}");
+}
