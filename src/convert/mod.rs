@@ -70,6 +70,14 @@ fn check_prefix(option: &'static str, prefix: &str) -> Result<()> {
             format!("{prefix:?} is not a plain file name prefix"),
         ));
     }
+    if name::is_tfds_prefix(prefix) {
+        // `{prefix}-00000-of-00003.tfrecord` would end twice in .tfrecord, and the
+        // suffix is how TFDS shard prefixes (`--tfds`) are told apart.
+        return Err(Error::invalid_option(
+            option,
+            format!("{prefix:?} ends in .tfrecord, which every shard name gets anyway: drop it"),
+        ));
+    }
     Ok(())
 }
 

@@ -159,6 +159,10 @@ fn tfds_refuses_what_tfds_cannot_load() {
         assert!(err.contains(said), "{extra:?}: {err}");
         assert!(!out.exists(), "{extra:?}: nothing written");
     }
+    // A prefix ending in .tfrecord (what tells TFDS prefixes apart) is refused.
+    let (code, _, err) = convert_parquet(&input, &dir.join("p"), &["--prefix", "x.tfrecord"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("ends in .tfrecord"), "{err}");
     // A feature that is also another's parent: named, before anything is written.
     let (code, _, err) = convert_parquet(&input, &out, &["--tfds", "ds", "--rename", "y=x/y"]);
     assert_eq!(code, 1, "{err}");
