@@ -85,7 +85,12 @@ pub fn files(name: &str, splits: &[(String, &Manifest)]) -> Result<Vec<(String, 
     // One feature set for every split: a shape that differs between splits (a column
     // fixed in one, variable in another) becomes variable.
     let mut merged: Vec<FeatureSpec> = Vec::new();
-    for (_, m) in splits {
+    // (A split with no record has no shapes to say; it is left out of the dataset too.)
+    let holding = splits.iter().filter(|(_, m)| m.records > 0);
+    let all = splits
+        .iter()
+        .filter(|_| splits.iter().all(|(_, m)| m.records == 0));
+    for (_, m) in holding.chain(all) {
         for f in &m.features {
             match merged.iter_mut().find(|g| g.name == f.name) {
                 Some(g) if g.shape != f.shape => g.shape = None,
@@ -96,7 +101,7 @@ pub fn files(name: &str, splits: &[(String, &Manifest)]) -> Result<Vec<(String, 
     }
     let first = splits.first().map(|(_, m)| *m);
     let image_folder = first.is_some_and(|m| m.options.contains_key("labels"));
-    let classes = first.and_then(|m| m.classes.clone()).unwrap_or_default();
+    let classes: Vec<String> = first.and_then(|m| m.classes.clone()).unwrap_or_default();
     let mut root = Map::new();
     let mut labels = Vec::new();
     for f in &merged {
@@ -109,7 +114,8 @@ pub fn files(name: &str, splits: &[(String, &Manifest)]) -> Result<Vec<(String, 
                 "pythonClassName": format!("{CLASS}image_feature.Image"),
                 "image": {"shape": {"dimensions": [-1, -1, 3]}, "dtype": "uint8"},
             })
-        } else if image_folder && f.name == "image/class/label" {
+        } else if image_folder && f.name == "image/class/label" && !classes.is_empty() {
+            // (Integer labels from a CSV have no names: a plain int64 tensor.)
             labels.push((format!("{}.labels.txt", parts.join("-")), classes.clone()));
             json!({
                 "pythonClassName": format!("{CLASS}class_label_feature.ClassLabel"),

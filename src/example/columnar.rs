@@ -342,9 +342,13 @@ impl Decoder {
                 let kind = append_feature(feature, &mut column.values, record, home)
                     .map_err(|e| e.with_column(column.name.clone()))?;
                 let count = (column.values.len() - before) as u64;
-                self.spec[i]
-                    .check_values(kind, count)
-                    .map_err(|m| Error::new(ErrorKind::RecordMismatch(m)))?;
+                // A step with no value list is an empty step where steps vary in length
+                // (as spec inference counts it).
+                if kind.is_some() || self.spec[i].shape.is_some() {
+                    self.spec[i]
+                        .check_values(kind, count)
+                        .map_err(|m| Error::new(ErrorKind::RecordMismatch(m)))?;
+                }
                 let end = column.values.len() as u64;
                 column.step_splits.as_mut().expect("a list").push(end);
                 Ok(())
@@ -430,4 +434,50 @@ fn append_feature(
         }
     })?;
     Ok(kind_seen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::example::proto::{Feature, FeatureList, FeatureLists, Features, SequenceExample};
+    use prost::Message;
+
+    /// Context features become columns; a feature list two levels of splits, with a
+    /// step that has no value list an empty step.
+    #[test]
+    fn sequence_examples_decode_into_two_level_columns() {
+        let mut context = Features::default();
+        context.feature.insert("id".into(), Feature::int64(vec![7]));
+        let mut lists = FeatureLists::default();
+        lists.feature_list.insert(
+            "steps".into(),
+            FeatureList {
+                feature: vec![
+                    Feature::float(vec![1.0, 2.0]),
+                    Feature { kind: None },
+                    Feature::float(vec![3.0]),
+                ],
+            },
+        );
+        let record = SequenceExample {
+            context: Some(context),
+            feature_lists: Some(lists),
+        }
+        .encode_to_vec();
+        let mut id = FeatureSpec::new("id", FeatureKind::Int64, Some(vec![]));
+        id.part = Some(Part::Context);
+        let mut steps = FeatureSpec::new("steps", FeatureKind::Float, None);
+        steps.part = Some(Part::FeatureLists);
+        let decoder = Decoder::new(&[id, steps]).unwrap();
+        let mut columns = decoder.start();
+        for _ in 0..2 {
+            decoder.decode(&record, Home::Owned, &mut columns).unwrap();
+        }
+        let batch = columns.finish(0, 2, 0);
+        assert_eq!(batch.columns[0].values, Values::Int64(vec![7, 7]));
+        let s = &batch.columns[1];
+        assert_eq!(s.values, Values::Float(vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]));
+        assert_eq!(s.row_splits, Some(vec![0, 3, 6]));
+        assert_eq!(s.step_splits, Some(vec![0, 2, 2, 3, 5, 5, 6]));
+    }
 }

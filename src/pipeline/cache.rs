@@ -86,7 +86,13 @@ pub struct CacheReport {
 #[derive(Debug, Clone)]
 enum Store {
     Memory(Arc<Vec<Arc<Chunk>>>),
-    File { path: PathBuf, data_start: u64 },
+    /// The file as checked or written (read through this handle, so a file renamed onto
+    /// the path meanwhile is not read by mistake).
+    File {
+        path: PathBuf,
+        file: Arc<File>,
+        data_start: u64,
+    },
 }
 
 /// The filling epoch's chunks, by batch number, on their way to memory or the file.
@@ -196,6 +202,7 @@ impl Cache {
                         records,
                         data_start,
                         bytes,
+                        file,
                     }) => {
                         report.state = "reused";
                         report.records = records;
@@ -203,6 +210,7 @@ impl Cache {
                         report.bytes = bytes;
                         State::Ready(Store::File {
                             path: path.clone(),
+                            file: Arc::new(file),
                             data_start,
                         })
                     }
@@ -259,14 +267,13 @@ impl Cache {
     ///
     /// Writing the cache file failed.
     pub(crate) fn fill(&self, seq: u64, chunk: Chunk, parsed_bytes: u64) -> Result<()> {
-        let encoded = match self.lock().state {
-            State::Filling(Fill::File { .. }) => {
-                let mut out = Vec::with_capacity(chunk.held_bytes() as usize + 64);
-                chunk.encode(&mut out);
-                Some(out)
-            }
-            _ => None,
-        };
+        // Encoded outside the lock (a guard in the `match` would hold it throughout).
+        let to_file = matches!(self.lock().state, State::Filling(Fill::File { .. }));
+        let encoded = to_file.then(|| {
+            let mut out = Vec::with_capacity(chunk.held_bytes() as usize + 1024);
+            chunk.encode(&mut out);
+            out
+        });
         let mut inner = self.lock();
         let inner = &mut *inner;
         let (rows, held) = (chunk.rows() as u64, chunk.held_bytes());
@@ -290,8 +297,7 @@ impl Cache {
                     let written = write_chunk(writer, &payload);
                     if let Err(e) = written {
                         let temp = temp.clone();
-                        inner.state = State::Abandoned;
-                        inner.sealed = None;
+                        leave(inner);
                         return Err(Error::from(e).with_file(temp));
                     }
                     inner.report.bytes += 12 + payload.len() as u64;
@@ -321,17 +327,7 @@ impl Cache {
     /// Leaves the filling (an error stopped the epoch, or the pipeline was dropped
     /// before the epoch ended): nothing is kept, the temporary file is removed.
     pub(crate) fn abandon(&self) {
-        let mut inner = self.lock();
-        if !matches!(inner.state, State::Filling(_)) {
-            return;
-        }
-        if let State::Filling(Fill::File { writer, temp, .. }) =
-            std::mem::replace(&mut inner.state, State::Abandoned)
-        {
-            drop(writer);
-            let _ = std::fs::remove_file(temp);
-        }
-        inner.sealed = None;
+        leave(&mut self.lock());
     }
 
     fn seal_if_complete(&self, inner: &mut Inner) -> Result<()> {
@@ -357,15 +353,18 @@ impl Cache {
                     .as_ref()
                     .map(PathBuf::from)
                     .expect("a file cache has a path");
-                let finished = finish_file(writer, &temp, &path, next, inner.report.records);
-                if let Err(e) = finished {
-                    let _ = std::fs::remove_file(&temp);
-                    inner.sealed = None;
-                    return Err(e);
-                }
-                inner.report.bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
+                let file = match finish_file(writer, &temp, &path, next, inner.report.records) {
+                    Ok(file) => file,
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&temp);
+                        inner.sealed = None;
+                        return Err(e);
+                    }
+                };
+                inner.report.bytes = file.metadata().map_or(0, |m| m.len());
                 Store::File {
-                    data_start: data_start(&path).unwrap_or(0),
+                    data_start: data_start(&file).unwrap_or(0),
+                    file: Arc::new(file),
                     path,
                 }
             }
@@ -392,8 +391,15 @@ impl Cache {
         };
         Ok(match store {
             Store::Memory(chunks) => ChunkReader::Memory { chunks, next: 0 },
-            Store::File { path, data_start } => {
-                let mut file = File::open(&path).map_err(|e| Error::from(e).with_file(&path))?;
+            Store::File {
+                path,
+                file,
+                data_start,
+            } => {
+                // (A clone shares the offset: epochs read one after another.)
+                let mut file = file
+                    .try_clone()
+                    .map_err(|e| Error::from(e).with_file(&path))?;
                 file.seek(SeekFrom::Start(data_start))
                     .map_err(|e| Error::from(e).with_file(&path))?;
                 ChunkReader::File {
@@ -412,6 +418,21 @@ impl Drop for Cache {
     fn drop(&mut self) {
         self.abandon();
     }
+}
+
+/// Leaves a filling cache: nothing is kept, the temporary file is removed, waiters
+/// wake.
+fn leave(inner: &mut Inner) {
+    if !matches!(inner.state, State::Filling(_)) {
+        return;
+    }
+    if let State::Filling(Fill::File { writer, temp, .. }) =
+        std::mem::replace(&mut inner.state, State::Abandoned)
+    {
+        drop(writer);
+        let _ = std::fs::remove_file(temp);
+    }
+    inner.sealed = None;
 }
 
 fn damaged(detail: String) -> Error {
@@ -495,7 +516,10 @@ fn start_file(path: &Path, header: &[u8]) -> Result<Fill> {
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let temp = dir.join(format!(".{name}.tfshard-tmp-{}", std::process::id()));
+    let temp = dir.join(format!(
+        ".{name}.tfshard-tmp-{}",
+        crate::shard::name::attempt_id()
+    ));
     let file = File::create(&temp).map_err(|e| Error::from(e).with_file(&temp))?;
     let mut writer = BufWriter::with_capacity(READ_BUFFER, file);
     let written = (|| {
@@ -533,26 +557,30 @@ fn end_record(chunks: u64, rows: u64) -> [u8; 28] {
     out
 }
 
-/// Writes the end record, syncs and renames the temporary to its final name.
+/// Writes the end record, syncs and renames the temporary to its final name; returns
+/// the file, open for reading.
 fn finish_file(
     mut writer: BufWriter<File>,
     temp: &Path,
     path: &Path,
     chunks: u64,
     rows: u64,
-) -> Result<()> {
+) -> Result<File> {
     let io = |e: std::io::Error| Error::from(e).with_file(temp);
     writer.write_all(&end_record(chunks, rows)).map_err(io)?;
     let file = writer.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;
     drop(file);
-    std::fs::rename(temp, path).map_err(|e| Error::from(e).with_file(path))
+    let read = File::open(temp).map_err(io)?;
+    std::fs::rename(temp, path).map_err(|e| Error::from(e).with_file(path))?;
+    Ok(read)
 }
 
 /// Where the chunks start: after the header.
-fn data_start(path: &Path) -> std::io::Result<u64> {
+fn data_start(file: &File) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
     let mut head = [0u8; 16];
-    File::open(path)?.read_exact(&mut head)?;
+    file.read_exact_at(&mut head, 0)?;
     let header_len = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes"));
     Ok(16 + u64::from(header_len) + 4)
 }
@@ -562,6 +590,7 @@ struct Checked {
     records: u64,
     data_start: u64,
     bytes: u64,
+    file: File,
 }
 
 /// Checks a whole cache file against the header this run would write. `Err(None)`:
@@ -629,6 +658,7 @@ fn check_file(
                 records,
                 data_start,
                 bytes,
+                file: r.into_inner(),
             });
         }
         let mut crc = [0u8; 4];

@@ -265,6 +265,9 @@ impl Chunk {
                 .map_err(|_| "a length beyond memory".to_owned())
         };
         let rows = get()?;
+        if rows > u32::MAX as usize {
+            return Err(format!("{rows} rows"));
+        }
         let n_words = get()?;
         let record_bytes = get()? as u64;
         if get()? != spec.len() {

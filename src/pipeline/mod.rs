@@ -788,46 +788,47 @@ fn produce(
         while let Ok(mut payloads) = spare.try_recv() {
             producer.recycle(&mut payloads);
         }
-        let have_credit = match credits.try_recv() {
-            _ if banked > 0 => {
-                banked -= 1;
-                true
-            }
-            Ok(()) => true,
-            Err(_) => match raw_rx.try_recv() {
-                Ok(raw) => {
-                    if !send_out(parse.run(raw)) {
-                        return;
-                    }
-                    continue;
-                }
-                Err(_) => {
-                    // Nothing to do but wait for a credit or a batch to parse: poll a
-                    // short while first (a consumer that keeps up gives a credit back
-                    // every few microseconds, sooner than a parked thread wakes), then
-                    // park.
-                    match poll(&credits, &raw_rx) {
-                        Some(Polled::Credit) => true,
-                        Some(Polled::Raw(raw)) => {
-                            if !send_out(parse.run(raw)) {
-                                return;
-                            }
-                            continue;
+        let have_credit = if banked > 0 {
+            banked -= 1;
+            true
+        } else {
+            match credits.try_recv() {
+                Ok(()) => true,
+                Err(_) => match raw_rx.try_recv() {
+                    Ok(raw) => {
+                        if !send_out(parse.run(raw)) {
+                            return;
                         }
-                        None => crossbeam_channel::select! {
-                            recv(credits) -> c => c.is_ok(),
-                            recv(raw_rx) -> raw => {
-                                if let Ok(raw) = raw {
-                                    if !send_out(parse.run(raw)) {
-                                        return;
-                                    }
+                        continue;
+                    }
+                    Err(_) => {
+                        // Nothing to do but wait for a credit or a batch to parse: poll a
+                        // short while first (a consumer that keeps up gives a credit back
+                        // every few microseconds, sooner than a parked thread wakes), then
+                        // park.
+                        match poll(&credits, &raw_rx) {
+                            Some(Polled::Credit) => true,
+                            Some(Polled::Raw(raw)) => {
+                                if !send_out(parse.run(raw)) {
+                                    return;
                                 }
                                 continue;
                             }
-                        },
+                            None => crossbeam_channel::select! {
+                                recv(credits) -> c => c.is_ok(),
+                                recv(raw_rx) -> raw => {
+                                    if let Ok(raw) = raw {
+                                        if !send_out(parse.run(raw)) {
+                                            return;
+                                        }
+                                    }
+                                    continue;
+                                }
+                            },
+                        }
                     }
-                }
-            },
+                },
+            }
         };
         if !have_credit || parse.shared.stop.load(Ordering::Relaxed) {
             return;
