@@ -1194,31 +1194,12 @@ fn tfds_layout_written_to_s3_is_the_one_written_to_disk() {
         "--quiet",
     ];
     let local = scratch("s3-tfds-local");
-    let (code, _, err) = tfshard_at(
-        &s.endpoint,
-        &[
-            &[
-                "convert",
-                "parquet",
-                table.to_str().unwrap(),
-                "-o",
-                local.to_str().unwrap(),
-            ][..],
-            &common,
-        ]
-        .concat(),
-    );
-    assert_eq!(code, 0, "{err}");
     let url = format!("s3://{b}/out");
-    let (code, _, err) = tfshard_at(
-        &s.endpoint,
-        &[
-            &["convert", "parquet", table.to_str().unwrap(), "-o", &url][..],
-            &common,
-        ]
-        .concat(),
-    );
-    assert_eq!(code, 0, "{err}");
+    for output in [local.to_str().unwrap(), &url] {
+        let convert = ["convert", "parquet", table.to_str().unwrap(), "-o", output];
+        let (code, _, err) = tfshard_at(&s.endpoint, &[&convert[..], &common].concat());
+        assert_eq!(code, 0, "{output}: {err}");
+    }
     let down = scratch("s3-tfds-down");
     client(
         &s.endpoint,

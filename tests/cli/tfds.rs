@@ -178,7 +178,7 @@ fn tfds_images_refuse_gif_and_webp_or_skip_them() {
     let dir = scratch("tfds_images");
     let images = crate::root().join("testdata/images");
     let out = dir.join("out");
-    let (code, _, err) = run([
+    let convert = [
         "convert",
         "images",
         s(&images),
@@ -186,23 +186,13 @@ fn tfds_images_refuse_gif_and_webp_or_skip_them() {
         s(&out),
         "--tfds",
         "imgs",
-    ]);
+    ];
+    let (code, _, err) = run(convert);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("TFDS's Image feature cannot decode"), "{err}");
     assert!(err.contains(".gif") || err.contains(".webp"), "{err}");
-    let (code, _, err) = run([
-        "convert",
-        "images",
-        s(&images),
-        "-o",
-        s(&out),
-        "--tfds",
-        "imgs",
-        "--on-error",
-        "skip",
-        "--overwrite",
-        "--quiet",
-    ]);
+    let skip = ["--on-error", "skip", "--overwrite", "--quiet"];
+    let (code, _, err) = run([&convert[..], &skip].concat());
     assert_eq!(code, 0, "{err}");
     let version = out.join("imgs/1.0.0");
     let features = &json(&version.join("features.json"))["featuresDict"]["features"]["image"]
