@@ -199,7 +199,8 @@ pub fn write_ids(path: &Path, ids: &[usize], row_group: usize) {
     w.close().unwrap();
 }
 
-fn listing(dir: &Path) -> Vec<String> {
+/// The names in a folder, sorted.
+pub fn listing(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

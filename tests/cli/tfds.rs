@@ -6,20 +6,11 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::convert::write_table;
+use crate::convert::{listing as names, write_table};
 use crate::{convert_parquet, run, s, scratch};
 
 fn json(path: &Path) -> Value {
     serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
-}
-
-fn names(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
 }
 
 #[test]
