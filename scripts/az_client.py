@@ -6,6 +6,7 @@ Azurite emulator at AZURITE_BLOB_STORAGE_URL with its well-known account.
     az_client.py put-dir LOCAL_DIR CONTAINER PREFIX
     az_client.py get-dir CONTAINER PREFIX LOCAL_DIR
     az_client.py ls CONTAINER [PREFIX]
+    az_client.py copy-status CONTAINER PREFIX     # "NAME STATUS" per blob (STATUS "none" if not copied)
 """
 import os
 import sys
@@ -50,6 +51,11 @@ def main(argv):
         c = svc.get_container_client(argv[1])
         for b in c.list_blobs(name_starts_with=argv[2] if len(argv) > 2 else None):
             print(b.name)
+    elif cmd == "copy-status":
+        c = svc.get_container_client(argv[1])
+        for b in c.list_blobs(name_starts_with=argv[2]):
+            props = c.get_blob_client(b.name).get_blob_properties()
+            print(b.name, props.copy.status or "none")
     else:
         sys.exit(f"unknown command {cmd}")
 

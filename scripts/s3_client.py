@@ -5,6 +5,7 @@
     s3_client.py put-dir LOCAL_DIR BUCKET PREFIX      # uploads every file below LOCAL_DIR
     s3_client.py get-dir BUCKET PREFIX LOCAL_DIR      # downloads every object below PREFIX
     s3_client.py ls BUCKET [PREFIX]                   # one key per line
+    s3_client.py etags BUCKET PREFIX                  # "KEY ETAG" per object (a multipart one's ends in -PARTS)
     s3_client.py uploads BUCKET                       # pending multipart uploads, one key per line
     s3_client.py flip BUCKET KEY OFFSET               # rewrites the object with one byte flipped
     s3_client.py create-key                           # an IAM user and key; prints "ID SECRET"
@@ -45,6 +46,9 @@ def main(argv):
     elif cmd == "ls":
         for key in keys(s3, argv[1], argv[2] if len(argv) > 2 else ""):
             print(key)
+    elif cmd == "etags":
+        for key in keys(s3, argv[1], argv[2]):
+            print(key, s3.head_object(Bucket=argv[1], Key=key)["ETag"].strip('"'))
     elif cmd == "uploads":
         r = s3.list_multipart_uploads(Bucket=argv[1])
         for u in r.get("Uploads", []):

@@ -16,7 +16,8 @@
 //! `finalize:planned` and `finalize:moved` (a part shard moved into place),
 //! `convert:written` (every shard written, nothing published), `store:uploading` (a
 //! multipart upload started and recorded, no part sent), `store:uploaded` (every
-//! shard uploaded to a store, nothing copied), `store:copied` (copied into place, no
+//! shard uploaded to a store, nothing copied), `store:parts-copied` (every part of a
+//! multipart copy copied, the upload not completed), `store:copied` (copied into place, no
 //! manifest yet), `verify:opened` (a shard opened and its size taken, no record read).
 
 use std::path::PathBuf;

@@ -21,12 +21,13 @@ use std::future::Future;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::{StreamExt, TryStreamExt};
 use object_store::multipart::MultipartStore;
 use object_store::path::Path as Key;
+use object_store::signer::{HeaderName, HeaderValue, Method, SignedUrlOptions, Signer};
 use object_store::{
     ClientConfigKey, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode, PutOptions,
     PutPayload,
@@ -270,6 +271,9 @@ impl fmt::Display for StoreProblem {
 struct Bucket {
     store: Arc<dyn ObjectStore>,
     multipart: Arc<dyn MultipartStore>,
+    /// Presigns the requests `object_store` has no call for (S3's UploadPartCopy, Azure's
+    /// Get Blob Properties for a copy's status), sent by [`http_client`].
+    signer: Arc<dyn Signer>,
 }
 
 /// The clients made so far, by scheme and bucket.
@@ -314,7 +318,8 @@ fn bucket(url: &ObjectUrl) -> Result<Arc<Bucket>> {
             let store = Arc::new(store);
             Bucket {
                 store: store.clone(),
-                multipart: store,
+                multipart: store.clone(),
+                signer: store,
             }
         }};
     }
@@ -542,8 +547,14 @@ fn shorten(text: &str) -> String {
 
 /// The `<Code>` of an S3/Azure XML error body, when the error quotes one.
 fn xml_code(text: &str) -> Option<&str> {
-    let start = text.find("<Code>")? + "<Code>".len();
-    let end = start + text[start..].find("</Code>")?;
+    xml_value(text, "Code")
+}
+
+/// The text of the first `<tag>` element of an XML body.
+fn xml_value<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
+    let open = format!("<{tag}>");
+    let start = text.find(&open)? + open.len();
+    let end = start + text[start..].find(&format!("</{tag}>"))?;
     Some(&text[start..end])
 }
 
@@ -725,11 +736,322 @@ pub(crate) async fn put_async(url: &ObjectUrl, bytes: Vec<u8>, create_only: bool
     Ok(())
 }
 
-/// Copies an object within its bucket, on the server.
+/// The largest object S3's CopyObject copies in one request; a larger one is copied
+/// as a multipart upload of ranges (UploadPartCopy). `TFSHARD_MAX_COPY_BYTES` lowers it,
+/// for tests.
+pub const MAX_COPY_BYTES: u64 = 5 << 30;
+
+/// Bytes per part of a multipart copy (S3: 5 MiB to 5 GiB a part, 10,000 parts, so
+/// objects up to 5 TB). `TFSHARD_COPY_PART_BYTES` lowers it, for tests.
+pub const COPY_PART_BYTES: u64 = 512 << 20;
+
+fn limit_from_env(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&v| v > 0)
+        .unwrap_or(default)
+}
+
+/// Copies an object within its bucket, on the server: one request, or on S3, for an
+/// object above [`MAX_COPY_BYTES`], a multipart copy; on Azure, where a copy may finish
+/// after its request, this returns once the copy has completed.
 pub(crate) async fn copy(from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
+    copy_recorded(from, to, |_| async { Ok(()) }).await
+}
+
+/// [`copy`], calling `started` with the id of a multipart copy before its first part
+/// (a caller that keeps upload ids can then abort it after a kill). A failed multipart
+/// copy is aborted here.
+pub(crate) async fn copy_recorded<F, Fut>(
+    from: &ObjectUrl,
+    to: &ObjectUrl,
+    started: F,
+) -> Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
     let b = bucket(from)?;
     let (src, dst) = (from.object_key()?, to.object_key()?);
-    request(to, b.store.copy(&src, &dst)).await
+    match from.scheme {
+        Scheme::S3 => {
+            let source = request(from, b.store.head(&src)).await?;
+            if source.size > limit_from_env("TFSHARD_MAX_COPY_BYTES", MAX_COPY_BYTES) {
+                let etag = source.e_tag.as_deref();
+                return multipart_copy(&b, from, to, source.size, etag, started).await;
+            }
+            request(to, b.store.copy(&src, &dst)).await
+        }
+        Scheme::Azure => {
+            request(to, b.store.copy(&src, &dst)).await?;
+            wait_for_copy(&b, to).await
+        }
+        Scheme::Gcs => request(to, b.store.copy(&src, &dst)).await,
+    }
+}
+
+/// Copies `from` (`size` bytes, pinned to `etag`) to `to` as a multipart upload whose
+/// parts are ranges of the source, copied on the server in parallel (the permits bound
+/// them). Aborted on failure.
+async fn multipart_copy<F, Fut>(
+    b: &Bucket,
+    from: &ObjectUrl,
+    to: &ObjectUrl,
+    size: u64,
+    etag: Option<&str>,
+    started: F,
+) -> Result<()>
+where
+    F: FnOnce(String) -> Fut,
+    Fut: Future<Output = Result<()>>,
+{
+    let id = create_multipart(to).await?;
+    let copied = async {
+        started(id.clone()).await?;
+        let step = limit_from_env("TFSHARD_COPY_PART_BYTES", COPY_PART_BYTES);
+        let ranges = (0..size)
+            .step_by(step as usize)
+            .map(|s| s..(s + step).min(size));
+        let parts = ranges
+            .enumerate()
+            .map(|(i, range)| copy_part(b, from, to, &id, i, range, etag));
+        let parts = futures_util::future::try_join_all(parts).await?;
+        crate::failpoint::hit("store:parts-copied")?;
+        complete_multipart(to, &id, parts).await
+    }
+    .await;
+    if copied.is_err() {
+        let _ = abort_multipart(to, &id).await;
+    }
+    copied
+}
+
+/// What an S3 key is in an `x-amz-copy-source` header: URL-encoded, `/` kept.
+const COPY_SOURCE_KEY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+/// Copies bytes `range` of `from` into part `index` of upload `id` of `to`
+/// (UploadPartCopy, which `object_store` has no call for: presigned by its signer, with
+/// the copy headers in the signature, and retried here as its own requests are).
+async fn copy_part(
+    b: &Bucket,
+    from: &ObjectUrl,
+    to: &ObjectUrl,
+    id: &str,
+    index: usize,
+    range: Range<u64>,
+    etag: Option<&str>,
+) -> Result<object_store::multipart::PartId> {
+    let key = to.object_key()?;
+    let bucket_name = from.root.trim_start_matches("s3://");
+    let source = format!(
+        "/{bucket_name}/{}",
+        percent_encoding::utf8_percent_encode(&from.key, COPY_SOURCE_KEY)
+    );
+    let header = |name: &'static str, value: &str| {
+        HeaderValue::from_str(value)
+            .map(|v| (HeaderName::from_static(name), v))
+            .map_err(|_| {
+                Error::invalid_option("URL", format!("{from}: not a valid copy source header"))
+            })
+    };
+    let mut headers = vec![
+        header("x-amz-copy-source", &source)?,
+        header(
+            "x-amz-copy-source-range",
+            &format!("bytes={}-{}", range.start, range.end - 1),
+        )?,
+    ];
+    if let Some(etag) = etag {
+        headers.push(header("x-amz-copy-source-if-match", etag)?);
+    }
+    let mut options = SignedUrlOptions::new().with_query([
+        ("partNumber", (index + 1).to_string()),
+        ("uploadId", id.to_owned()),
+    ]);
+    for (name, value) in &headers {
+        options = options.with_signed_header(name.clone(), value.clone());
+    }
+    let body = send_retried(to, || async {
+        let url = b
+            .signer
+            .signed_url_opts(Method::PUT, &key, PRESIGNED_FOR, &options)
+            .await?;
+        let mut req = http_client()
+            .put(url.as_str())
+            .header("content-length", "0");
+        for (name, value) in &headers {
+            req = req.header(name, value);
+        }
+        Ok(req)
+    })
+    .await?
+    .1;
+    // A 200 can still carry an error (S3 says so for copies): only an ETag is success.
+    match xml_value(&body, "ETag") {
+        Some(etag) if xml_value(&body, "Code").is_none() => Ok(object_store::multipart::PartId {
+            content_id: etag.replace("&quot;", "\"").replace("&#34;", "\""),
+        }),
+        _ => Err(store_error(
+            to,
+            &http_error(200, &body, "UploadPartCopy answered without an ETag"),
+        )),
+    }
+}
+
+/// How long a presigned request stays valid (it is sent at once; retries sign anew).
+const PRESIGNED_FOR: Duration = Duration::from_secs(15 * 60);
+
+/// Waits until a copy to `to` has completed (Azure's Copy Blob may answer `pending` and
+/// go on in the background): polls the blob's `x-ms-copy-status`, backing off, within
+/// `--io-timeout`. A copy that failed or was aborted is an error naming the blob.
+///
+/// A SAS-token credential cannot presign the status request; the copy is then trusted
+/// as answered (copies within one storage account complete at once in practice).
+async fn wait_for_copy(b: &Bucket, to: &ObjectUrl) -> Result<()> {
+    let key = to.object_key()?;
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let Ok(url) = b.signer.signed_url(Method::GET, &key, PRESIGNED_FOR).await else {
+            return Ok(());
+        };
+        let (headers, _) = send_retried(to, || async {
+            Ok(http_client().request(Method::HEAD, url.as_str()))
+        })
+        .await?;
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        };
+        match copy_state(&header("x-ms-copy-status")) {
+            CopyState::Done => return Ok(()),
+            CopyState::Pending if started.elapsed() < io_options().timeout => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            CopyState::Pending => {
+                return Err(Error::new(ErrorKind::Store {
+                    problem: StoreProblem::Other,
+                    detail: format!(
+                        "the server-side copy was still pending after {:?} (--io-timeout; {})",
+                        io_options().timeout,
+                        header("x-ms-copy-progress")
+                    ),
+                })
+                .with_file(to.to_path()))
+            }
+            CopyState::Failed(status) => {
+                return Err(Error::new(ErrorKind::Store {
+                    problem: StoreProblem::Other,
+                    detail: shorten(&format!(
+                        "the server-side copy {status}: {}",
+                        header("x-ms-copy-status-description")
+                    )),
+                })
+                .with_file(to.to_path()))
+            }
+        }
+    }
+}
+
+/// A blob's copy status, as Azure's `x-ms-copy-status` says it.
+#[derive(Debug, PartialEq, Eq)]
+enum CopyState {
+    /// `success`, or no status (the blob was not written by a copy).
+    Done,
+    /// `pending`: still copying.
+    Pending,
+    /// `aborted` or `failed` (or a status we do not know).
+    Failed(String),
+}
+
+fn copy_state(status: &str) -> CopyState {
+    match status.trim().to_ascii_lowercase().as_str() {
+        "" | "success" => CopyState::Done,
+        "pending" => CopyState::Pending,
+        other => CopyState::Failed(other.to_owned()),
+    }
+}
+
+/// The client of the presigned requests (its own: `object_store`'s is not public).
+fn http_client() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        let io = io_options();
+        reqwest::Client::builder()
+            .timeout(io.timeout)
+            .connect_timeout(io.timeout.min(Duration::from_secs(10)))
+            .build()
+            .unwrap_or_default()
+    })
+}
+
+/// Sends the request `build` makes (anew for each try), holding a permit; retries
+/// connection failures, 5xx and 429 with backoff within `--io-timeout`, as
+/// `object_store`'s retry layer does its own requests. Returns the headers and body of
+/// a 2xx answer.
+async fn send_retried<F, Fut>(
+    url: &ObjectUrl,
+    build: F,
+) -> Result<(reqwest::header::HeaderMap, String)>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = object_store::Result<reqwest::RequestBuilder>>,
+{
+    let started = Instant::now();
+    let mut backoff = Duration::from_millis(100);
+    request(url, async {
+        loop {
+            let last_try = started.elapsed() >= io_options().timeout;
+            let failure = match build().await?.send().await {
+                Ok(response) => {
+                    let status = response.status();
+                    let headers = response.headers().clone();
+                    match response.text().await {
+                        Ok(body) if status.is_success() => return Ok((headers, body)),
+                        Ok(body) => {
+                            let error = http_error(status.as_u16(), &body, "");
+                            if !(status.is_server_error() || status.as_u16() == 429) {
+                                return Err(error);
+                            }
+                            error
+                        }
+                        Err(e) => generic(Box::new(e)),
+                    }
+                }
+                Err(e) => generic(Box::new(e)),
+            };
+            if last_try {
+                return Err(failure);
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(15));
+        }
+    })
+    .await
+}
+
+fn generic(source: Box<dyn std::error::Error + Send + Sync>) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "tfshard",
+        source,
+    }
+}
+
+/// An HTTP answer as an `object_store` error, worded as its client words status codes
+/// (so [`store_error`] classifies both alike).
+fn http_error(status: u16, body: &str, note: &str) -> object_store::Error {
+    let code = xml_value(body, "Code").unwrap_or(note);
+    generic(format!("Server returned non-2xx status code: {status}: {code}").into())
 }
 
 /// Copies an object within its bucket, on the server (blocking).
@@ -843,6 +1165,32 @@ mod tests {
             let e = locate(Path::new(bad)).unwrap_err();
             assert!(matches!(e.kind(), ErrorKind::InvalidOption { .. }), "{bad}");
         }
+    }
+
+    #[test]
+    fn copy_states() {
+        assert_eq!(copy_state(""), CopyState::Done);
+        assert_eq!(copy_state("success"), CopyState::Done);
+        assert_eq!(copy_state("Pending"), CopyState::Pending);
+        assert_eq!(copy_state("failed"), CopyState::Failed("failed".into()));
+        assert_eq!(copy_state("aborted"), CopyState::Failed("aborted".into()));
+    }
+
+    #[test]
+    fn copy_results_and_errors_are_read_from_xml() {
+        let ok = "<CopyPartResult><LastModified>x</LastModified><ETag>&quot;9b2c&quot;</ETag></CopyPartResult>";
+        assert_eq!(xml_value(ok, "ETag"), Some("&quot;9b2c&quot;"));
+        assert_eq!(xml_value(ok, "Code"), None);
+        let e = http_error(403, "<Error><Code>AccessDenied</Code></Error>", "");
+        let url = url("s3://b/k");
+        assert!(is_problem(
+            &store_error(&url, &e),
+            StoreProblem::AccessDenied
+        ));
+        let e = http_error(503, "<Error><Code>SlowDown</Code></Error>", "");
+        assert!(is_problem(&store_error(&url, &e), StoreProblem::Throttled));
+        let e = http_error(404, "", "");
+        assert!(is_problem(&store_error(&url, &e), StoreProblem::NotFound));
     }
 
     #[test]

@@ -10,9 +10,9 @@
 //! 2. uploads every shard (multipart, parts in parallel) under
 //!    `{out}/.{prefix}.tfshard-tmp/{run}/`, recording each upload id there first;
 //! 3. with `--overwrite`, deletes the old manifests;
-//! 4. copies each shard server-side to its final `-of-N` name (a shard above 5 GiB, which
-//!    CopyObject cannot copy and `object_store` has no multipart copy for, is uploaded a
-//!    second time to its final name from the staged file);
+//! 4. copies each shard server-side to its final `-of-N` name (on S3 a shard above 5 GiB,
+//!    CopyObject's limit, as a multipart copy of ranges, its upload id recorded like the
+//!    others'; on Azure, waiting until each copy has completed);
 //! 5. with `--overwrite`, deletes the prefix's stale shards;
 //! 6. deletes the temporaries, then writes each manifest (a conditional put without
 //!    `--overwrite`) — the commit point — and releases the claim.
@@ -30,8 +30,8 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::{
-    abort_multipart, block_on, complete_multipart, copy, create_multipart, delete, is_problem,
-    list, list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, StoreProblem,
+    abort_multipart, block_on, complete_multipart, copy_recorded, create_multipart, delete,
+    is_problem, list, list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, StoreProblem,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{Manifest, ShardInfo};
@@ -46,19 +46,6 @@ pub const PART_BYTES: usize = 8 << 20;
 /// Parts in flight per run at most (bounds upload memory to 16 MiB; moto, like a real
 /// store, takes parts no faster with more in flight from one client on two cores).
 const PARTS_IN_FLIGHT: usize = 2;
-/// The largest object S3's CopyObject copies in one request. `object_store` has no
-/// multipart copy (UploadPartCopy), so a larger shard is uploaded a second time, to its
-/// final name, from the staged file (kept until the commit for that reason).
-/// `TFSHARD_MAX_COPY_BYTES` lowers it, for tests.
-pub const MAX_COPY_BYTES: u64 = 5 << 30;
-
-fn max_copy_bytes() -> u64 {
-    std::env::var("TFSHARD_MAX_COPY_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(MAX_COPY_BYTES)
-}
-
 /// One run's output in a store.
 pub(crate) struct RemoteOutput {
     shared: Arc<Shared>,
@@ -344,27 +331,26 @@ impl RemoteOutput {
                 }
             }
             let mut pairs = Vec::new();
-            let mut reuploads = Vec::new();
             for (prefix, split) in s.prefixes.iter().zip(shards) {
                 for (i, shard) in split.iter().enumerate() {
                     let final_name = name::shard_name(prefix, i, split.len(), compression);
-                    let target = s.out.join(&final_name);
-                    if shard.bytes > max_copy_bytes() {
-                        reuploads.push((prefix.clone(), shard.path.clone(), target));
-                    } else {
-                        pairs.push((s.temporary(prefix, &shard.path), target));
-                    }
+                    pairs.push((
+                        prefix,
+                        s.temporary(prefix, &shard.path),
+                        s.out.join(&final_name),
+                    ));
                     if let Some(idx) = &shard.idx_path {
                         let final_idx = s.out.join(&format!("{final_name}.idx"));
-                        pairs.push((s.temporary(prefix, idx), final_idx));
+                        pairs.push((prefix, s.temporary(prefix, idx), final_idx));
                     }
                 }
             }
-            futures_util::future::try_join_all(pairs.iter().map(|(from, to)| copy(from, to)))
-                .await?;
-            for (prefix, local, target) in &reuploads {
-                s.upload(prefix, local, target).await?;
-            }
+            futures_util::future::try_join_all(
+                pairs
+                    .iter()
+                    .map(|(prefix, from, to)| s.copy_into_place(prefix, from, to)),
+            )
+            .await?;
             if s.overwrite {
                 let (objects, _) = list_dir_async(&s.out).await?;
                 for (prefix, split) in s.prefixes.iter().zip(shards) {
@@ -470,13 +456,53 @@ impl Shared {
         crate::failpoint::hit("shard:journaled")
     }
 
-    /// Removes a staged file once uploaded, unless it is too large to copy on the server
-    /// and goes up again under its final name.
+    /// Removes a staged file once uploaded.
     fn staged_done(&self, local: &Path) {
-        let size = std::fs::metadata(local).map(|m| m.len()).unwrap_or(0);
-        if size <= max_copy_bytes() {
-            let _ = std::fs::remove_file(local);
+        let _ = std::fs::remove_file(local);
+    }
+
+    /// Copies a shard's temporary to its final name on the server. A multipart copy
+    /// (S3, above 5 GiB) is recorded as the run's uploads are, so that a killed run's
+    /// can be aborted by the next.
+    async fn copy_into_place(&self, prefix: &str, from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
+        let mut recorded = None;
+        let slot = &mut recorded;
+        let copied = copy_recorded(from, to, move |id| async move {
+            let record = self.record_upload(prefix, to, &id).await?;
+            *slot = Some((id, record));
+            Ok(())
+        })
+        .await;
+        // Completed, or aborted by copy_recorded: no longer open either way.
+        if let Some((id, record)) = recorded {
+            self.forget_upload(&id, &record).await?;
         }
+        copied
+    }
+
+    /// Records a multipart upload started for `target`: among the run's open uploads,
+    /// and in the run's temporary folder, where a later run finds it to abort it.
+    async fn record_upload(&self, prefix: &str, target: &ObjectUrl, id: &str) -> Result<ObjectUrl> {
+        self.open_uploads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((target.clone(), id.to_owned()));
+        let record = self
+            .run_dir(prefix)
+            .join("uploads")
+            .join(target.file_name());
+        let body = format!("{}\n{id}", target.key());
+        super::put_async(&record, body.into_bytes(), false).await?;
+        Ok(record)
+    }
+
+    /// An upload completed or aborted: no longer open, its record deleted.
+    async fn forget_upload(&self, id: &str, record: &ObjectUrl) -> Result<()> {
+        self.open_uploads
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(_, i)| i != id);
+        delete(record).await
     }
 
     fn start_upload(self: &Arc<Self>, prefix: &str, local: &Path) -> JoinHandle<Result<()>> {
@@ -555,17 +581,7 @@ impl Shared {
             while written >= sent + part || (closed && written > sent) {
                 if upload.is_none() {
                     let id = create_multipart(target).await?;
-                    self.open_uploads
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push((target.clone(), id.clone()));
-                    // Recorded in the run's temporary folder: a later run can abort it.
-                    let record = self
-                        .run_dir(prefix)
-                        .join("uploads")
-                        .join(target.file_name());
-                    let body = format!("{}\n{id}", target.key());
-                    super::put_async(&record, body.into_bytes(), false).await?;
+                    let record = self.record_upload(prefix, target, &id).await?;
                     crate::failpoint::hit("store:uploading")?;
                     upload = Some((id, record));
                 }
@@ -593,12 +609,7 @@ impl Shared {
             );
         }
         complete_multipart(target, &id, done).await?;
-        self.open_uploads
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|(_, i)| *i != id);
-        delete(&record).await?;
-        Ok(())
+        self.forget_upload(&id, &record).await
     }
 
     /// Sends bytes `range` of the staged file as part `index`, once a part buffer is
