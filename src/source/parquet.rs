@@ -18,17 +18,16 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use parquet::arrow::arrow_reader::{
-    ArrowReaderBuilder, ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
-    RowSelection, RowSelector,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
 };
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::basic::Type as PhysicalType;
 
 use crate::error::{ChunkProblem, Error, ErrorKind, Result};
 use crate::source::contain::contain;
 use crate::source::hive::{self, PartitionColumn};
-use crate::store::{self, Listed, Location, RemoteParquet};
+use crate::store::{self, Listed, Location, RemoteChunks, RemoteParquet};
 
 /// Rows per Arrow batch at most: large enough to amortize per-batch work (8192 rows of
 /// the standard table ≈ 1.4 MB).
@@ -529,10 +528,12 @@ fn with_int96_as_micros(metadata: ArrowReaderMetadata) -> Result<ArrowReaderMeta
     )?)
 }
 
-/// Batches of one row group, from a local file or from a store.
-enum Batches {
-    Local(parquet::arrow::arrow_reader::ParquetRecordBatchReader),
-    Remote(parquet::arrow::async_reader::ParquetRecordBatchStream<RemoteParquet>),
+/// Batches of one row group, from a local file or from a store (streamed in pieces
+/// within a byte budget, [`RemoteChunks`]): the same decoder either way.
+struct Batches {
+    reader: parquet::arrow::arrow_reader::ParquetRecordBatchReader,
+    /// From a store: where a failed read's own error waits.
+    remote: Option<RemoteChunks>,
 }
 
 impl Batches {
@@ -545,66 +546,69 @@ impl Batches {
     ) -> Result<Batches> {
         let panicked = |panic| decoder_panic(Some(row_group), panic);
         // The same selection for either reader.
-        fn select<T>(
-            builder: ArrowReaderBuilder<T>,
+        fn build<T: parquet::file::reader::ChunkReader + 'static>(
+            reader: T,
+            input: &ParquetInput,
             row_group: usize,
             mask: &ProjectionMask,
             batch_rows: usize,
-            selection: &Option<RowSelection>,
-        ) -> ArrowReaderBuilder<T> {
-            let builder = builder
-                .with_row_groups(vec![row_group])
-                .with_projection(mask.clone())
-                .with_batch_size(batch_rows);
+            selection: Option<RowSelection>,
+        ) -> parquet::errors::Result<parquet::arrow::arrow_reader::ParquetRecordBatchReader>
+        {
+            let builder =
+                ParquetRecordBatchReaderBuilder::new_with_metadata(reader, input.metadata.clone())
+                    .with_row_groups(vec![row_group])
+                    .with_projection(mask.clone())
+                    .with_batch_size(batch_rows);
             match selection {
-                Some(rows) => builder.with_row_selection(rows.clone()),
-                None => builder,
+                Some(rows) => builder.with_row_selection(rows).build(),
+                None => builder.build(),
             }
         }
-        match &input.file.object {
+        let mut remote = None;
+        let reader = match &input.file.object {
             None => {
                 let file = ParquetFile::new(File::open(&input.file.path)?)?;
-                let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(
-                    file,
-                    input.metadata.clone(),
-                );
-                let builder = select(builder, row_group, mask, batch_rows, &selection);
-                let reader = contain(|| builder.build())
-                    .map_err(panicked)?
-                    .map_err(from_parquet)?;
-                Ok(Batches::Local(reader))
+                contain(|| build(file, input, row_group, mask, batch_rows, selection))
             }
             Some(object) => {
-                let reader = RemoteParquet::new(object.clone());
-                let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(
-                    reader,
-                    input.metadata.clone(),
-                );
-                let builder = select(builder, row_group, mask, batch_rows, &selection);
-                let stream = contain(|| builder.build())
-                    .map_err(panicked)?
-                    .map_err(from_parquet)?;
-                Ok(Batches::Remote(stream))
+                // The selected column chunks' bytes, as the footer places them.
+                let ranges = input
+                    .metadata
+                    .metadata()
+                    .row_group(row_group)
+                    .columns()
+                    .iter()
+                    .enumerate()
+                    .filter(|(leaf, _)| mask.leaf_included(*leaf))
+                    .map(|(_, c)| {
+                        let (start, len) = c.byte_range();
+                        start..start.saturating_add(len)
+                    })
+                    .collect();
+                let chunks = RemoteChunks::for_object(object, ranges);
+                remote = Some(chunks.handle());
+                contain(|| build(chunks, input, row_group, mask, batch_rows, selection))
             }
-        }
+        };
+        let store_error =
+            |remote: &Option<RemoteChunks>| remote.as_ref().and_then(|c| c.take_error());
+        let reader = reader
+            .map_err(panicked)?
+            .map_err(|e| store_error(&remote).unwrap_or_else(|| from_parquet(e)))?;
+        Ok(Batches { reader, remote })
     }
 
     /// The next batch; the decoder runs contained.
     fn next(&mut self, row_group: usize) -> Result<Option<RecordBatch>> {
         let panicked = |panic| decoder_panic(Some(row_group), panic);
-        match self {
-            Batches::Local(reader) => contain(|| reader.next())
-                .map_err(panicked)?
-                .transpose()
-                .map_err(Error::from),
-            Batches::Remote(stream) => {
-                use futures_util::StreamExt;
-                contain(|| store::block_on(stream.next()))
-                    .map_err(panicked)?
-                    .transpose()
-                    .map_err(from_parquet)
-            }
-        }
+        contain(|| self.reader.next())
+            .map_err(panicked)?
+            .transpose()
+            .map_err(|e| {
+                let ours = self.remote.as_ref().and_then(|c| c.take_error());
+                ours.unwrap_or_else(|| Error::from(e))
+            })
     }
 }
 

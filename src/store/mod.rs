@@ -35,7 +35,7 @@ use object_store::{
 
 use crate::error::{Error, ErrorKind, Result};
 
-pub(crate) use self::parquet::RemoteParquet;
+pub(crate) use self::parquet::{RemoteChunks, RemoteParquet};
 pub use read::RemoteRead;
 
 /// Requests in flight and how long a request may take, with its retries.
