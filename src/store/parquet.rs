@@ -1,8 +1,8 @@
 //! A Parquet file in a store: the footer through parquet's async interface (our own
 //! `AsyncFileReader`, one ranged request at the end of the object), then each row
-//! group's selected column chunks streamed to parquet's decoder in pieces within a byte
-//! budget, the next pieces fetched while it decodes ([`RemoteChunks`]). Every request
-//! is pinned to the ETag the listing saw.
+//! group's selected column chunks, read ahead within a byte budget: fetched whole when
+//! they fit, else streamed to parquet's decoder in pieces, the next fetched while it
+//! decodes ([`RemoteChunks`]). Every request is pinned to the ETag the listing saw.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -123,17 +123,20 @@ impl AsyncFileReader for RemoteParquet {
 }
 
 /// Bytes the column chunks of one row group being decoded may hold fetched or in flight
-/// from a store, together (per worker: a worker decodes one row group at a time). The
-/// local reader holds about one page per column; fetching whole row groups held 8.5 MB
-/// a worker on the standard table (S3→disk peak memory 1.38–1.50× disk→disk) and a
-/// whole 128 MB row group on tables written by Spark.
-pub(crate) const READ_AHEAD_BYTES: u64 = 4 << 20;
-/// Pieces of a column chunk fetched or in flight at once: the one being decoded and
-/// the next, fetched while it decodes.
+/// from a store, together (per worker: a worker decodes one row group at a time; the
+/// converter's decode budget bounds the workers together). A row group within it is
+/// fetched whole at once, all its chunks in parallel (the standard table's 8.5 MB row
+/// groups); a larger one streams. Measured against moto on the standard table, S3→disk:
+/// whole row groups 2.5–2.9 s, streamed in 8 MiB 3.2–3.5 s, in 4 MiB 3.7–4.2 s (each
+/// request costs; fewer, larger ones win), peak memory 77–83, 75–81, 71–76 MiB.
+pub(crate) const READ_AHEAD_BYTES: u64 = 16 << 20;
+/// Pieces of a streamed column chunk fetched or in flight at once: the one being
+/// decoded and the next, fetched while it decodes.
 const PIECES_AHEAD: usize = 2;
-/// The smallest piece a chunk is streamed in (fewer, larger requests for many columns;
-/// their total may then pass the budget).
-const MIN_PIECE_BYTES: u64 = 256 << 10;
+/// The smallest piece a chunk streams in (or half the budget, if smaller): requests
+/// cost (stores advise 8–16 MB ranges), so a chunk with a small share of the budget
+/// still fetches a MiB at a time.
+const MIN_PIECE_BYTES: u64 = 1 << 20;
 
 /// Fetches a byte range of the object (a ranged GET in production, bytes in memory in
 /// the unit tests).
@@ -141,12 +144,13 @@ pub(crate) type Fetch =
     Arc<dyn Fn(Range<u64>) -> BoxFuture<'static, crate::error::Result<Bytes>> + Send + Sync>;
 
 /// The selected column chunks of one row group of a Parquet object, as parquet's
-/// decoder reads them: page headers and pages, front to back within each chunk. Each
-/// chunk streams in pieces sized from [`READ_AHEAD_BYTES`] (larger chunks get larger
-/// pieces), the next piece fetched while the decoder works on the one before, and a
-/// piece dropped once read past. So memory is bounded by bytes, whatever the row
-/// group's size, and the network runs ahead of the decoder. A page larger than its
-/// chunk's pieces is fetched whole when read, as the local reader reads it.
+/// decoder reads them: page headers and pages, front to back within each chunk. Chunks
+/// that fit the budget together are fetched whole, at once. Otherwise each chunk
+/// streams in pieces sized from its share of the budget, the next piece fetched while
+/// the decoder works on the one before, and a piece dropped once read past. So memory
+/// is bounded by bytes, whatever the row group's size, and the network runs ahead of
+/// the decoder. A page larger than its chunk's pieces is fetched whole when read, as
+/// the local reader reads it.
 pub(crate) struct RemoteChunks(Arc<Chunks>);
 
 struct Chunks {
@@ -188,6 +192,8 @@ impl Held {
 struct Stream {
     range: Range<u64>,
     piece: u64,
+    /// Pieces fetched or in flight at once.
+    ahead: usize,
     /// Fetched or in flight, contiguous and in order, ending at `next`.
     pieces: std::collections::VecDeque<Piece>,
     /// The first byte not yet asked for.
@@ -249,7 +255,7 @@ impl Piece {
 impl Stream {
     /// Keeps [`PIECES_AHEAD`] pieces fetched or in flight.
     fn top_up(&mut self, fetch: &Fetch, held: &Arc<Held>) {
-        while self.pieces.len() < PIECES_AHEAD && self.next < self.range.end {
+        while self.pieces.len() < self.ahead && self.next < self.range.end {
             let end = (self.next + self.piece).min(self.range.end);
             self.pieces
                 .push_back(Piece::start(self.next..end, fetch, held));
@@ -319,6 +325,7 @@ impl RemoteChunks {
         size: u64,
         ranges: Vec<Range<u64>>,
         budget: u64,
+        ahead: usize,
         fetch: Fetch,
     ) -> RemoteChunks {
         let held = Arc::new(Held::default());
@@ -327,13 +334,20 @@ impl RemoteChunks {
             .into_iter()
             .map(|range| {
                 let len = range.end - range.start;
-                // A chunk's share of the budget, split among its pieces ahead.
-                let share = (budget as u128 * len as u128 / total as u128) as u64;
-                let piece = (share / PIECES_AHEAD as u64).max(MIN_PIECE_BYTES);
+                let (piece, ahead) = if total <= budget {
+                    // The whole row group fits: every chunk in one piece, fetched now.
+                    (len.max(1), 1)
+                } else {
+                    // A chunk's share of the budget, split among its pieces ahead.
+                    let share = (budget as u128 * len as u128 / total as u128) as u64;
+                    let smallest = MIN_PIECE_BYTES.min(budget / ahead as u64).max(1);
+                    ((share / ahead as u64).max(smallest), ahead)
+                };
                 let mut stream = Stream {
                     next: range.start,
                     range,
                     piece,
+                    ahead,
                     pieces: Default::default(),
                 };
                 stream.top_up(&fetch, &held);
@@ -363,14 +377,19 @@ impl RemoteChunks {
         RemoteChunks(self.0.clone())
     }
 
-    /// For an object in a store, every request pinned to its listed ETag.
+    /// For an object in a store, every request pinned to its listed ETag, within
+    /// [`READ_AHEAD_BYTES`] (`TFSHARD_READ_AHEAD_BYTES` sets another budget, for tests).
     pub(crate) fn for_object(object: &Listed, ranges: Vec<Range<u64>>) -> RemoteChunks {
         let reader = RemoteParquet::new(object.clone());
         let fetch: Fetch = Arc::new(move |range| {
             let reader = reader.clone();
             async move { reader.fetch_bytes(range).await }.boxed()
         });
-        RemoteChunks::new(object.size, ranges, READ_AHEAD_BYTES, fetch)
+        let budget = std::env::var("TFSHARD_READ_AHEAD_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(READ_AHEAD_BYTES);
+        RemoteChunks::new(object.size, ranges, budget, PIECES_AHEAD, fetch)
     }
 
     /// Bytes held so far.
@@ -548,20 +567,30 @@ mod tests {
             .collect();
         let compressed: u64 = ranges.iter().map(|r| r.end - r.start).sum();
         assert!(compressed > 7 << 20, "{compressed}");
+        let read = |budget: u64| {
+            let chunks = RemoteChunks::new(
+                data.len() as u64,
+                ranges.clone(),
+                budget,
+                PIECES_AHEAD,
+                in_memory(data.clone()),
+            );
+            let held = chunks.0.held.clone();
+            let batches = ParquetRecordBatchReaderBuilder::try_new(chunks)
+                .unwrap()
+                .build()
+                .unwrap()
+                .collect::<std::result::Result<Vec<_>, _>>()
+                .unwrap();
+            (batches, held)
+        };
+        // Within the budget: the whole row group at once.
+        let (whole, held) = read(compressed);
+        assert_eq!(whole, direct);
+        assert_eq!(held.peak(), compressed);
+        // Above it: streamed.
         let budget = 2 << 20;
-        let chunks = RemoteChunks::new(
-            data.len() as u64,
-            ranges.clone(),
-            budget,
-            in_memory(data.clone()),
-        );
-        let held = chunks.0.held.clone();
-        let streamed = ParquetRecordBatchReaderBuilder::try_new(chunks)
-            .unwrap()
-            .build()
-            .unwrap()
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .unwrap();
+        let (streamed, held) = read(budget);
         assert_eq!(streamed, direct);
         // The budget, plus one page larger than its chunk's pieces (pages are ~1 MiB
         // here, pieces of the blob chunk 1 MiB), never the row group.
@@ -597,7 +626,7 @@ mod tests {
             let data = Bytes::from((0..size).map(|i| (i * 31 % 251) as u8).collect::<Vec<u8>>());
             let chunk = 1000..size - 1000;
             let budget = 1 << 20;
-            let chunks = RemoteChunks::new(size, std::iter::once(chunk.clone()).collect(), budget, in_memory(data.clone()));
+            let chunks = RemoteChunks::new(size, std::iter::once(chunk.clone()).collect(), budget, PIECES_AHEAD, in_memory(data.clone()));
             let mut at = chunk.start;
             let mut largest = 0;
             for (len, skip, header) in steps {
@@ -629,6 +658,7 @@ mod tests {
             10_000,
             std::iter::once(100..5_000).collect(),
             1 << 20,
+            PIECES_AHEAD,
             in_memory(data),
         );
         let mut read = chunks.get_read(4_990).unwrap();
