@@ -998,7 +998,7 @@ fn http_client() -> &'static reqwest::Client {
 /// Sends the request `build` makes (anew for each try), holding a permit; retries
 /// connection failures, 5xx and 429 with backoff within `--io-timeout`, as
 /// `object_store`'s retry layer does its own requests. Returns the headers and body of
-/// a 2xx answer.
+/// a 2xx answer. Errors never quote the request's URL: a presigned one grants access.
 async fn send_retried<F, Fut>(
     url: &ObjectUrl,
     build: F,
@@ -1025,10 +1025,10 @@ where
                             }
                             error
                         }
-                        Err(e) => generic(Box::new(e)),
+                        Err(e) => generic(Box::new(e.without_url())),
                     }
                 }
-                Err(e) => generic(Box::new(e)),
+                Err(e) => generic(Box::new(e.without_url())),
             };
             if last_try {
                 return Err(failure);
