@@ -453,6 +453,9 @@ fn store_error(url: &ObjectUrl, e: &object_store::Error) -> Error {
         E::NotFound { .. } => StoreProblem::NotFound,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreProblem::AccessDenied,
         E::Precondition { .. } => StoreProblem::Changed,
+        _ if lower.contains("status code: 412") || lower.contains("preconditionfailed") => {
+            StoreProblem::Changed
+        }
         E::AlreadyExists { .. } => StoreProblem::AlreadyExists,
         // Status codes only as the client words them: a URL's port can hold "503".
         _ if [
@@ -757,12 +760,24 @@ fn limit_from_env(var: &str, default: u64) -> u64 {
 /// object above [`MAX_COPY_BYTES`], a multipart copy; on Azure, where a copy may finish
 /// after its request, this returns once the copy has completed.
 pub(crate) async fn copy(from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
-    copy_recorded(from, to, |_| async { Ok(()) }).await
+    let mut started = None;
+    let slot = &mut started;
+    let copied = copy_recorded(from, to, move |id| {
+        *slot = Some(id);
+        async { Ok(()) }
+    })
+    .await;
+    if let (Err(_), Some(id)) = (&copied, started) {
+        // Best effort: a store that failed the copy may fail this too (the upload then
+        // waits for the bucket's lifecycle rule).
+        let _ = abort_multipart(to, &id).await;
+    }
+    copied
 }
 
-/// [`copy`], calling `started` with the id of a multipart copy before its first part
-/// (a caller that keeps upload ids can then abort it after a kill). A failed multipart
-/// copy is aborted here.
+/// [`copy`], calling `started` with the id of a multipart copy before its first part.
+/// A multipart copy that fails is left to the caller to abort, which keeps the id (and
+/// can abort it after a kill, too).
 pub(crate) async fn copy_recorded<F, Fut>(
     from: &ObjectUrl,
     to: &ObjectUrl,
@@ -793,7 +808,7 @@ where
 
 /// Copies `from` (`size` bytes, pinned to `etag`) to `to` as a multipart upload whose
 /// parts are ranges of the source, copied on the server in parallel (the permits bound
-/// them). Aborted on failure.
+/// them). Left open on failure (the caller aborts it).
 async fn multipart_copy<F, Fut>(
     b: &Bucket,
     from: &ObjectUrl,
@@ -806,25 +821,32 @@ where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = Result<()>>,
 {
+    // Settings whose headers an UploadPartCopy would need and this one does not send.
+    for var in ["AWS_CHECKSUM_ALGORITHM", "AWS_SSE_CUSTOMER_KEY_BASE64"] {
+        if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
+            return Err(Error::invalid_option(
+                "URL",
+                format!(
+                    "{to}: a shard above {MAX_COPY_BYTES} bytes is copied in parts, which \
+                     tfshard cannot do with {var} set; use a smaller --target-shard-size"
+                ),
+            ));
+        }
+    }
     let id = create_multipart(to).await?;
-    let copied = async {
-        started(id.clone()).await?;
-        let step = limit_from_env("TFSHARD_COPY_PART_BYTES", COPY_PART_BYTES);
-        let ranges = (0..size)
-            .step_by(step as usize)
-            .map(|s| s..(s + step).min(size));
-        let parts = ranges
-            .enumerate()
-            .map(|(i, range)| copy_part(b, from, to, &id, i, range, etag));
-        let parts = futures_util::future::try_join_all(parts).await?;
-        crate::failpoint::hit("store:parts-copied")?;
-        complete_multipart(to, &id, parts).await
-    }
-    .await;
-    if copied.is_err() {
-        let _ = abort_multipart(to, &id).await;
-    }
-    copied
+    started(id.clone()).await?;
+    // S3 takes 10,000 parts at most.
+    let step =
+        limit_from_env("TFSHARD_COPY_PART_BYTES", COPY_PART_BYTES).max(size.div_ceil(10_000));
+    let ranges = (0..size)
+        .step_by(step as usize)
+        .map(|s| s..(s + step).min(size));
+    let parts = ranges
+        .enumerate()
+        .map(|(i, range)| copy_part(b, from, to, &id, i, range, etag));
+    let parts = futures_util::future::try_join_all(parts).await?;
+    crate::failpoint::hit("store:parts-copied")?;
+    complete_multipart(to, &id, parts).await
 }
 
 /// What an S3 key is in an `x-amz-copy-source` header: URL-encoded, `/` kept.
@@ -877,12 +899,15 @@ async fn copy_part(
     for (name, value) in &headers {
         options = options.with_signed_header(name.clone(), value.clone());
     }
-    let body = send_retried(to, || async {
+    // A 200 can still carry an error (S3 says so for copies): only an ETag is success.
+    let copied =
+        |body: &str| xml_value(body, "ETag").is_some() && xml_value(body, "Code").is_none();
+    let body = send_retried(to, copied, || async {
         let url = b
             .signer
             .signed_url_opts(Method::PUT, &key, PRESIGNED_FOR, &options)
             .await?;
-        let mut req = http_client()
+        let mut req = http_client()?
             .put(url.as_str())
             .header("content-length", "0");
         for (name, value) in &headers {
@@ -892,16 +917,10 @@ async fn copy_part(
     })
     .await?
     .1;
-    // A 200 can still carry an error (S3 says so for copies): only an ETag is success.
-    match xml_value(&body, "ETag") {
-        Some(etag) if xml_value(&body, "Code").is_none() => Ok(object_store::multipart::PartId {
-            content_id: etag.replace("&quot;", "\"").replace("&#34;", "\""),
-        }),
-        _ => Err(store_error(
-            to,
-            &http_error(200, &body, "UploadPartCopy answered without an ETag"),
-        )),
-    }
+    let etag = xml_value(&body, "ETag").unwrap_or_default();
+    Ok(object_store::multipart::PartId {
+        content_id: etag.replace("&quot;", "\"").replace("&#34;", "\""),
+    })
 }
 
 /// How long a presigned request stays valid (it is sent at once; retries sign anew).
@@ -911,19 +930,31 @@ const PRESIGNED_FOR: Duration = Duration::from_secs(15 * 60);
 /// go on in the background): polls the blob's `x-ms-copy-status`, backing off, within
 /// `--io-timeout`. A copy that failed or was aborted is an error naming the blob.
 ///
-/// A SAS-token credential cannot presign the status request; the copy is then trusted
-/// as answered (copies within one storage account complete at once in practice).
+/// A SAS-token credential cannot presign the status request (nor can customer-provided
+/// keys); the copy is then trusted as answered (copies within one storage account
+/// complete at once in practice). Any other signing failure is an error.
 async fn wait_for_copy(b: &Bucket, to: &ObjectUrl) -> Result<()> {
     let key = to.object_key()?;
     let started = Instant::now();
     let mut backoff = Duration::from_millis(100);
     loop {
-        let Ok(url) = b.signer.signed_url(Method::GET, &key, PRESIGNED_FOR).await else {
-            return Ok(());
+        let url = match b.signer.signed_url(Method::GET, &key, PRESIGNED_FOR).await {
+            Ok(url) => url,
+            // A SAS-token credential cannot sign another SAS, and customer-provided keys
+            // sign none: the copy is trusted as answered.
+            Err(e)
+                if e.to_string().contains("SAS")
+                    || matches!(e, object_store::Error::NotSupported { .. }) =>
+            {
+                return Ok(())
+            }
+            Err(e) => return Err(store_error(to, &e)),
         };
-        let (headers, _) = send_retried(to, || async {
-            Ok(http_client().request(Method::HEAD, url.as_str()))
-        })
+        let (headers, _) = send_retried(
+            to,
+            |_| true,
+            || async { Ok(http_client()?.request(Method::HEAD, url.as_str())) },
+        )
         .await?;
         let header = |name: &str| {
             headers
@@ -983,16 +1014,19 @@ fn copy_state(status: &str) -> CopyState {
 }
 
 /// The client of the presigned requests (its own: `object_store`'s is not public).
-fn http_client() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
+fn http_client() -> object_store::Result<&'static reqwest::Client> {
+    static CLIENT: OnceLock<std::result::Result<reqwest::Client, String>> = OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
         let io = io_options();
         reqwest::Client::builder()
             .timeout(io.timeout)
             .connect_timeout(io.timeout.min(Duration::from_secs(10)))
             .build()
-            .unwrap_or_default()
-    })
+            .map_err(|e| e.without_url().to_string())
+    });
+    client
+        .as_ref()
+        .map_err(|e| generic(format!("cannot start an HTTP client: {e}").into()))
 }
 
 /// Sends the request `build` makes (anew for each try), holding a permit; retries
@@ -1001,23 +1035,28 @@ fn http_client() -> &'static reqwest::Client {
 /// a 2xx answer. Errors never quote the request's URL: a presigned one grants access.
 async fn send_retried<F, Fut>(
     url: &ObjectUrl,
+    accepted: impl Fn(&str) -> bool,
     build: F,
 ) -> Result<(reqwest::header::HeaderMap, String)>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = object_store::Result<reqwest::RequestBuilder>>,
 {
-    let started = Instant::now();
-    let mut backoff = Duration::from_millis(100);
     request(url, async {
+        // The budget starts with the permit held: waiting for one is not retrying.
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(100);
         loop {
-            let last_try = started.elapsed() >= io_options().timeout;
             let failure = match build().await?.send().await {
                 Ok(response) => {
                     let status = response.status();
                     let headers = response.headers().clone();
                     match response.text().await {
-                        Ok(body) if status.is_success() => return Ok((headers, body)),
+                        Ok(body) if status.is_success() && accepted(&body) => {
+                            return Ok((headers, body))
+                        }
+                        // A 2xx whose body is an error (S3's copies): retried as a 5xx.
+                        Ok(body) if status.is_success() => http_error(500, &body, "no result"),
                         Ok(body) => {
                             let error = http_error(status.as_u16(), &body, "");
                             if !(status.is_server_error() || status.as_u16() == 429) {
@@ -1030,10 +1069,11 @@ where
                 }
                 Err(e) => generic(Box::new(e.without_url())),
             };
-            if last_try {
+            let left = io_options().timeout.saturating_sub(started.elapsed());
+            if left.is_zero() {
                 return Err(failure);
             }
-            tokio::time::sleep(backoff).await;
+            tokio::time::sleep(backoff.min(left)).await;
             backoff = (backoff * 2).min(Duration::from_secs(15));
         }
     })
@@ -1191,6 +1231,9 @@ mod tests {
         assert!(is_problem(&store_error(&url, &e), StoreProblem::Throttled));
         let e = http_error(404, "", "");
         assert!(is_problem(&store_error(&url, &e), StoreProblem::NotFound));
+        // A copy source replaced since it was listed (x-amz-copy-source-if-match).
+        let e = http_error(412, "<Error><Code>PreconditionFailed</Code></Error>", "");
+        assert!(is_problem(&store_error(&url, &e), StoreProblem::Changed));
     }
 
     #[test]

@@ -133,9 +133,9 @@ pub(crate) const READ_AHEAD_BYTES: u64 = 16 << 20;
 /// Pieces of a streamed column chunk fetched or in flight at once: the one being
 /// decoded and the next, fetched while it decodes.
 const PIECES_AHEAD: usize = 2;
-/// The smallest piece a chunk streams in (or half the budget, if smaller): requests
-/// cost (stores advise 8–16 MB ranges), so a chunk with a small share of the budget
-/// still fetches a MiB at a time.
+/// The smallest piece a chunk streams in (or its even share of the budget, if smaller:
+/// so a row group holds at most twice the budget): requests cost (stores advise 8–16 MB
+/// ranges), so a chunk with a small share of the budget still fetches a MiB at a time.
 const MIN_PIECE_BYTES: u64 = 1 << 20;
 
 /// Fetches a byte range of the object (a ranged GET in production, bytes in memory in
@@ -209,6 +209,8 @@ struct Piece {
 enum PieceData {
     Fetching(tokio::task::JoinHandle<crate::error::Result<Bytes>>),
     Ready(Bytes),
+    /// Its fetch failed (the error went to the read that waited for it).
+    Failed,
 }
 
 impl Drop for Piece {
@@ -232,7 +234,11 @@ impl Piece {
 
     /// The piece's bytes, waiting for them if they are still in flight.
     fn bytes(&mut self) -> crate::error::Result<&Bytes> {
-        if let PieceData::Fetching(handle) = &mut self.data {
+        if matches!(self.data, PieceData::Fetching(_)) {
+            let PieceData::Fetching(handle) = std::mem::replace(&mut self.data, PieceData::Failed)
+            else {
+                unreachable!("matched just above")
+            };
             let bytes =
                 super::block_on(handle).map_err(|e| Error::from(std::io::Error::other(e)))??;
             if bytes.len() as u64 != self.range.end - self.range.start {
@@ -247,7 +253,10 @@ impl Piece {
         }
         match &self.data {
             PieceData::Ready(bytes) => Ok(bytes),
-            PieceData::Fetching(_) => unreachable!("set just above"),
+            _ => Err(Error::from(std::io::Error::other(format!(
+                "bytes {}..{}: an earlier read of them failed",
+                self.range.start, self.range.end
+            )))),
         }
     }
 }
@@ -330,6 +339,7 @@ impl RemoteChunks {
     ) -> RemoteChunks {
         let held = Arc::new(Held::default());
         let total: u64 = ranges.iter().map(|r| r.end - r.start).sum::<u64>().max(1);
+        let chunks = ranges.len();
         let streams = ranges
             .into_iter()
             .map(|range| {
@@ -340,7 +350,9 @@ impl RemoteChunks {
                 } else {
                     // A chunk's share of the budget, split among its pieces ahead.
                     let share = (budget as u128 * len as u128 / total as u128) as u64;
-                    let smallest = MIN_PIECE_BYTES.min(budget / ahead as u64).max(1);
+                    let smallest = MIN_PIECE_BYTES
+                        .min(budget / (ahead * chunks.max(1)) as u64)
+                        .max(1);
                     ((share / ahead as u64).max(smallest), ahead)
                 };
                 let mut stream = Stream {
@@ -592,10 +604,9 @@ mod tests {
         let budget = 2 << 20;
         let (streamed, held) = read(budget);
         assert_eq!(streamed, direct);
-        // The budget, plus one page larger than its chunk's pieces (pages are ~1 MiB
-        // here, pieces of the blob chunk 1 MiB), never the row group.
-        let bound =
-            budget + ranges.len() as u64 * PIECES_AHEAD as u64 * MIN_PIECE_BYTES + (1 << 20);
+        // At most twice the budget (small chunks' pieces have a floor), plus one page
+        // larger than its chunk's pieces (pages are ~1 MiB here), never the row group.
+        let bound = 2 * budget + (1 << 20);
         assert!(
             held.peak() <= bound,
             "held {} bytes, bound {bound}",
@@ -649,6 +660,37 @@ mod tests {
             let bound = PIECES_AHEAD as u64 * (budget / PIECES_AHEAD as u64) + largest;
             proptest::prop_assert!(chunks.held().peak() <= bound, "held {} > {}", chunks.held().peak(), bound);
         }
+    }
+
+    #[test]
+    fn a_wide_row_group_streams_within_twice_the_budget() {
+        // 100 chunks of 400 KiB (40 MiB) against a 4 MiB budget: the 1 MiB floor of a
+        // piece would hold 200 MiB; an even share holds the budget.
+        let (n, len, budget) = (100u64, 400u64 << 10, 4u64 << 20);
+        let data = Bytes::from((0..n * len).map(|i| (i % 253) as u8).collect::<Vec<u8>>());
+        let ranges: Vec<Range<u64>> = (0..n).map(|c| c * len..(c + 1) * len).collect();
+        let chunks = RemoteChunks::new(
+            n * len,
+            ranges.clone(),
+            budget,
+            PIECES_AHEAD,
+            in_memory(data.clone()),
+        );
+        // Pages of 64 KiB, the columns read in turn as a decoder reads them.
+        for at in (0..len).step_by(64 << 10) {
+            for r in &ranges {
+                let start = r.start + at;
+                let got = chunks
+                    .get_bytes(start, (64 << 10).min(len - at) as usize)
+                    .unwrap();
+                assert_eq!(got, data.slice(start as usize..start as usize + got.len()));
+            }
+        }
+        assert!(
+            chunks.held().peak() <= 2 * budget,
+            "held {}",
+            chunks.held().peak()
+        );
     }
 
     #[test]

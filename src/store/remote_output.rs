@@ -473,9 +473,14 @@ impl Shared {
             Ok(())
         })
         .await;
-        // Completed, or aborted by copy_recorded: no longer open either way.
         if let Some((id, record)) = recorded {
-            self.forget_upload(&id, &record).await?;
+            // Completed, or aborted now: no longer open. An abort that fails leaves it
+            // open and recorded, for the drop (or the next run) to abort.
+            if copied.is_err() && abort_multipart(to, &id).await.is_err() {
+                return copied;
+            }
+            // A record left behind goes with the run's temporaries.
+            let _ = self.forget_upload(&id, &record).await;
         }
         copied
     }
