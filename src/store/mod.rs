@@ -453,10 +453,11 @@ fn store_error(url: &ObjectUrl, e: &object_store::Error) -> Error {
         E::NotFound { .. } => StoreProblem::NotFound,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreProblem::AccessDenied,
         E::Precondition { .. } => StoreProblem::Changed,
+        E::AlreadyExists { .. } => StoreProblem::AlreadyExists,
+        // Our own requests' 412 (a copy source's ETag); a conditional put's is above.
         _ if lower.contains("status code: 412") || lower.contains("preconditionfailed") => {
             StoreProblem::Changed
         }
-        E::AlreadyExists { .. } => StoreProblem::AlreadyExists,
         // Status codes only as the client words them: a URL's port can hold "503".
         _ if [
             "status code: 403",
