@@ -367,6 +367,17 @@ impl ParquetInput {
             self.metadata.parquet_schema(),
             roots.iter().copied().filter(|&r| r < file_columns),
         );
+        self.selected_chunks(row_group, &mask)
+            .map(|c| c.compressed_size().max(0) as u64)
+            .sum()
+    }
+
+    /// The column chunks of row group `row_group` that `mask` selects.
+    fn selected_chunks<'a>(
+        &'a self,
+        row_group: usize,
+        mask: &'a ProjectionMask,
+    ) -> impl Iterator<Item = &'a parquet::file::metadata::ColumnChunkMetaData> + 'a {
         self.metadata
             .metadata()
             .row_group(row_group)
@@ -374,8 +385,7 @@ impl ParquetInput {
             .iter()
             .enumerate()
             .filter(|(leaf, _)| mask.leaf_included(*leaf))
-            .map(|(_, c)| c.compressed_size().max(0) as u64)
-            .sum()
+            .map(|(_, c)| c)
     }
 
     /// The file's columns, then the partition columns.
@@ -574,14 +584,8 @@ impl Batches {
             Some(object) => {
                 // The selected column chunks' bytes, as the footer places them.
                 let ranges = input
-                    .metadata
-                    .metadata()
-                    .row_group(row_group)
-                    .columns()
-                    .iter()
-                    .enumerate()
-                    .filter(|(leaf, _)| mask.leaf_included(*leaf))
-                    .map(|(_, c)| {
+                    .selected_chunks(row_group, mask)
+                    .map(|c| {
                         let (start, len) = c.byte_range();
                         start..start.saturating_add(len)
                     })
@@ -728,14 +732,7 @@ fn batch_rows(input: &ParquetInput, row_group: usize, mask: &ProjectionMask) -> 
     use parquet::basic::Encoding;
     let group = input.metadata.metadata().row_group(row_group);
     let rows = group.num_rows().max(1) as u64;
-    let selected = || {
-        group
-            .columns()
-            .iter()
-            .enumerate()
-            .filter(|(leaf, _)| mask.leaf_included(*leaf))
-            .map(|(_, c)| c)
-    };
+    let selected = || input.selected_chunks(row_group, mask);
     let bytes: u64 = selected()
         .map(|c| c.uncompressed_size().max(0) as u64)
         .sum();
