@@ -168,12 +168,25 @@ impl Out {
     }
 
     /// Moves `from` to `to` (rename; server-side copy on a store, the source deleted
-    /// with the parts folder).
-    fn place(&self, from: &str, to: &str) -> Result<()> {
+    /// with the parts folder). A multipart copy's upload id is recorded under
+    /// `uploads/` of the parts folder while it runs.
+    fn place(&self, parts_dir: &str, from: &str, to: &str) -> Result<()> {
         match self {
             Out::Local(d) => std::fs::rename(d.join(from), d.join(to))
                 .map_err(|e| Error::from(e).with_file(d.join(to))),
-            Out::Remote(u) => store::copy_object(&u.join(from), &u.join(to)),
+            Out::Remote(u) => store::copy_object_recorded(
+                &u.join(from),
+                &u.join(to),
+                &u.join(&format!("{parts_dir}/uploads/{to}")),
+            ),
+        }
+    }
+
+    /// Aborts the multipart copies a killed `finalize` recorded under `parts_dir`.
+    fn abort_recorded(&self, parts_dir: &str) -> Result<()> {
+        match self {
+            Out::Local(_) => Ok(()),
+            Out::Remote(u) => store::abort_recorded_below(&u.join(&format!("{parts_dir}/uploads"))),
         }
     }
 
@@ -449,10 +462,12 @@ pub fn finalize(
                 }
             }
         }
+        let parts_dir = name::parts_dir_name(p);
+        out.abort_recorded(&parts_dir)?;
         for (from, to) in &plan.moves {
             // A rerun: what a stopped finalize moved is already in place.
             if out.exists(from)? {
-                out.place(from, to)?;
+                out.place(&parts_dir, from, to)?;
                 crate::failpoint::hit("finalize:moved")?;
             } else if !out.exists(to)? {
                 return Err(Error::new(ErrorKind::PartsMissing {

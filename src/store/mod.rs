@@ -740,6 +740,70 @@ pub(crate) async fn put_async(url: &ObjectUrl, bytes: Vec<u8>, create_only: bool
     Ok(())
 }
 
+/// The record of a multipart upload started for `target`, kept in a temporary folder
+/// (`uploads/NAME`) so that a later run can abort it after a kill: its key and id.
+pub(crate) fn upload_record(target: &ObjectUrl, id: &str) -> Vec<u8> {
+    format!("{}\n{id}", target.key()).into_bytes()
+}
+
+/// Aborts the upload that the record `record` names, and deletes the record.
+pub(crate) async fn abort_recorded(record: &ObjectUrl) -> Result<()> {
+    let text = match read_all_async(record).await {
+        Err(e) if is_problem(&e, StoreProblem::NotFound) => return Ok(()),
+        other => other?,
+    };
+    if let Some((key, id)) = String::from_utf8_lossy(&text).split_once('\n') {
+        let target = ObjectUrl {
+            key: key.to_owned(),
+            ..record.clone()
+        };
+        abort_multipart(&target, id).await?;
+    }
+    delete(record).await
+}
+
+/// Aborts every upload recorded directly below `dir` (blocking).
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn abort_recorded_below(dir: &ObjectUrl) -> Result<()> {
+    block_on(async {
+        for record in list_async(dir).await? {
+            abort_recorded(&record.url).await?;
+        }
+        Ok(())
+    })
+}
+
+/// [`copy_object`] for a caller that keeps no upload ids: a multipart copy's id is
+/// recorded in the object `record` while it runs ([`abort_recorded_below`] aborts it
+/// after a kill), and the record deleted once the copy has completed or been aborted.
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn copy_object_recorded(from: &ObjectUrl, to: &ObjectUrl, record: &ObjectUrl) -> Result<()> {
+    block_on(async {
+        let mut started = None;
+        let slot = &mut started;
+        let copied = copy_recorded(from, to, move |id| async move {
+            put_async(record, upload_record(to, &id), false).await?;
+            *slot = Some(id);
+            Ok(())
+        })
+        .await;
+        if let Some(id) = started {
+            // An abort that fails keeps the record, for the next run.
+            if copied.is_err() && abort_multipart(to, &id).await.is_err() {
+                return copied;
+            }
+            let _ = delete(record).await;
+        }
+        copied
+    })
+}
+
 /// The largest object S3's CopyObject copies in one request; a larger one is copied
 /// as a multipart upload of ranges (UploadPartCopy). `TFSHARD_MAX_COPY_BYTES` lowers it,
 /// for tests.

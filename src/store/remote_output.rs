@@ -188,22 +188,7 @@ impl RemoteOutput {
         let s = &self.shared;
         // Uploads the killed run started and never completed: abort them (their shards
         // are not in the journal, and go up again).
-        let records = list(&s.run_dir(prefix).join("uploads"))?;
-        block_on(async {
-            for record in &records {
-                let text = super::read_all_async(&record.url).await?;
-                let text = String::from_utf8_lossy(&text).into_owned();
-                if let Some((key, id)) = text.split_once('\n') {
-                    let target = ObjectUrl {
-                        key: key.to_owned(),
-                        ..s.out.clone()
-                    };
-                    abort_multipart(&target, id).await?;
-                }
-                delete(&record.url).await?;
-            }
-            Ok::<(), Error>(())
-        })?;
+        super::abort_recorded_below(&s.run_dir(prefix).join("uploads"))?;
         let journal_url = s.run_dir(prefix).join(JOURNAL);
         let mut finished = Vec::new();
         match super::read_all(&journal_url) {
@@ -496,8 +481,7 @@ impl Shared {
             .run_dir(prefix)
             .join("uploads")
             .join(target.file_name());
-        let body = format!("{}\n{id}", target.key());
-        super::put_async(&record, body.into_bytes(), false).await?;
+        super::put_async(&record, super::upload_record(target, id), false).await?;
         Ok(record)
     }
 
@@ -527,16 +511,7 @@ impl Shared {
         block_on(async {
             for o in &objects {
                 if o.url.parent().file_name() == "uploads" {
-                    if let Ok(text) = super::read_all_async(&o.url).await {
-                        let text = String::from_utf8_lossy(&text).into_owned();
-                        if let Some((key, id)) = text.split_once('\n') {
-                            let target = ObjectUrl {
-                                key: key.to_owned(),
-                                ..self.out.clone()
-                            };
-                            abort_multipart(&target, id).await?;
-                        }
-                    }
+                    super::abort_recorded(&o.url).await?;
                 }
             }
             for o in &objects {

@@ -1003,6 +1003,31 @@ fn a_shard_above_the_copy_limit_is_copied_in_parts() {
     assert!(!etags.contains("tfshard-tmp"), "{etags}");
     let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
     assert_eq!(code, 0, "{err}");
+
+    // finalize copies part shards the same way, recording the upload under the parts
+    // folder: a finalize killed mid-copy leaves it pending, the rerun aborts it.
+    let parts = format!("s3://{b}/w");
+    for i in ["0", "1"] {
+        let worker = [
+            &convert(small, &parts)[..],
+            &["--num-workers", "2", "--worker-index", i],
+        ]
+        .concat();
+        let (code, _, err) = tfshard_env(&envs, &worker);
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+    let mut killed = envs.clone();
+    killed.push(("TFSHARD_FAILPOINTS", "store:parts-copied=exit".into()));
+    let (code, _, err) = tfshard_env(&killed, &["finalize", &parts]);
+    assert_eq!(code, 137, "{err}");
+    assert!(client(&s.endpoint, &["uploads", &b]).contains("w/data-"));
+    let (code, _, err) = tfshard_env(&envs, &["finalize", &parts]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(client(&s.endpoint, &["uploads", &b]), "", "pending uploads");
+    let keys = client(&s.endpoint, &["ls", &b, "w/"]);
+    assert!(!keys.contains("tfshard-parts"), "{keys}");
+    let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &parts]);
+    assert_eq!(code, 0, "{err}");
 }
 
 #[test]
