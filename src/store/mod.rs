@@ -776,32 +776,22 @@ pub fn abort_recorded_below(dir: &ObjectUrl) -> Result<()> {
     })
 }
 
-/// [`copy_object`] for a caller that keeps no upload ids: a multipart copy's id is
-/// recorded in the object `record` while it runs ([`abort_recorded_below`] aborts it
-/// after a kill), and the record deleted once the copy has completed or been aborted.
+/// [`copy_recorded`] for a caller that keeps no upload ids (blocking): a multipart
+/// copy's id is recorded in the object `record` while it runs ([`abort_recorded_below`]
+/// aborts it after a kill).
 ///
 /// # Errors
 ///
 /// A store error naming the URL.
 pub fn copy_object_recorded(from: &ObjectUrl, to: &ObjectUrl, record: &ObjectUrl) -> Result<()> {
-    block_on(async {
-        let mut started = None;
-        let slot = &mut started;
-        let copied = copy_recorded(from, to, move |id| async move {
-            put_async(record, upload_record(to, &id), false).await?;
-            *slot = Some(id);
-            Ok(())
-        })
-        .await;
-        if let Some(id) = started {
-            // An abort that fails keeps the record, for the next run.
-            if copied.is_err() && abort_multipart(to, &id).await.is_err() {
-                return copied;
-            }
+    block_on(copy_recorded(
+        from,
+        to,
+        async |id: String| put_async(record, upload_record(to, &id), false).await,
+        async |()| {
             let _ = delete(record).await;
-        }
-        copied
-    })
+        },
+    ))
 }
 
 /// The largest object S3's CopyObject copies in one request; a larger one is copied
@@ -824,34 +814,39 @@ fn limit_from_env(var: &str, default: u64) -> u64 {
 /// Copies an object within its bucket, on the server: one request, or on S3, for an
 /// object above [`MAX_COPY_BYTES`], a multipart copy; on Azure, where a copy may finish
 /// after its request, this returns once the copy has completed.
-pub(crate) async fn copy(from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
-    let mut started = None;
-    let slot = &mut started;
-    let copied = copy_recorded(from, to, move |id| {
-        *slot = Some(id);
-        async { Ok(()) }
+///
+/// A multipart copy's id goes to `record` before its first part is sent. Once the copy
+/// has completed, or failed and been aborted, `forget` gets what `record` returned; an
+/// abort that fails skips `forget`, so the record stays for a later run to abort.
+pub(crate) async fn copy_recorded<R>(
+    from: &ObjectUrl,
+    to: &ObjectUrl,
+    record: impl AsyncFnOnce(String) -> Result<R>,
+    forget: impl AsyncFnOnce(R),
+) -> Result<()> {
+    let mut recorded = None;
+    let slot = &mut recorded;
+    let copied = copy_on_server(from, to, async move |id: String| {
+        *slot = Some((id.clone(), record(id).await?));
+        Ok(())
     })
     .await;
-    if let (Err(_), Some(id)) = (&copied, started) {
-        // Best effort: a store that failed the copy may fail this too (the upload then
-        // waits for the bucket's lifecycle rule).
-        let _ = abort_multipart(to, &id).await;
+    if let Some((id, kept)) = recorded {
+        if copied.is_err() && abort_multipart(to, &id).await.is_err() {
+            return copied;
+        }
+        forget(kept).await;
     }
     copied
 }
 
-/// [`copy`], calling `started` with the id of a multipart copy before its first part.
-/// A multipart copy that fails is left to the caller to abort, which keeps the id (and
-/// can abort it after a kill, too).
-pub(crate) async fn copy_recorded<F, Fut>(
+/// [`copy_recorded`]'s request: calls `started` with the id of a multipart copy before
+/// its first part, and leaves a multipart copy that fails open.
+async fn copy_on_server(
     from: &ObjectUrl,
     to: &ObjectUrl,
-    started: F,
-) -> Result<()>
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = Result<()>>,
-{
+    started: impl AsyncFnOnce(String) -> Result<()>,
+) -> Result<()> {
     let b = bucket(from)?;
     let (src, dst) = (from.object_key()?, to.object_key()?);
     match from.scheme {
@@ -874,18 +869,14 @@ where
 /// Copies `from` (`size` bytes, pinned to `etag`) to `to` as a multipart upload whose
 /// parts are ranges of the source, copied on the server in parallel (the permits bound
 /// them). Left open on failure (the caller aborts it).
-async fn multipart_copy<F, Fut>(
+async fn multipart_copy(
     b: &Bucket,
     from: &ObjectUrl,
     to: &ObjectUrl,
     size: u64,
     etag: Option<&str>,
-    started: F,
-) -> Result<()>
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = Result<()>>,
-{
+    started: impl AsyncFnOnce(String) -> Result<()>,
+) -> Result<()> {
     // Settings whose headers an UploadPartCopy would need and this one does not send.
     for var in ["AWS_CHECKSUM_ALGORITHM", "AWS_SSE_CUSTOMER_KEY_BASE64"] {
         if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
@@ -1157,15 +1148,6 @@ fn generic(source: Box<dyn std::error::Error + Send + Sync>) -> object_store::Er
 fn http_error(status: u16, body: &str, note: &str) -> object_store::Error {
     let code = xml_value(body, "Code").unwrap_or(note);
     generic(format!("Server returned non-2xx status code: {status}: {code}").into())
-}
-
-/// Copies an object within its bucket, on the server (blocking).
-///
-/// # Errors
-///
-/// A store error naming the URL.
-pub fn copy_object(from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
-    block_on(copy(from, to))
 }
 
 /// Deletes an object; a missing one is fine (blocking).

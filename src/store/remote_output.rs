@@ -450,24 +450,16 @@ impl Shared {
     /// (S3, above 5 GiB) is recorded as the run's uploads are, so that a killed run's
     /// can be aborted by the next.
     async fn copy_into_place(&self, prefix: &str, from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
-        let mut recorded = None;
-        let slot = &mut recorded;
-        let copied = copy_recorded(from, to, move |id| async move {
-            let record = self.record_upload(prefix, to, &id).await?;
-            *slot = Some((id, record));
-            Ok(())
-        })
-        .await;
-        if let Some((id, record)) = recorded {
-            // Completed, or aborted now: no longer open. An abort that fails leaves it
-            // open and recorded, for the drop (or the next run) to abort.
-            if copied.is_err() && abort_multipart(to, &id).await.is_err() {
-                return copied;
-            }
+        copy_recorded(
+            from,
+            to,
+            async |id: String| Ok((self.record_upload(prefix, to, &id).await?, id)),
             // A record left behind goes with the run's temporaries.
-            let _ = self.forget_upload(&id, &record).await;
-        }
-        copied
+            async |(record, id)| {
+                let _ = self.forget_upload(&id, &record).await;
+            },
+        )
+        .await
     }
 
     /// Records a multipart upload started for `target`: among the run's open uploads,
