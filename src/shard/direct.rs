@@ -91,7 +91,7 @@ impl DirectFile {
             self.write_block(padded)?;
         }
         let size = self.written();
-        if self.len % ALIGN != 0 {
+        if !self.len.is_multiple_of(ALIGN) {
             self.file.set_len(size)?;
         }
         Ok(self.file)
