@@ -524,6 +524,27 @@ fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
         return walk_shard(job, deep, false);
     }
     let len = std::fs::metadata(&job.path).map(|m| m.len()).unwrap_or(0);
+    if let (false, Some(listed)) = (deep, &job.listed) {
+        // Ranges of the shard walked on every core; at any doubt, the walk below tells
+        // what is wrong.
+        let ranges = 4 * rayon::current_num_threads();
+        let sound = crate::failpoint::hit("verify:opened").is_ok()
+            && len == listed.bytes
+            && tfrecord::ranges::check_file(&job.path, len, ranges)
+                .ok()
+                .flatten()
+                .is_some_and(|found| {
+                    found.records == listed.records
+                        && u32::from_str_radix(&listed.crc32c, 16) == Ok(found.crc32c)
+                });
+        if sound {
+            return Outcome {
+                records: listed.records,
+                bytes: len,
+                ..Outcome::default()
+            };
+        }
+    }
     let (outcome, hashed) = rayon::join(
         || walk_shard(job, deep, true),
         || file_crc32c(&job.path, len),

@@ -5,6 +5,7 @@ pub mod compress;
 pub mod deflate;
 pub mod frame;
 pub mod mapped;
+pub mod ranges;
 pub mod reader;
 pub mod writer;
 
