@@ -889,8 +889,12 @@ async fn multipart_copy(
             ));
         }
     }
-    let id = create_multipart(to).await?;
-    started(id.clone()).await?;
+    let id = {
+        let _recording = RECORDING.lock().await;
+        let id = create_multipart(to).await?;
+        started(id.clone()).await?;
+        id
+    };
     // S3 takes 10,000 parts at most.
     let step =
         limit_from_env("TFSHARD_COPY_PART_BYTES", COPY_PART_BYTES).max(size.div_ceil(10_000));
@@ -901,9 +905,19 @@ async fn multipart_copy(
         .enumerate()
         .map(|(i, range)| copy_part(b, from, to, &id, i, range, etag));
     let parts = futures_util::future::try_join_all(parts).await?;
-    crate::failpoint::hit("store:parts-copied")?;
+    {
+        // A kill here, as the failure point stands for, finds every copy recorded.
+        let _recording = RECORDING.lock().await;
+        crate::failpoint::hit("store:parts-copied")?;
+    }
     complete_multipart(to, &id, parts).await
 }
+
+/// Held by a multipart copy from its creation until its id is recorded, and by the
+/// failure point after its parts: copies run side by side, and a test's kill there must
+/// not fall between another copy's two requests. (A real kill can: that upload is then
+/// left to the bucket's lifecycle rule for incomplete uploads, as the README says.)
+static RECORDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// What an S3 key is in an `x-amz-copy-source` header: URL-encoded, `/` kept.
 const COPY_SOURCE_KEY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
