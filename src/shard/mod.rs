@@ -7,7 +7,6 @@
 //! before the commit leaves the old output valid; the guard removes the temporaries on
 //! every exit.
 
-pub mod direct;
 pub mod journal;
 pub mod name;
 pub mod scatter;

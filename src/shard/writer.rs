@@ -19,7 +19,6 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use super::direct::DirectFile;
 use crate::error::{Error, Result};
 use crate::tfrecord::compress::{compressed_bound, Encoder};
 use crate::tfrecord::deflate::DeflatePool;
@@ -96,41 +95,19 @@ impl std::fmt::Debug for ShardHook {
 
 /// A shard file that reports the bytes that reached it.
 struct Reported {
-    file: Target,
+    file: File,
     written: u64,
     /// Bytes whose writeback was started.
     writeback: u64,
     report: Option<Box<dyn FnMut(u64) + Send>>,
 }
 
-/// Where a shard's bytes go: a shard published from disk is written around the page
-/// cache (see [`super::direct`]); a staged copy of a store's shard, which is read back
-/// at once to upload it, through the cache.
-enum Target {
-    Direct(DirectFile),
-    Cached(File),
-}
-
 /// Bytes between requests to start writing a shard back to disk.
 const WRITEBACK_BYTES: u64 = 8 << 20;
 
-impl Reported {
-    /// The file with every byte written (not synced).
-    fn finish(self) -> io::Result<File> {
-        match self.file {
-            Target::Direct(f) => f.finish(),
-            Target::Cached(f) => Ok(f),
-        }
-    }
-}
-
 impl Write for Reported {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let file = match &mut self.file {
-            Target::Direct(f) => return f.write(buf),
-            Target::Cached(f) => f,
-        };
-        let n = file.write(buf)?;
+        let n = self.file.write(buf)?;
         self.written += n as u64;
         if let Some(report) = &mut self.report {
             report(self.written);
@@ -145,7 +122,7 @@ impl Write for Reported {
                 // SAFETY: a valid descriptor and range; the call only schedules I/O.
                 unsafe {
                     libc::sync_file_range(
-                        file.as_raw_fd(),
+                        self.file.as_raw_fd(),
                         self.writeback as i64,
                         (self.written - self.writeback) as i64,
                         libc::SYNC_FILE_RANGE_WRITE,
@@ -158,10 +135,7 @@ impl Write for Reported {
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match &mut self.file {
-            Target::Direct(f) => f.flush(),
-            Target::Cached(f) => f.flush(),
-        }
+        self.file.flush()
     }
 }
 
@@ -271,17 +245,7 @@ impl ShardWriter {
             "{index:05}.tfrecord{}",
             self.options.compression.suffix()
         ));
-        let (file, buffer) = match &self.options.events {
-            Some(_) => (
-                Target::Cached(File::create(&path).map_err(io_at(&path))?),
-                WRITE_BUFFER_BYTES,
-            ),
-            // The direct file gathers its own blocks: no second buffer before it.
-            None => (
-                Target::Direct(DirectFile::create(&path, true).map_err(io_at(&path))?),
-                0,
-            ),
-        };
+        let file = File::create(&path).map_err(io_at(&path))?;
         let report = self.options.events.as_ref().map(|e| e.0.opened(&path));
         let file = Reported {
             file,
@@ -290,7 +254,7 @@ impl ShardWriter {
             report,
         };
         let sink = Sink {
-            file: BufWriter::with_capacity(buffer, file),
+            file: BufWriter::with_capacity(WRITE_BUFFER_BYTES, file),
             bytes: 0,
             crc: 0,
         };
@@ -326,11 +290,7 @@ impl ShardWriter {
         let at = io_at(&path);
         let sink = shard.encoder.finish().map_err(&at)?;
         let Sink { file, bytes, crc } = sink;
-        let file = file
-            .into_inner()
-            .map_err(|e| at(e.into_error()))?
-            .finish()
-            .map_err(&at)?;
+        let file = file.into_inner().map_err(|e| at(e.into_error()))?.file;
         // Durable before the rename that publishes it; the flush to disk overlaps with
         // writing the next shard, and finish() waits for every one. (A staged copy for
         // a store needs no fsync: the store has it once uploaded.)
