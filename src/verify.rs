@@ -501,7 +501,7 @@ fn file_crc32c(path: &Path, len: u64) -> std::io::Result<(u32, u64)> {
         .collect::<std::io::Result<Vec<(u32, u64)>>>()?;
     let (mut crc, mut read) = (0, 0);
     for (&start, (part, n)) in ranges.iter().zip(parts) {
-        crc = crc32c::crc32c_combine(crc, part, n as usize);
+        crc = frame::crc32c_combine(crc, part, n);
         read += n;
         if n < HASH_RANGE_BYTES.min(len - start) {
             break;

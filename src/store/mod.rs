@@ -889,12 +889,7 @@ async fn multipart_copy(
             ));
         }
     }
-    let id = {
-        let _recording = RECORDING.lock().await;
-        let id = create_multipart(to).await?;
-        started(id.clone()).await?;
-        id
-    };
+    let (id, ()) = create_recorded(to, async |id: &str| started(id.to_owned()).await).await?;
     // S3 takes 10,000 parts at most.
     let step =
         limit_from_env("TFSHARD_COPY_PART_BYTES", COPY_PART_BYTES).max(size.div_ceil(10_000));
@@ -905,19 +900,33 @@ async fn multipart_copy(
         .enumerate()
         .map(|(i, range)| copy_part(b, from, to, &id, i, range, etag));
     let parts = futures_util::future::try_join_all(parts).await?;
-    {
-        // A kill here, as the failure point stands for, finds every copy recorded.
-        let _recording = RECORDING.lock().await;
-        crate::failpoint::hit("store:parts-copied")?;
-    }
+    kill_point("store:parts-copied").await?;
     complete_multipart(to, &id, parts).await
 }
 
-/// Held by a multipart copy from its creation until its id is recorded, and by the
-/// failure point after its parts: copies run side by side, and a test's kill there must
-/// not fall between another copy's two requests. (A real kill can: that upload is then
-/// left to the bucket's lifecycle rule for incomplete uploads, as the README says.)
+/// Held from a multipart upload's creation until its id is recorded, and by the failure
+/// points that stand for a kill: uploads and copies run side by side, and a test's kill
+/// must not fall between another one's two requests. (A real kill can: that upload is
+/// then left to the bucket's lifecycle rule for incomplete uploads, as the README says.)
 static RECORDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Starts a multipart upload of `target` and hands its id to `record` (which keeps it
+/// where a later run finds it) before anything else may stop the process.
+pub(crate) async fn create_recorded<R>(
+    target: &ObjectUrl,
+    record: impl AsyncFnOnce(&str) -> Result<R>,
+) -> Result<(String, R)> {
+    let _recording = RECORDING.lock().await;
+    let id = create_multipart(target).await?;
+    let kept = record(&id).await?;
+    Ok((id, kept))
+}
+
+/// Failure point `name`, where a kill finds every upload started so far recorded.
+pub(crate) async fn kill_point(name: &str) -> Result<()> {
+    let _recording = RECORDING.lock().await;
+    crate::failpoint::hit(name)
+}
 
 /// What an S3 key is in an `x-amz-copy-source` header: URL-encoded, `/` kept.
 const COPY_SOURCE_KEY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC

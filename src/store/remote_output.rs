@@ -30,8 +30,8 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::{
-    abort_multipart, block_on, complete_multipart, copy_recorded, create_multipart, delete,
-    is_problem, list, list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, StoreProblem,
+    abort_multipart, block_on, complete_multipart, copy_recorded, delete, is_problem, list,
+    list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, StoreProblem,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{Manifest, ShardInfo};
@@ -552,10 +552,12 @@ impl Shared {
             }
             while written >= sent + part || (closed && written > sent) {
                 if upload.is_none() {
-                    let id = create_multipart(target).await?;
-                    let record = self.record_upload(prefix, target, &id).await?;
-                    crate::failpoint::hit("store:uploading")?;
-                    upload = Some((id, record));
+                    let started = super::create_recorded(target, async |id: &str| {
+                        self.record_upload(prefix, target, id).await
+                    })
+                    .await?;
+                    super::kill_point("store:uploading").await?;
+                    upload = Some(started);
                 }
                 let (id, _) = upload.as_ref().expect("started just above");
                 let range = sent..(sent + part).min(written);
