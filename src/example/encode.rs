@@ -166,6 +166,44 @@ impl EncodedBatch {
         self.sizes.push((self.data.len() - start) as u64);
     }
 
+    /// Ends the record begun at `start` with room for its data CRC, which
+    /// [`Self::seal`] writes.
+    fn end_record_unsealed(&mut self, start: usize) {
+        self.data.extend_from_slice(&[0; frame::FOOTER_LEN]);
+        self.sizes.push((self.data.len() - start) as u64);
+    }
+
+    /// Writes the data CRCs of the records from the `first`-th on, which start at byte
+    /// `offset` and were ended with [`Self::end_record_unsealed`]: three at a time, side
+    /// by side ([`frame::crc32c_3`]).
+    fn seal(&mut self, first: usize, offset: usize) {
+        let mut at = offset;
+        let mut group = [(0usize, 0u64); 3];
+        let mut filled = 0;
+        let sizes = &self.sizes[first..];
+        for (i, &size) in sizes.iter().enumerate() {
+            group[filled] = (at, size);
+            filled += 1;
+            at += size as usize;
+            if filled == 3 || i + 1 == sizes.len() {
+                let data = &self.data;
+                // A last group of one or two repeats its last record (once a batch).
+                let body = |k: usize| {
+                    let (start, size) = group[k.min(filled - 1)];
+                    &data[start + frame::HEADER_LEN..start + size as usize - frame::FOOTER_LEN]
+                };
+                let crcs = frame::crc32c_3([body(0), body(1), body(2)]);
+                for (k, crc) in crcs.iter().enumerate().take(filled) {
+                    let (start, size) = group[k];
+                    let end = start + size as usize;
+                    self.data[end - frame::FOOTER_LEN..end]
+                        .copy_from_slice(&frame::mask(*crc).to_le_bytes());
+                }
+                filled = 0;
+            }
+        }
+    }
+
     /// Appends a whole record, framed as every record is.
     pub fn push_record(&mut self, payload: &[u8]) {
         let start = self.begin_record(payload.len() as u64);
@@ -479,9 +517,11 @@ impl EncodePlan {
             } else {
                 &mut context_len
             };
-            for (row, &len) in lens.iter().enumerate() {
+            let key_part = wrapped(key);
+            for (total, &len) in totals.iter_mut().zip(&lens) {
                 if len != ABSENT {
-                    totals[row] += wrapped(entry_len(key, len));
+                    // wrapped(entry_len(key, len)), the key's part made once.
+                    *total += wrapped(key_part + wrapped(len));
                 }
             }
             feature_lens.push(lens);
@@ -504,9 +544,21 @@ impl EncodePlan {
                 payload + frame::FRAME_OVERHEAD
             })
             .sum();
+        let (first_record, first_byte) = (out.sizes.len(), out.data.len());
         out.data
             .reserve(usize::try_from(framed_total).unwrap_or(usize::MAX));
         out.sizes.reserve(rows);
+        // A column whose feature has the same encoded length in every row (fixed shapes,
+        // fixed-width values, no nulls) starts each row's entry with the same bytes:
+        // made once per batch. For float lists they include the value list's header, so
+        // a row is those bytes and its values.
+        let heads: Vec<Option<Head>> = self
+            .leaves
+            .iter()
+            .zip(&columns)
+            .zip(&feature_lens)
+            .map(|((leaf, column), lens)| Head::new(leaf, column, lens))
+            .collect();
         for row in 0..rows {
             let mut payload = 0u64;
             if has_context {
@@ -526,38 +578,48 @@ impl EncodePlan {
             let start = out.begin_record(payload);
             let data_start = out.data.len();
             let buf = &mut out.data;
-            for (part, (lo, hi), total) in [
-                (1u64, (0, self.context_leaves), context_len[row]),
+            let parts = [
+                (has_context, 1u64, 0, self.context_leaves, context_len[row]),
                 (
+                    has_lists,
                     2u64,
-                    (self.context_leaves, self.leaves.len()),
+                    self.context_leaves,
+                    self.leaves.len(),
                     lists_len[row],
                 ),
-            ] {
-                if (part == 1 && !has_context) || (part == 2 && !has_lists) {
+            ];
+            for (present, part, lo, hi, total) in parts {
+                if !present {
                     continue;
                 }
                 put_tag(buf, part);
                 put_varint(buf, total);
                 for i in lo..hi {
-                    let len = feature_lens[i][row];
-                    if len == ABSENT {
-                        continue;
+                    match &heads[i] {
+                        Some(Head::Values(head)) => {
+                            buf.extend_from_slice(head);
+                            columns[i].write_float_values(buf, row);
+                        }
+                        Some(Head::Entry(head)) => {
+                            buf.extend_from_slice(head);
+                            columns[i].write(buf, row);
+                        }
+                        None => {
+                            let len = feature_lens[i][row];
+                            if len == ABSENT {
+                                continue;
+                            }
+                            let key = self.leaves[i].feature.as_bytes();
+                            put_entry_head(buf, key, len);
+                            columns[i].write(buf, row);
+                        }
                     }
-                    let key = self.leaves[i].feature.as_bytes();
-                    put_tag(buf, 1);
-                    put_varint(buf, entry_len(key.len() as u64, len));
-                    put_tag(buf, 1);
-                    put_varint(buf, key.len() as u64);
-                    buf.extend_from_slice(key);
-                    put_tag(buf, 2);
-                    put_varint(buf, len);
-                    columns[i].write(buf, row);
                 }
             }
             debug_assert_eq!(out.data.len() - data_start, payload as usize);
-            out.end_record(start);
+            out.end_record_unsealed(start);
         }
+        out.seal(first_record, first_byte);
         if let Some(key) = &self.split_key {
             key_hashes(batch, &key.path, &mut out.keys).map_err(|e| e.with_column(&key.column))?;
         }
@@ -592,6 +654,54 @@ fn key_hashes(batch: &RecordBatch, path: &[usize], out: &mut Vec<u64>) -> Result
         out.push(h);
     }
     Ok(())
+}
+
+/// Writes a map entry's bytes up to its value: the entry's tag and length, the key,
+/// and the value's tag and length (`len`, the encoded `Feature` or `FeatureList`).
+#[inline]
+fn put_entry_head(buf: &mut Vec<u8>, key: &[u8], len: u64) {
+    put_tag(buf, 1);
+    put_varint(buf, entry_len(key.len() as u64, len));
+    put_tag(buf, 1);
+    put_varint(buf, key.len() as u64);
+    buf.extend_from_slice(key);
+    put_tag(buf, 2);
+    put_varint(buf, len);
+}
+
+/// The bytes every row of a column starts its entry with, when they are the same.
+enum Head {
+    /// The entry's head (see [`put_entry_head`]); the row's `Feature` follows.
+    Entry(Vec<u8>),
+    /// The entry's head and its float list's tags and lengths; the row's values follow.
+    Values(Vec<u8>),
+}
+
+impl Head {
+    /// `None` unless every row is present with one length (`lens` from pass 1).
+    fn new(leaf: &Leaf, column: &Column, lens: &[u64]) -> Option<Head> {
+        let &len = lens.first()?;
+        if len == ABSENT || lens.iter().any(|&l| l != len) {
+            return None;
+        }
+        let mut head = Vec::new();
+        put_entry_head(&mut head, leaf.feature.as_bytes(), len);
+        match (&column.values, &column.inner) {
+            (Values::Float(_), None) => {
+                let (a, b) = column.outer.get(0);
+                if a == b {
+                    return Some(Head::Entry(head));
+                }
+                let bytes = 4 * (b - a) as u64;
+                put_tag(&mut head, 2);
+                put_varint(&mut head, wrapped(bytes));
+                put_tag(&mut head, 1);
+                put_varint(&mut head, bytes);
+                Some(Head::Values(head))
+            }
+            _ => Some(Head::Entry(head)),
+        }
+    }
 }
 
 /// Marks a row whose feature is absent (null).
@@ -981,9 +1091,41 @@ impl Column {
         wrapped(list)
     }
 
+    /// [`Self::body_lengths`] of a column with no nulls and one value (or one fixed-size
+    /// float list) per row, in one tight loop; `None` for any other column.
+    fn dense_lengths(&self, rows: usize, stat: &mut ShapeStat) -> Option<Vec<u64>> {
+        if self.valid.is_some() || self.inner.is_some() || rows == 0 {
+            return None;
+        }
+        let n = match self.outer {
+            Ranges::Scalar => 1,
+            Ranges::Fixed { size, .. } => size,
+            _ => return None,
+        };
+        let lens = match &self.values {
+            Values::Float(_) => vec![self.feature_len(0, n); rows],
+            Values::Int(v) if n == 1 => v[..rows]
+                .iter()
+                .map(|&x| wrapped(wrapped(varint_len(x as u64))))
+                .collect(),
+            Values::Small(a) if n == 1 => a.offsets()[..=rows]
+                .windows(2)
+                .map(|w| wrapped(wrapped((w[1] - w[0]) as u64)))
+                .collect(),
+            _ => return None,
+        };
+        for _ in 0..rows {
+            stat.add(n as u64);
+        }
+        Some(lens)
+    }
+
     /// Per row: the encoded length of the map value (a `Feature`, or a `FeatureList` at
     /// depth 2), or [`ABSENT`] for a null.
     fn body_lengths(&self, rows: usize, stat: &mut ShapeStat) -> Result<Vec<u64>> {
+        if let Some(lens) = self.dense_lengths(rows, stat) {
+            return Ok(lens);
+        }
         let mut out = Vec::with_capacity(rows);
         for row in 0..rows {
             if self.valid.as_ref().is_some_and(|v| v.is_null(row)) {
@@ -1013,6 +1155,21 @@ impl Column {
     #[inline]
     fn write_feature(&self, buf: &mut Vec<u8>, a: usize, b: usize) {
         match &self.values {
+            Values::Int(v) if b == a + 1 => {
+                // One value: its tags and lengths are one byte each.
+                let x = v[a] as u64;
+                let packed = varint_len(x) as u8;
+                let mut bytes = [0x1a, packed + 2, 0x0a, packed, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+                let mut at = 4;
+                let mut rest = x;
+                while rest >= 0x80 {
+                    bytes[at] = (rest as u8) | 0x80;
+                    rest >>= 7;
+                    at += 1;
+                }
+                bytes[at] = rest as u8;
+                buf.extend_from_slice(&bytes[..=at]);
+            }
             Values::Int(v) => {
                 let values = &v[a..b];
                 let packed: u64 = values.iter().map(|&x| varint_len(x as u64)).sum();
@@ -1041,6 +1198,15 @@ impl Column {
                 // Arrow buffers are little-endian, as protobuf's fixed32 is.
                 buf.extend_from_slice(v[a..b].to_byte_slice());
             }
+            _ if b == a + 1 => {
+                let value = self.values.bytes(a);
+                let len = value.len() as u64;
+                put_tag(buf, 1);
+                put_varint(buf, wrapped(len));
+                put_tag(buf, 1);
+                put_varint(buf, len);
+                buf.extend_from_slice(value);
+            }
             _ => {
                 put_tag(buf, 1);
                 let list: u64 = (a..b)
@@ -1054,6 +1220,17 @@ impl Column {
                     buf.extend_from_slice(value);
                 }
             }
+        }
+    }
+
+    /// Writes a row's float values alone (a [`Head::Values`] column: floats at depth 0
+    /// or 1, every row present with as many values).
+    #[inline]
+    fn write_float_values(&self, buf: &mut Vec<u8>, row: usize) {
+        if let Values::Float(v) = &self.values {
+            let (a, b) = self.outer.get(row);
+            // Arrow buffers are little-endian, as protobuf's fixed32 is.
+            buf.extend_from_slice(v[a..b].to_byte_slice());
         }
     }
 

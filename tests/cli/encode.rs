@@ -190,13 +190,18 @@ fn encode(batch: &RecordBatch, options: &EncodeOptions) -> tfshard::Result<Vec<V
     let plan = EncodePlan::new(&batch.schema(), options)?;
     let mut out = EncodedBatch::default();
     let mut stats = plan.new_stats();
+    // Twice into one buffer: a batch appended after others frames (and checksums) its
+    // records where they land.
+    plan.encode_batch(batch, &mut out, &mut stats)?;
     plan.encode_batch(batch, &mut out, &mut stats)?;
     let mut reader = RecordReader::new(&out.data[..]);
     let mut records = Vec::new();
     while let Some(r) = reader.read_record()? {
         records.push(r.to_vec());
     }
-    assert_eq!(records.len(), batch.num_rows());
+    assert_eq!(records.len(), 2 * batch.num_rows());
+    let second = records.split_off(batch.num_rows());
+    assert_eq!(records, second);
     Ok(records)
 }
 
