@@ -81,8 +81,23 @@ fn crc32c_3_sse42([a, b, c]: [&[u8]; 3]) -> [u32; 3] {
         words += 1;
     }
     // The state is the CRC before its final inversion; the rest of each buffer goes on
-    // from there.
-    let rest = |state: u64, buf: &[u8]| crc32c_append(!(state as u32), &buf[8 * words..]);
+    // from there: a long rest through the crate (its own three-way split), a short one
+    // here (a call costs more than a few bytes).
+    let rest = |mut state: u64, buf: &[u8]| {
+        let rest = &buf[8 * words..];
+        if rest.len() >= 1024 {
+            return crc32c_append(!(state as u32), rest);
+        }
+        let mut words = rest.chunks_exact(8);
+        for w in &mut words {
+            state = _mm_crc32_u64(state, word(w));
+        }
+        let mut state = state as u32;
+        for &byte in words.remainder() {
+            state = std::arch::x86_64::_mm_crc32_u8(state, byte);
+        }
+        !state
+    };
     [rest(state[0], a), rest(state[1], b), rest(state[2], c)]
 }
 
