@@ -1094,21 +1094,22 @@ impl Column {
     /// [`Self::body_lengths`] of a column with no nulls and one value (or one fixed-size
     /// float list) per row, in one tight loop; `None` for any other column.
     fn dense_lengths(&self, rows: usize, stat: &mut ShapeStat) -> Option<Vec<u64>> {
-        if self.valid.is_some() || self.inner.is_some() || rows == 0 {
+        let nulls = self.valid.as_ref().is_some_and(|v| v.null_count() > 0);
+        if nulls || self.inner.is_some() || rows == 0 {
             return None;
         }
-        let n = match self.outer {
-            Ranges::Scalar => 1,
-            Ranges::Fixed { size, .. } => size,
+        let (n, first) = match self.outer {
+            Ranges::Scalar => (1, 0),
+            Ranges::Fixed { size, offset } => (size, offset),
             _ => return None,
         };
         let lens = match &self.values {
             Values::Float(_) => vec![self.feature_len(0, n); rows],
-            Values::Int(v) if n == 1 => v[..rows]
+            Values::Int(v) if n == 1 => v[first..first + rows]
                 .iter()
                 .map(|&x| wrapped(wrapped(varint_len(x as u64))))
                 .collect(),
-            Values::Small(a) if n == 1 => a.offsets()[..=rows]
+            Values::Small(a) if n == 1 => a.offsets()[first..=first + rows]
                 .windows(2)
                 .map(|w| wrapped(wrapped((w[1] - w[0]) as u64)))
                 .collect(),

@@ -95,6 +95,15 @@ fn batch(rows: &[Row]) -> RecordBatch {
         j.values().append_slice(&r.j);
         j.append(true);
     }
+    // One-element fixed-size lists: in a sliced batch their values start past 0.
+    let mut l = FixedSizeListBuilder::new(Int64Builder::new(), 1);
+    let mut m = FixedSizeListBuilder::new(BinaryBuilder::new(), 1);
+    for r in rows {
+        l.values().append_value(r.b as i64);
+        l.append(true);
+        m.values().append_value(&r.h);
+        m.append(true);
+    }
     let mut k = LargeListBuilder::new(StringBuilder::new());
     for r in rows {
         match &r.k {
@@ -137,6 +146,8 @@ fn batch(rows: &[Row]) -> RecordBatch {
         ("i", Arc::new(i.finish())),
         ("j", Arc::new(j.finish())),
         ("k", Arc::new(k.finish())),
+        ("l", Arc::new(l.finish())),
+        ("m", Arc::new(m.finish())),
         ("s", Arc::new(s)),
         ("dict", Arc::new(dict)),
     ];
@@ -169,6 +180,8 @@ fn expected(r: &Row) -> Example {
             Feature::bytes(k.iter().map(|s| s.as_bytes().to_vec()).collect()),
         );
     }
+    m.insert("l".into(), Feature::int64(vec![r.b as i64]));
+    m.insert("m".into(), Feature::bytes(vec![r.h.clone()]));
     if let Some((x, y)) = &r.s {
         if let Some(x) = x {
             m.insert("s/x".into(), Feature::int64(vec![*x as i64]));
