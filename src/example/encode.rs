@@ -177,29 +177,23 @@ impl EncodedBatch {
     /// `offset` and were ended with [`Self::end_record_unsealed`]: three at a time, side
     /// by side ([`frame::crc32c_3`]).
     fn seal(&mut self, first: usize, offset: usize) {
+        let (data, sizes) = (&mut self.data, &self.sizes[first..]);
         let mut at = offset;
-        let mut group = [(0usize, 0u64); 3];
-        let mut filled = 0;
-        let sizes = &self.sizes[first..];
-        for (i, &size) in sizes.iter().enumerate() {
-            group[filled] = (at, size);
-            filled += 1;
-            at += size as usize;
-            if filled == 3 || i + 1 == sizes.len() {
-                let data = &self.data;
-                // A last group of one or two repeats its last record (once a batch).
-                let body = |k: usize| {
-                    let (start, size) = group[k.min(filled - 1)];
-                    &data[start + frame::HEADER_LEN..start + size as usize - frame::FOOTER_LEN]
-                };
-                let crcs = frame::crc32c_3([body(0), body(1), body(2)]);
-                for (k, crc) in crcs.iter().enumerate().take(filled) {
-                    let (start, size) = group[k];
-                    let end = start + size as usize;
-                    self.data[end - frame::FOOTER_LEN..end]
-                        .copy_from_slice(&frame::mask(*crc).to_le_bytes());
-                }
-                filled = 0;
+        for group in sizes.chunks(3) {
+            // Each record's (start, end).
+            let mut spans = [(0, 0); 3];
+            for (span, &size) in spans.iter_mut().zip(group) {
+                *span = (at, at + size as usize);
+                at = span.1;
+            }
+            // A last group of one or two repeats its last record (once a batch).
+            let last = spans[group.len() - 1];
+            spans[group.len()..].fill(last);
+            let crcs = frame::crc32c_3(
+                spans.map(|(start, end)| &data[start + frame::HEADER_LEN..end - frame::FOOTER_LEN]),
+            );
+            for (&(_, end), crc) in spans.iter().zip(crcs).take(group.len()) {
+                data[end - frame::FOOTER_LEN..end].copy_from_slice(&frame::mask(crc).to_le_bytes());
             }
         }
     }
@@ -1160,16 +1154,8 @@ impl Column {
                 // One value: its tags and lengths are one byte each.
                 let x = v[a] as u64;
                 let packed = varint_len(x) as u8;
-                let mut bytes = [0x1a, packed + 2, 0x0a, packed, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-                let mut at = 4;
-                let mut rest = x;
-                while rest >= 0x80 {
-                    bytes[at] = (rest as u8) | 0x80;
-                    rest >>= 7;
-                    at += 1;
-                }
-                bytes[at] = rest as u8;
-                buf.extend_from_slice(&bytes[..=at]);
+                buf.extend_from_slice(&[0x1a, packed + 2, 0x0a, packed]);
+                put_varint(buf, x);
             }
             Values::Int(v) => {
                 let values = &v[a..b];
