@@ -88,12 +88,12 @@ fn crc32c_3_sse42([a, b, c]: [&[u8]; 3]) -> [u32; 3] {
         if rest.len() >= 1024 {
             return crc32c_append(!(state as u32), rest);
         }
-        let mut words = rest.chunks_exact(8);
-        for w in &mut words {
+        let mut tail = rest.chunks_exact(8);
+        for w in &mut tail {
             state = _mm_crc32_u64(state, word(w));
         }
         let mut state = state as u32;
-        for &byte in words.remainder() {
+        for &byte in tail.remainder() {
             state = std::arch::x86_64::_mm_crc32_u8(state, byte);
         }
         !state
@@ -228,7 +228,6 @@ pub fn decode_header(header: &[u8; HEADER_LEN]) -> Result<u64, ()> {
 mod tests {
     use super::*;
 
-    /// The combine agrees with the `crc32c` crate's for lengths of every magnitude.
     #[test]
     fn three_crcs_side_by_side_agree_with_one_at_a_time() {
         let data: Vec<u8> = (0..3000u32)
@@ -246,6 +245,7 @@ mod tests {
         }
     }
 
+    /// The combine agrees with the `crc32c` crate's for lengths of every magnitude.
     #[test]
     fn combine_agrees_with_the_crate() {
         let data: Vec<u8> = (0..300_000u32)
