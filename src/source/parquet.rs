@@ -15,17 +15,19 @@ use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use arrow_array::RecordBatch;
-use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use arrow_array::{RecordBatch, RecordBatchOptions};
+use arrow_schema::{DataType, Field, FieldRef, Fields, Schema, SchemaRef, TimeUnit};
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
     RowSelector,
 };
 use parquet::arrow::ProjectionMask;
 use parquet::basic::Type as PhysicalType;
+use parquet::file::serialized_reader::SerializedPageReader;
 
 use crate::error::{ChunkProblem, Error, ErrorKind, Result};
 use crate::source::contain::contain;
+use crate::source::fixed_list::{self, FixedListReader};
 use crate::source::hive::{self, PartitionColumn};
 use crate::store::{self, Listed, Location, RemoteChunks, RemoteParquet};
 
@@ -658,20 +660,48 @@ pub fn read_row_group(
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
     };
     let mut delivered = 0u64;
+    // Fixed-size list columns are read by our own decoder while it can; arrow-rs reads
+    // the other columns, and all of them from the first row it cannot.
+    let mut fast = FastColumns::open(input, row_group, &file_roots);
     loop {
-        // Resumed with smaller batches: skip what was delivered.
+        // Resumed with smaller batches, or from where the fast path stopped: skip what
+        // was delivered.
         let selection = (delivered > 0).then(|| {
             RowSelection::from(vec![
                 RowSelector::skip(delivered as usize),
                 RowSelector::select((expected - delivered) as usize),
             ])
         });
+        let arrow_mask = fast.as_ref().map_or(&mask, |f| &f.rest);
         let mut batches =
-            Batches::open(input, row_group, &mask, batch_rows, selection).map_err(locate)?;
+            Batches::open(input, row_group, arrow_mask, batch_rows, selection).map_err(locate)?;
         let mut resume = false;
         // Only the decoder runs contained: `f` is our own code, whose panics must show.
         // The decoder cannot say which row of a batch failed: errors name the file only.
-        while let Some(batch) = batches.next(row_group).map_err(locate)? {
+        loop {
+            let batch = match (batches.next(row_group), &fast) {
+                (Ok(Some(batch)), _) => batch,
+                (Ok(None), _) => break,
+                (Err(e), None) => return Err(locate(e)),
+                // arrow-rs alone reports what it would have (it reads the columns in
+                // another order, and might fail on another one first).
+                (Err(_), Some(_)) => {
+                    fast = None;
+                    resume = true;
+                    break;
+                }
+            };
+            let batch = match &mut fast {
+                None => batch,
+                Some(columns) => match columns.join(batch) {
+                    Some(joined) => joined,
+                    None => {
+                        fast = None;
+                        resume = true;
+                        break;
+                    }
+                },
+            };
             let rows = batch.num_rows();
             let bytes = batch.get_array_memory_size() as u64;
             let batch = with_partitions(batch).map_err(locate)?;
@@ -711,6 +741,73 @@ pub fn read_row_group(
         })));
     }
     Ok(())
+}
+
+/// The selected columns that [`fixed_list`] reads, joined to arrow-rs's batches of the
+/// other selected columns. Local files only: a store's column chunks come through
+/// [`RemoteChunks`]' read-ahead, which serves arrow-rs's reader.
+struct FastColumns {
+    /// Each fast column's place among the selected file columns (in file order, as
+    /// arrow-rs orders them), its field, and its reader; in place order.
+    readers: Vec<(usize, FieldRef, FixedListReader)>,
+    /// The other selected columns, for arrow-rs's reader.
+    rest: ProjectionMask,
+}
+
+impl FastColumns {
+    /// `None` when no selected column is a fixed-size list the fast path reads (or its
+    /// file cannot be opened again: arrow-rs's reader then reports why).
+    fn open(input: &ParquetInput, row_group: usize, file_roots: &[usize]) -> Option<FastColumns> {
+        if input.file.object.is_some() {
+            return None;
+        }
+        let parquet = input.metadata.parquet_schema();
+        let group = input.metadata.metadata().row_group(row_group);
+        let mut roots = file_roots.to_vec();
+        roots.sort_unstable();
+        roots.dedup();
+        let (mut readers, mut rest) = (Vec::new(), Vec::new());
+        for (place, &root) in roots.iter().enumerate() {
+            let Some(column) = fixed_list::fixed_list(input.schema(), parquet, root) else {
+                rest.push(root);
+                continue;
+            };
+            let file = ParquetFile::new(File::open(&input.file.path).ok()?).ok()?;
+            let rows = usize::try_from(group.num_rows()).ok()?;
+            let chunk = group.column(column.leaf);
+            let pages = contain(|| SerializedPageReader::new(Arc::new(file), chunk, rows, None))
+                .ok()?
+                .ok()?;
+            let field = input.schema().fields()[root].clone();
+            readers.push((place, field, FixedListReader::new(Box::new(pages), column)));
+        }
+        if readers.is_empty() {
+            return None;
+        }
+        Some(FastColumns {
+            readers,
+            rest: ProjectionMask::roots(parquet, rest),
+        })
+    }
+
+    /// `batch` (arrow-rs's rows of the other columns) with the fast columns' same rows
+    /// in their places; `None` where the fast path stops.
+    fn join(&mut self, batch: RecordBatch) -> Option<RecordBatch> {
+        let rows = batch.num_rows();
+        let schema = batch.schema();
+        let mut fields: Vec<FieldRef> = schema.fields().iter().cloned().collect();
+        let mut columns = batch.columns().to_vec();
+        for (place, field, reader) in &mut self.readers {
+            columns.insert(*place, reader.read(rows)?);
+            fields.insert(*place, field.clone());
+        }
+        let schema = Schema::new_with_metadata(fields, schema.metadata().clone());
+        let options = RecordBatchOptions::new().with_row_count(Some(rows));
+        let joined = RecordBatch::try_new_with_options(Arc::new(schema), columns, &options).ok()?;
+        #[cfg(test)]
+        tests::FAST_ROWS.with(|n| n.set(n.get() + rows as u64));
+        Some(joined)
+    }
 }
 
 /// How many rows like these (`rows` rows taking `bytes` in all) fit in `budget` bytes.
@@ -808,6 +905,299 @@ impl Read for EndIsError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// Rows this thread's fast path delivered (see [`FastColumns::join`]).
+        pub(super) static FAST_ROWS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Every row of `input` through [`read_row_group`] (`Err` as text), and the rows the
+    /// fast path delivered.
+    fn read_all(input: &ParquetInput) -> (std::result::Result<Vec<RecordBatch>, String>, u64) {
+        FAST_ROWS.with(|n| n.set(0));
+        let roots: Vec<usize> = (0..input.schema().fields().len()).collect();
+        let mut batches = Vec::new();
+        let mut first_row = 0;
+        let result = (0..input.row_group_rows().len()).try_for_each(|g| {
+            let r = read_row_group(input, g, &roots, first_row, |batch, _| {
+                batches.push(batch);
+                Ok(())
+            });
+            first_row += input.row_group_rows()[g];
+            r
+        });
+        let fast = FAST_ROWS.with(|n| n.get());
+        (result.map(|()| batches).map_err(|e| e.to_string()), fast)
+    }
+
+    /// The same file through arrow-rs's reader alone.
+    fn read_with_arrow(path: &Path) -> std::result::Result<Vec<RecordBatch>, String> {
+        contain(|| {
+            let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+                .map_err(|e| e.to_string())?;
+            builder
+                .build()
+                .map_err(|e| e.to_string())?
+                .map(|b| b.map_err(|e| e.to_string()))
+                .collect()
+        })?
+    }
+
+    /// Whether the fast path decodes every page of `input`'s first column (PLAIN or
+    /// dictionary values; the levels are RLE).
+    fn fast_encodings(input: &ParquetInput) -> bool {
+        use parquet::basic::Encoding;
+        input.metadata.metadata().row_groups().iter().all(|g| {
+            g.column(0).encodings().all(|e| {
+                matches!(
+                    e,
+                    Encoding::PLAIN
+                        | Encoding::RLE
+                        | Encoding::RLE_DICTIONARY
+                        | Encoding::PLAIN_DICTIONARY
+                )
+            })
+        })
+    }
+
+    /// Both sides' rows as one batch each (batch sizes differ), compared whole: values,
+    /// nulls, types and field names.
+    fn same_rows(ours: &[RecordBatch], arrow: &[RecordBatch]) -> bool {
+        let concat =
+            |b: &[RecordBatch]| arrow_select::concat::concat_batches(&b[0].schema(), b).unwrap();
+        match (ours.is_empty(), arrow.is_empty()) {
+            (true, true) => true,
+            (false, false) => concat(ours) == concat(arrow),
+            _ => false,
+        }
+    }
+
+    /// A table of `rows` rows whose `x` is a `FixedSizeList` of `size` values made by
+    /// `value` (with null lists and null elements where `nulls` says), beside an `id`
+    /// column unless `alone`, written with `props`.
+    #[allow(clippy::too_many_arguments)]
+    fn fixed_list_table(
+        name: &str,
+        child: &DataType,
+        size: i32,
+        rows: usize,
+        nulls: Option<(usize, usize)>,
+        alone: bool,
+        props: parquet::file::properties::WriterProperties,
+    ) -> ParquetInput {
+        use arrow_array::{ArrayRef, FixedSizeListArray, Int64Array};
+        use arrow_buffer::{BooleanBuffer, NullBuffer};
+        use parquet::arrow::ArrowWriter;
+        let dir = std::env::temp_dir().join(format!("tfshard-fixed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        let n = rows * size as usize;
+        // Values repeat every 97 elements: dictionaries fill, some pages stay PLAIN.
+        let values: ArrayRef = match child {
+            DataType::Float32 => Arc::new(arrow_array::Float32Array::from_iter_values(
+                (0..n).map(|i| (i % 97) as f32 * 0.5 - 7.0),
+            )),
+            DataType::Float64 => Arc::new(arrow_array::Float64Array::from_iter_values(
+                (0..n).map(|i| (i % 97) as f64 * 0.25 - 3.0),
+            )),
+            DataType::Int32 => Arc::new(arrow_array::Int32Array::from_iter_values(
+                (0..n).map(|i| (i % 97) as i32 - 40),
+            )),
+            _ => Arc::new(Int64Array::from_iter_values(
+                (0..n).map(|i| ((i % 97) as i64 - 40) << 33),
+            )),
+        };
+        // (null list every a-th row, null element every b-th element)
+        let (values, lists) = match nulls {
+            None => (values, None),
+            Some((a, b)) => {
+                let elements = BooleanBuffer::from_iter((0..n).map(|i| i % b != 1));
+                let data = values
+                    .to_data()
+                    .into_builder()
+                    .nulls(Some(NullBuffer::new(elements)));
+                let values = arrow_array::make_array(data.build().unwrap());
+                let lists =
+                    NullBuffer::new(BooleanBuffer::from_iter((0..rows).map(|r| r % a != 2)));
+                (values, Some(lists))
+            }
+        };
+        let field = Arc::new(Field::new("element", child.clone(), true));
+        let x = FixedSizeListArray::try_new(field, size, values, lists).unwrap();
+        let mut columns: Vec<(&str, ArrayRef)> = vec![("x", Arc::new(x))];
+        if !alone {
+            columns.push(("id", Arc::new(Int64Array::from_iter_values(0..rows as i64))));
+        }
+        let batch = RecordBatch::try_from_iter(columns).unwrap();
+        let mut w = ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+            .unwrap();
+        // Several writes: row groups of max_row_group_size rows.
+        for start in (0..rows).step_by(1000) {
+            w.write(&batch.slice(start, 1000.min(rows - start)))
+                .unwrap();
+        }
+        w.close().unwrap();
+        ParquetInput::open(InputFile::local(path, name.into())).unwrap()
+    }
+
+    /// Fixed-size lists decode to what arrow-rs's reader makes of them, on every layout
+    /// a writer may choose: V1 and V2 pages, PLAIN and dictionary values, pages that end
+    /// inside a list, row groups of several batches; the fast path serves every row of a
+    /// table without nulls, and a table with null lists or elements goes to arrow-rs's
+    /// reader from the first page holding one.
+    #[test]
+    fn fixed_size_lists_decode_as_arrow_rs_decodes_them() {
+        use parquet::file::properties::{WriterProperties, WriterVersion};
+        let (mut cases, mut fast_cases) = (0, 0);
+        for child in [
+            DataType::Float32,
+            DataType::Float64,
+            DataType::Int32,
+            DataType::Int64,
+        ] {
+            for size in [1, 3, 8, 32, 100] {
+                for (version, dictionary, page_bytes) in [
+                    (WriterVersion::PARQUET_1_0, true, 1 << 20),
+                    (WriterVersion::PARQUET_1_0, false, 700),
+                    (WriterVersion::PARQUET_2_0, true, 300),
+                    (WriterVersion::PARQUET_2_0, false, 1 << 20),
+                ] {
+                    for (nulls, alone) in [
+                        (None, false),
+                        (None, true),
+                        (Some((7, 1000)), false),
+                        (Some((5000, 13)), true),
+                    ] {
+                        let props = WriterProperties::builder()
+                            .set_writer_version(version)
+                            .set_dictionary_enabled(dictionary)
+                            .set_dictionary_page_size_limit(256)
+                            .set_data_page_size_limit(page_bytes)
+                            .set_write_batch_size(37)
+                            .set_max_row_group_row_count(Some(2500))
+                            .build();
+                        let rows = 6000;
+                        let name = format!("{child}-{size}-{version:?}-{dictionary}-{page_bytes}-{nulls:?}-{alone}.parquet");
+                        let input =
+                            fixed_list_table(&name, &child, size, rows, nulls, alone, props);
+                        let (ours, fast) = read_all(&input);
+                        let arrow = read_with_arrow(&input.file.path);
+                        let ours = ours.unwrap_or_else(|e| panic!("{name}: {e}"));
+                        assert!(same_rows(&ours, &arrow.unwrap()), "{name}: rows differ");
+                        assert_eq!(
+                            ours.iter().map(|b| b.num_rows()).sum::<usize>(),
+                            rows,
+                            "{name}"
+                        );
+                        match nulls {
+                            // arrow-rs's V2 writer falls back from a full dictionary to
+                            // DELTA_BINARY_PACKED for integers: arrow-rs reads those.
+                            None if fast_encodings(&input) => {
+                                assert_eq!(
+                                    fast, rows as u64,
+                                    "{name}: the fast path read every row"
+                                )
+                            }
+                            None => assert!(fast < rows as u64, "{name}"),
+                            Some(_) => assert!(fast < rows as u64, "{name}: nulls go to arrow-rs"),
+                        }
+                        fast_cases += u64::from(fast == rows as u64);
+                        cases += 1;
+                    }
+                }
+            }
+        }
+        assert_eq!(cases, 4 * 5 * 4 * 4);
+        // Every case without nulls (160) but the integer V2 ones, whose values arrow-rs
+        // writes DELTA_BINARY_PACKED (2 types x 5 sizes x 2 layouts x 2 tables).
+        assert_eq!(fast_cases, 160 - 40);
+    }
+
+    /// The pyarrow-written table the README converts: its `x` (FixedSizeList<f32>[8])
+    /// goes through the fast path and reads as arrow-rs reads it.
+    #[test]
+    fn small_parquet_reads_its_fixed_size_list_fast() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/small.parquet");
+        let input =
+            ParquetInput::open(InputFile::local(path.clone(), "small.parquet".into())).unwrap();
+        let (ours, fast) = read_all(&input);
+        assert_eq!(fast, 2000);
+        assert!(same_rows(&ours.unwrap(), &read_with_arrow(&path).unwrap()));
+    }
+
+    /// Corrupt bytes anywhere in a file of fixed-size lists: read with the fast path, the
+    /// file decodes to the same rows as arrow-rs's reader alone makes of it, or fails
+    /// where arrow-rs's reader fails too (the fast path never accepts what arrow-rs
+    /// would refuse, nor refuses itself: it hands over).
+    #[test]
+    fn corrupt_fixed_size_lists_decode_or_fail_as_arrow_rs_does() {
+        use parquet::file::properties::{WriterProperties, WriterVersion};
+        for (version, dictionary) in [
+            (WriterVersion::PARQUET_1_0, true),
+            (WriterVersion::PARQUET_2_0, false),
+        ] {
+            let props = WriterProperties::builder()
+                .set_writer_version(version)
+                .set_dictionary_enabled(dictionary)
+                .set_dictionary_page_size_limit(256)
+                .set_data_page_size_limit(400)
+                .set_compression(parquet::basic::Compression::UNCOMPRESSED)
+                .build();
+            let name = format!("corrupt-base-{version:?}.parquet");
+            let input = fixed_list_table(&name, &DataType::Float32, 3, 300, None, false, props);
+            let original = std::fs::read(&input.file.path).unwrap();
+            let metadata_start = original.len()
+                - 8
+                - u32::from_le_bytes(
+                    original[original.len() - 8..original.len() - 4]
+                        .try_into()
+                        .unwrap(),
+                ) as usize;
+            let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+            let mut next = || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed
+            };
+            let mut compared = 0;
+            for i in 0..400 {
+                let mut bytes = original.clone();
+                // Page bytes only: a corrupt footer fails before any page is read.
+                for _ in 0..1 + i % 3 {
+                    let at = 4 + (next() as usize) % (metadata_start - 4);
+                    bytes[at] ^= 1 << (next() % 8);
+                }
+                let path = input
+                    .file
+                    .path
+                    .with_file_name(format!("corrupt-{version:?}-{i}.parquet"));
+                std::fs::write(&path, &bytes).unwrap();
+                let Ok(input) =
+                    ParquetInput::open(InputFile::local(path.clone(), "c.parquet".into()))
+                else {
+                    continue;
+                };
+                let (ours, _) = read_all(&input);
+                let arrow = read_with_arrow(&path);
+                match (&ours, &arrow) {
+                    (Ok(ours), Ok(arrow)) => {
+                        assert!(same_rows(ours, arrow), "{}: rows differ", path.display())
+                    }
+                    (Err(_), Err(_)) => {}
+                    _ => panic!(
+                        "{}: ours {:?}, arrow-rs {:?}",
+                        path.display(),
+                        ours.as_ref().map(|b| b.len()),
+                        arrow.as_ref().map(|b| b.len())
+                    ),
+                }
+                compared += 1;
+                std::fs::remove_file(&path).unwrap();
+            }
+            assert!(compared > 300, "{compared}");
+        }
+    }
 
     /// A one-row-group table of `rows` rows: `id` (row number) and `blob`, 64 KiB values
     /// (distinct ones, or only 4 distinct, dictionary-encoded).
