@@ -9,7 +9,9 @@
 //! columnar batches through interleave, shuffle, batch, parallel parse and prefetch).
 //!
 //! The modules follow the data: `source` yields Arrow batches (or image files) in
-//! input order; [`example`] is the `tf.train.Example` codec, both ways; [`convert`]
+//! input order (fixed-size lists of numbers without nulls, the embeddings and feature
+//! vectors of ML tables, through a decoder of our own that checks their levels where
+//! they are encoded; everything else through arrow-rs); [`example`] is the `tf.train.Example` codec, both ways; [`convert`]
 //! routes the records into splits and `shard` frames them ([`tfrecord`]) into shards
 //! of a target size under hidden temporary names (compressed ones deflated in fixed
 //! chunks on every core, [`tfrecord::deflate`]), then commits every output with its
