@@ -100,6 +100,12 @@ pub(crate) struct FixedListReader {
     values: Values,
     /// Elements whose levels were checked so far: where the repetition pattern stands.
     elements: u64,
+    /// Values the chunk declares (footer), and values read so far.
+    chunk_values: u64,
+    values_read: u64,
+    /// Rows of the row group, and rows read so far.
+    chunk_rows: u64,
+    rows_read: u64,
 }
 
 /// Where the current page's values are read from.
@@ -118,14 +124,24 @@ enum Values {
 }
 
 impl FixedListReader {
-    /// A reader of `column`'s chunk, whose pages `pages` hands out.
-    pub(crate) fn new(pages: Box<dyn PageReader>, column: FixedList) -> FixedListReader {
+    /// A reader of `column`'s chunk of a row group of `chunk_rows` rows, whose footer
+    /// declares `chunk_values` values, and whose pages `pages` hands out.
+    pub(crate) fn new(
+        pages: Box<dyn PageReader>,
+        column: FixedList,
+        chunk_values: u64,
+        chunk_rows: u64,
+    ) -> FixedListReader {
         FixedListReader {
             pages,
             column,
             dictionary: None,
             values: Values::None,
             elements: 0,
+            chunk_values,
+            values_read: 0,
+            chunk_rows,
+            rows_read: 0,
         }
     }
 
@@ -134,7 +150,15 @@ impl FixedListReader {
     pub(crate) fn read(&mut self, rows: usize) -> Option<ArrayRef> {
         let size = self.column.size;
         let wanted = rows.checked_mul(size)?;
-        let mut out = Words::with_capacity(self.column.width, wanted);
+        // The size comes from the footer's Arrow schema, which nothing checks against the
+        // data: more values than the chunk declares are not asked for, and memory grows
+        // with the values pages really hold, never ahead of them.
+        if self.values_read + wanted as u64 > self.chunk_values
+            || self.rows_read + rows as u64 > self.chunk_rows
+        {
+            return None;
+        }
+        let mut out = Words::with_capacity(self.column.width, 0);
         let mut read = 0;
         while read < wanted {
             if self.values_left() == 0 {
@@ -142,6 +166,16 @@ impl FixedListReader {
                 continue;
             }
             read += self.take_values(wanted - read, &mut out)?;
+        }
+        self.values_read += wanted as u64;
+        self.rows_read += rows as u64;
+        // The row group's last list ends with its chunk, as arrow-rs reads it: no value
+        // and no page may follow.
+        if self.rows_read == self.chunk_rows
+            && (self.values_left() != 0
+                || !matches!(contain(|| self.pages.peek_next_page()), Ok(Ok(None))))
+        {
+            return None;
         }
         let buffer = out.into_buffer();
         let values: ArrayRef = match self.column.child.data_type() {
@@ -182,6 +216,7 @@ impl FixedListReader {
             Values::None => None,
             Values::Plain { page, at, left } => {
                 let n = wanted.min(*left);
+                out.reserve(n);
                 let bytes = page.get(*at..*at + n * width)?;
                 out.extend_le(bytes);
                 *at += n * width;
@@ -195,6 +230,7 @@ impl FixedListReader {
                 indices,
             } => {
                 let dictionary = self.dictionary.as_ref()?;
+                out.reserve(wanted.min(*left));
                 let n = indices.gather(page, at, wanted.min(*left), dictionary, out)?;
                 *left -= n;
                 Some(n)
@@ -250,10 +286,20 @@ impl FixedListReader {
                     num_values,
                     encoding,
                     num_nulls: 0,
+                    num_rows,
                     def_levels_byte_len,
                     rep_levels_byte_len,
                     ..
                 } => {
+                    // A V2 page holds whole lists, `num_rows` of them: arrow-rs ends a
+                    // list at a V2 page's start, and skips V2 pages by `num_rows` alone
+                    // (as it does when it takes over from here), so both must be exact.
+                    let size = self.column.size as u64;
+                    if !self.elements.is_multiple_of(size)
+                        || u64::from(num_values) != u64::from(num_rows) * size
+                    {
+                        return None;
+                    }
                     let rep_end = rep_levels_byte_len as usize;
                     let def_end = rep_end.checked_add(def_levels_byte_len as usize)?;
                     (buf, num_values, encoding, (0, rep_end), (rep_end, def_end))
@@ -343,6 +389,14 @@ enum Words {
 }
 
 impl Words {
+    /// Room for `additional` more values.
+    fn reserve(&mut self, additional: usize) {
+        match self {
+            Words::W4(v) => v.reserve(additional),
+            Words::W8(v) => v.reserve(additional),
+        }
+    }
+
     fn with_capacity(width: usize, values: usize) -> Words {
         if width == 4 {
             Words::W4(Vec::with_capacity(values))
@@ -504,25 +558,36 @@ impl<'a> Runs<'a> {
         Runs { data, at: 0, width }
     }
 
+    /// The next run; `None` at the end, and where arrow-rs's decoder stops or fails: a
+    /// zero header, a run over `i32::MAX` values, a repeated value wider than the width.
     fn next(&mut self) -> Option<Run<'a>> {
         let header = uleb128(self.data, &mut self.at)?;
         let groups = usize::try_from(header >> 1).ok()?;
+        let count = if header & 1 == 1 {
+            groups.checked_mul(8)?
+        } else {
+            groups
+        };
+        if header == 0 || count > i32::MAX as usize {
+            return None;
+        }
         if header & 1 == 1 {
             let len = groups.checked_mul(usize::from(self.width))?;
             let bytes = self.data.get(self.at..self.at.checked_add(len)?)?;
             self.at += len;
-            Some(Run::Packed {
-                bytes,
-                count: groups.checked_mul(8)?,
-            })
+            Some(Run::Packed { bytes, count })
         } else {
             let len = usize::from(self.width).div_ceil(8);
             let bytes = self.data.get(self.at..self.at + len)?;
             self.at += len;
             let mut value = [0u8; 8];
             value[..len].copy_from_slice(bytes);
+            let value = u64::from_le_bytes(value);
+            if self.width < 64 && value >> self.width != 0 {
+                return None;
+            }
             Some(Run::Repeat {
-                value: u64::from_le_bytes(value),
+                value,
                 count: groups,
             })
         }
@@ -666,27 +731,37 @@ mod tests {
         out
     }
 
-    fn reader(size: usize) -> FixedListReader {
-        struct NoPages;
-        impl Iterator for NoPages {
-            type Item = parquet::errors::Result<Page>;
-            fn next(&mut self) -> Option<Self::Item> {
-                None
-            }
+    /// Pages handed out in order, then the end of the chunk.
+    struct Pages(std::collections::VecDeque<Page>);
+
+    impl Iterator for Pages {
+        type Item = parquet::errors::Result<Page>;
+        fn next(&mut self) -> Option<Self::Item> {
+            self.0.pop_front().map(Ok)
         }
-        impl PageReader for NoPages {
-            fn get_next_page(&mut self) -> parquet::errors::Result<Option<Page>> {
-                Ok(None)
-            }
-            fn peek_next_page(
-                &mut self,
-            ) -> parquet::errors::Result<Option<parquet::column::page::PageMetadata>> {
-                Ok(None)
-            }
-            fn skip_next_page(&mut self) -> parquet::errors::Result<()> {
-                Ok(())
-            }
+    }
+
+    impl PageReader for Pages {
+        fn get_next_page(&mut self) -> parquet::errors::Result<Option<Page>> {
+            Ok(self.0.pop_front())
         }
+        fn peek_next_page(
+            &mut self,
+        ) -> parquet::errors::Result<Option<parquet::column::page::PageMetadata>> {
+            Ok(self.0.front().map(|_| parquet::column::page::PageMetadata {
+                num_rows: None,
+                num_levels: None,
+                is_dict: false,
+            }))
+        }
+        fn skip_next_page(&mut self) -> parquet::errors::Result<()> {
+            self.0.pop_front();
+            Ok(())
+        }
+    }
+
+    /// A reader of a `FixedSizeList<Float32>[size]` chunk of `rows` rows made of `pages`.
+    fn reader_of(size: usize, rows: u64, pages: Vec<Page>) -> FixedListReader {
         let child = Arc::new(arrow_schema::Field::new("element", DataType::Float32, true));
         let column = FixedList {
             leaf: 0,
@@ -696,7 +771,131 @@ mod tests {
             width: 4,
             max_def: 3,
         };
-        FixedListReader::new(Box::new(NoPages), column)
+        let values = rows * size as u64;
+        FixedListReader::new(Box::new(Pages(pages.into())), column, values, rows)
+    }
+
+    fn reader(size: usize) -> FixedListReader {
+        reader_of(size, u64::MAX / 1024, Vec::new())
+    }
+
+    /// A page of float `values` (element `from` of the chunk on), its levels those of
+    /// full lists of `size`; V2 pages say they hold `rows` rows.
+    fn page(v2: Option<u32>, size: usize, from: usize, values: &[f32]) -> Page {
+        let n = values.len();
+        let rep = encode(&pattern(size, from, n), true);
+        let mut def = Vec::new();
+        let mut run = n << 1;
+        while run >= 0x80 {
+            def.push((run as u8) | 0x80);
+            run >>= 7;
+        }
+        def.extend([run as u8, 3]);
+        let plain: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        match v2 {
+            None => {
+                let mut buf = Vec::new();
+                for levels in [&rep, &def] {
+                    buf.extend((levels.len() as u32).to_le_bytes());
+                    buf.extend(levels);
+                }
+                buf.extend(plain);
+                Page::DataPage {
+                    buf: buf.into(),
+                    num_values: n as u32,
+                    encoding: Encoding::PLAIN,
+                    def_level_encoding: Encoding::RLE,
+                    rep_level_encoding: Encoding::RLE,
+                    statistics: None,
+                }
+            }
+            Some(rows) => Page::DataPageV2 {
+                buf: [rep.clone(), def.clone(), plain].concat().into(),
+                num_values: n as u32,
+                encoding: Encoding::PLAIN,
+                num_nulls: 0,
+                num_rows: rows,
+                def_levels_byte_len: def.len() as u32,
+                rep_levels_byte_len: rep.len() as u32,
+                is_compressed: false,
+                statistics: None,
+            },
+        }
+    }
+
+    fn floats(a: &ArrayRef) -> Vec<f32> {
+        let list = a.as_any().downcast_ref::<FixedSizeListArray>().unwrap();
+        let values = list
+            .values()
+            .as_any()
+            .downcast_ref::<Float32Array>()
+            .unwrap();
+        values.values().to_vec()
+    }
+
+    /// V1 pages may end inside a list; V2 pages hold whole lists, as many as they say
+    /// (arrow-rs skips them by that count when it takes over).
+    #[test]
+    fn v2_pages_must_hold_the_whole_lists_they_count() {
+        let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        // V1: 6 values then 6, lists of 4 across the boundary.
+        let mut r = reader_of(
+            4,
+            3,
+            vec![page(None, 4, 0, &v[..6]), page(None, 4, 6, &v[6..])],
+        );
+        assert_eq!(floats(&r.read(3).unwrap()), v);
+        // V2: 8 values as 2 rows, then 4 as 1.
+        let mut r = reader_of(
+            4,
+            3,
+            vec![page(Some(2), 4, 0, &v[..8]), page(Some(1), 4, 8, &v[8..])],
+        );
+        assert_eq!(floats(&r.read(3).unwrap()), v);
+        // A V2 page starting inside a list, or counting other rows, is handed over.
+        let mut r = reader_of(
+            4,
+            3,
+            vec![page(Some(1), 4, 0, &v[..6]), page(Some(1), 4, 6, &v[6..])],
+        );
+        assert!(r.read(3).is_none(), "starts inside a list");
+        let mut r = reader_of(
+            4,
+            3,
+            vec![page(Some(3), 4, 0, &v[..8]), page(Some(1), 4, 8, &v[8..])],
+        );
+        assert!(r.read(3).is_none(), "says 3 rows, holds 2");
+    }
+
+    /// The last row of a row group ends its chunk: a value or a page after it is
+    /// handed over (arrow-rs reads on and fails).
+    #[test]
+    fn the_chunk_ends_with_the_row_groups_last_row() {
+        let v: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        let mut r = reader_of(
+            4,
+            2,
+            vec![page(None, 4, 0, &v[..8]), page(None, 4, 8, &v[8..])],
+        );
+        assert!(r.read(2).is_none(), "a page follows");
+        let mut r = reader_of(4, 2, vec![page(None, 4, 0, &v)]);
+        assert!(r.read(2).is_none(), "values follow");
+        let mut r = reader_of(4, 3, vec![page(None, 4, 0, &v)]);
+        assert_eq!(floats(&r.read(2).unwrap()), v[..8]);
+        assert_eq!(floats(&r.read(1).unwrap()), v[8..]);
+    }
+
+    /// The list size comes from the footer's Arrow schema: a read of more values than
+    /// the chunk declares is handed over before anything is allocated for it.
+    #[test]
+    fn no_read_asks_for_more_than_the_chunk_declares() {
+        let mut r = reader_of(i32::MAX as usize, 8192, Vec::new());
+        r.chunk_values = 3 * 8192;
+        assert!(r.read(8192).is_none());
+        assert!(
+            reader_of(4, 2, Vec::new()).read(3).is_none(),
+            "more rows than the group"
+        );
     }
 
     /// Repetition levels of `lists` lists of `size`, starting `phase` elements into one.
@@ -773,6 +972,17 @@ mod tests {
 
     #[test]
     fn malformed_runs_end_the_stream() {
+        // Where arrow-rs's decoder stops or fails: a zero header, a run of 2^31 values, a
+        // repeated value wider than the bit width.
+        assert!(Runs::new(&[0x00, 0x02, 0x01], 1).next().is_none());
+        assert!(Runs::new(&[0x80, 0x80, 0x80, 0x80, 0x10, 1], 1)
+            .next()
+            .is_none());
+        assert!(Runs::new(&[0x81, 0x80, 0x80, 0x80, 0x02], 1)
+            .next()
+            .is_none());
+        assert!(Runs::new(&[0x08, 0x02], 1).next().is_none());
+        assert!(Runs::new(&[0x08, 0x02], 2).next().is_some());
         // A header of more than 5 bytes, a run whose bytes are missing.
         assert!(Runs::new(&[0xff; 6], 1).next().is_none());
         assert!(
