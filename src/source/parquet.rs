@@ -1146,6 +1146,72 @@ mod tests {
         assert!(same_rows(&ours.unwrap(), &read_with_arrow(&path).unwrap()));
     }
 
+    /// Fast columns take their places among arrow-rs's: two lists around other columns,
+    /// all of them or some selected, come out as arrow-rs's reader orders them.
+    #[test]
+    fn fixed_size_lists_keep_their_places_among_the_columns() {
+        use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array, Int64Array, StringArray};
+        use parquet::arrow::ArrowWriter;
+        let rows = 3000;
+        let list = |size: i32, scale: f32| -> ArrayRef {
+            let values =
+                Float32Array::from_iter_values((0..rows * size as usize).map(|i| i as f32 * scale));
+            let field = Arc::new(Field::new("item", DataType::Float32, false));
+            Arc::new(FixedSizeListArray::try_new(field, size, Arc::new(values), None).unwrap())
+        };
+        let batch = RecordBatch::try_from_iter(vec![
+            (
+                "id",
+                Arc::new(Int64Array::from_iter_values(0..rows as i64)) as ArrayRef,
+            ),
+            ("a", list(4, 0.5)),
+            (
+                "name",
+                Arc::new(StringArray::from_iter_values(
+                    (0..rows).map(|i| format!("n{i}")),
+                )) as ArrayRef,
+            ),
+            ("b", list(2, -1.0)),
+        ])
+        .unwrap();
+        let dir = std::env::temp_dir().join(format!("tfshard-fixed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("places.parquet");
+        let mut w =
+            ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None).unwrap();
+        w.write(&batch).unwrap();
+        w.close().unwrap();
+        let input = ParquetInput::open(InputFile::local(path, "places.parquet".into())).unwrap();
+        for roots in [vec![0, 1, 2, 3], vec![3, 1], vec![1, 2], vec![3]] {
+            FAST_ROWS.with(|n| n.set(0));
+            let mut ours = Vec::new();
+            read_row_group(&input, 0, &roots, 0, |b, _| {
+                ours.push(b);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(FAST_ROWS.with(|n| n.get()), rows as u64, "{roots:?}");
+            let mut sorted = roots.clone();
+            sorted.sort();
+            let expected = batch.project(&sorted).unwrap();
+            let ours = arrow_select::concat::concat_batches(&ours[0].schema(), &ours).unwrap();
+            assert_eq!(ours.columns(), expected.columns(), "{roots:?}");
+            let names: Vec<_> = ours
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            let expected_names: Vec<_> = expected
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
+            assert_eq!(names, expected_names, "{roots:?}");
+        }
+    }
+
     /// A null after the first batch: the fast path delivers that batch, then arrow-rs
     /// reads the rest of the row group, skipping the rows delivered (V1 pages by their
     /// levels, V2 pages by their row counts).
