@@ -12,11 +12,15 @@
 //! dictionary indices up).
 //!
 //! It reads a column chunk page by page through parquet's own page reader (the same
-//! decompression and page checks arrow-rs's reader does). Whatever it does not expect, a
-//! null, an encoding other than PLAIN or dictionary, a list of another length, a page it
-//! cannot read, it does not decode: [`FixedListReader::read`] answers `None`, and
-//! [`super::parquet::read_row_group`] reads the rest of the row group with arrow-rs's
-//! reader. So what a file decodes to, and every error, stays arrow-rs's.
+//! decompression and page checks arrow-rs's reader does). Whatever it does not expect, it
+//! does not decode: a null, an encoding other than PLAIN or dictionary, a list of another
+//! length, a run arrow-rs's decoder would refuse, a V2 page that does not hold exactly the
+//! whole lists it counts (arrow-rs skips V2 pages by that count when it takes over), a
+//! value or page after the row group's last row, a page it cannot read. Then
+//! [`FixedListReader::read`] answers `None`, and [`super::parquet::read_row_group`] reads
+//! the rest of the row group with arrow-rs's reader. So what a file decodes to, and every
+//! error, stays arrow-rs's. Memory grows with the values pages hold: the list size is the
+//! footer's word, which nothing checks against the data.
 
 use std::sync::Arc;
 
