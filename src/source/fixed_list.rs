@@ -42,8 +42,7 @@ use crate::source::contain::contain;
 pub(crate) struct FixedList {
     /// The leaf's index among the file's columns (its column chunk in a row group).
     pub leaf: usize,
-    /// The Arrow type arrow-rs reads the column as, `FixedSizeList(child, size)`.
-    data_type: DataType,
+    /// The list's element field, as arrow-rs reads the column (`FixedSizeList(child, size)`).
     child: FieldRef,
     /// Elements per list.
     size: usize,
@@ -84,7 +83,6 @@ pub(crate) fn fixed_list(
     }
     Some(FixedList {
         leaf,
-        data_type: data_type.clone(),
         child: child.clone(),
         size,
         width,
@@ -202,7 +200,6 @@ impl FixedListReader {
         let size = i32::try_from(size).ok()?;
         let list =
             FixedSizeListArray::try_new(self.column.child.clone(), size, values, None).ok()?;
-        debug_assert_eq!(arrow_array::Array::data_type(&list), &self.column.data_type);
         Some(Arc::new(list))
     }
 
@@ -355,8 +352,8 @@ impl FixedListReader {
                     let count = count.min(left);
                     let phase = self.elements % size;
                     let fits = match value {
-                        0 => size == 1 || (count <= 1 && phase == 0),
-                        1 => count == 0 || (phase != 0 && phase + count as u64 <= size),
+                        0 => size == 1 || (count == 1 && phase == 0),
+                        1 => phase != 0 && phase + count as u64 <= size,
                         _ => false,
                     };
                     if !fits {
@@ -509,7 +506,7 @@ fn check_definition(levels: &[u8], n: usize, max: u16) -> Option<()> {
         let count = match runs.next()? {
             Run::Repeat { value, count } => {
                 let count = count.min(left);
-                if count > 0 && value != u64::from(max) {
+                if value != u64::from(max) {
                     return None;
                 }
                 count
@@ -769,7 +766,6 @@ mod tests {
         let child = Arc::new(arrow_schema::Field::new("element", DataType::Float32, true));
         let column = FixedList {
             leaf: 0,
-            data_type: DataType::FixedSizeList(child.clone(), size as i32),
             child,
             size,
             width: 4,

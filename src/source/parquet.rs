@@ -1196,19 +1196,14 @@ mod tests {
             let expected = batch.project(&sorted).unwrap();
             let ours = arrow_select::concat::concat_batches(&ours[0].schema(), &ours).unwrap();
             assert_eq!(ours.columns(), expected.columns(), "{roots:?}");
-            let names: Vec<_> = ours
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect();
-            let expected_names: Vec<_> = expected
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect();
-            assert_eq!(names, expected_names, "{roots:?}");
+            let names = |b: &RecordBatch| -> Vec<String> {
+                b.schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect()
+            };
+            assert_eq!(names(&ours), names(&expected), "{roots:?}");
         }
     }
 
