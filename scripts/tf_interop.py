@@ -6,7 +6,7 @@ Called by scripts/tf_interop.sh with the tfshard binary and a scratch folder.
 1. Files the library wrote (examples/write_records.rs), plain/gzip/zlib, Example and
    SequenceExample: TensorFlow reads each record, parses it with the spec that
    `tfshard schema --format python` prints, and the values equal what `inspect` printed.
-2. A pyarrow table with a column for each row of DESIGN.md's mapping table, converted by
+2. A pyarrow table with a column for each row of the Arrow → Feature mapping table, converted by
    `tfshard convert parquet` (plain, gzip, zlib, with --min-shards): parsed by
    `tf.io.parse_example` with the printed spec, each value equals pyarrow's by the
    mapping and null rules.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::RecordType;
 use crate::manifest::{self, Manifest, MANIFEST_SUFFIX};
+use crate::store::IoOptions;
 
 /// A set of shards to read.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +19,8 @@ pub struct Dataset {
     pub shards: Vec<PathBuf>,
     /// The manifests that listed them, with their paths.
     pub manifests: Vec<(PathBuf, Manifest)>,
+    /// The store settings the set was found with, for reading it.
+    pub io: IoOptions,
 }
 
 /// Whether a file name is one a shard folder scan picks up: ours (`*.tfrecord`,
@@ -42,8 +45,8 @@ pub fn is_shard_file_name(name: &str) -> bool {
 /// # Errors
 ///
 /// The folder cannot be listed.
-pub fn shard_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir)?
+pub fn shard_files_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir, io)?
         .into_iter()
         .filter(|p| is_shard_file_name(&p.file_name().unwrap_or_default().to_string_lossy()))
         .collect();
@@ -58,8 +61,8 @@ pub fn shard_files_in(dir: &Path) -> Result<Vec<PathBuf>> {
 /// # Errors
 ///
 /// The folder cannot be listed, or holds no shard file ([`ErrorKind::NoShards`]).
-pub fn unlisted_shards(dir: &Path) -> Result<Vec<PathBuf>> {
-    let shards = shard_files_in(dir)?;
+pub fn unlisted_shards(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
+    let shards = shard_files_in(dir, io)?;
     if shards.is_empty() {
         return Err(Error::new(ErrorKind::NoShards).with_file(dir));
     }
@@ -67,19 +70,22 @@ pub fn unlisted_shards(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 impl Dataset {
-    /// Resolves command-line paths.
+    /// Resolves command-line paths; a store's requests run with `io`.
     ///
     /// # Errors
     ///
     /// A path that does not exist, a folder with no manifest and no shard, a manifest
     /// that cannot be read, or a manifest entry that climbs out of its folder.
-    pub fn discover(paths: &[PathBuf]) -> Result<Dataset> {
-        let mut set = Dataset::default();
+    pub fn discover(paths: &[PathBuf], io: IoOptions) -> Result<Dataset> {
+        let mut set = Dataset {
+            io,
+            ..Dataset::default()
+        };
         for path in paths {
-            if crate::store::paths::is_dir(path)? {
-                let manifests = manifest::manifests_in(path)?;
+            if crate::store::paths::is_dir(path, io)? {
+                let manifests = manifest::manifests_in(path, io)?;
                 if manifests.is_empty() {
-                    set.shards.extend(unlisted_shards(path)?);
+                    set.shards.extend(unlisted_shards(path, io)?);
                 }
                 for m in manifests {
                     set.add_manifest(&m)?;
@@ -94,7 +100,7 @@ impl Dataset {
     }
 
     fn add_manifest(&mut self, path: &Path) -> Result<()> {
-        let m = Manifest::read(path)?;
+        let m = Manifest::read(path, self.io)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         for shard in &m.shards {
             if !manifest::is_safe_relative(&shard.file) {
@@ -122,7 +128,7 @@ impl Dataset {
         }
         self.shards
             .first()
-            .and_then(|s| manifest::manifest_listing(s))
+            .and_then(|s| manifest::manifest_listing(s, self.io))
             .map(|m| m.record_type)
             .unwrap_or_default()
     }

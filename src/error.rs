@@ -62,7 +62,7 @@ impl fmt::Display for Location {
 }
 
 /// Which check a TFRecord frame failed. `phrase()` is the fixed phrase that starts a
-/// `verify` problem (DESIGN.md, "verify --json").
+/// `verify` problem (the `problem` key of `verify --json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FrameProblem {
     /// The masked CRC32C of the 8 length bytes does not match.

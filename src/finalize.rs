@@ -1,6 +1,6 @@
 //! `tfshard finalize OUT`: publishes the parts that `--num-workers N` runs left under
 //! `OUT/.{prefix}.tfshard-parts/` as one `{prefix}-{i:05}-of-{total:05}` set with one
-//! manifest (DESIGN.md, "Many machines"), on disk or on a store.
+//! manifest, on disk or on a store.
 //!
 //! 1. Every part of every prefix is read (its part manifest: the part is complete) and
 //!    checked against part 0: the tool version, options, record type, compression,
@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::example::FeatureSpec;
 use crate::manifest::{self, InputInfo, Manifest, ShardInfo};
 use crate::shard::name;
-use crate::store::{self, Location};
+use crate::store::{self, destination::Destination};
 use crate::tfrecord::Compression;
 
 /// What `finalize` published for one prefix.
@@ -51,188 +51,20 @@ struct Plan {
     manifest: Manifest,
 }
 
-/// Whether `output` may receive a worker's part: nothing in it but hidden temporaries
-/// and parts of `prefixes` (a folder or prefix that does not exist yet is fine).
-///
-/// # Errors
-///
-/// `output folder is not empty`, or an I/O or store error.
-pub fn check_empty(output: &Path, prefixes: &[String]) -> Result<()> {
-    let ours = |n: &str| {
-        prefixes
-            .iter()
-            .any(|p| n == name::tmp_dir_name(p) || n == name::parts_dir_name(p))
-    };
-    let names: Vec<String> = match store::locate(output)? {
-        Location::Local(dir) => match std::fs::read_dir(&dir) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(Error::from(e).with_file(output)),
-            Ok(entries) => entries
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect(),
-        },
-        Location::Remote(url) => {
-            let (objects, dirs) = store::list_dir(&url)?;
-            objects
-                .iter()
-                .map(|o| o.url.file_name().to_owned())
-                .chain(dirs)
-                .collect()
-        }
-    };
-    if names.iter().any(|n| !ours(n)) {
-        return Err(Error::new(ErrorKind::OutputExists).with_file(output));
-    }
-    Ok(())
-}
-
-/// The output, local or in a store, as finalize works on it.
-enum Out {
-    Local(PathBuf),
-    Remote(store::ObjectUrl),
-}
-
-impl Out {
-    fn path(&self, rel: &str) -> PathBuf {
-        match self {
-            Out::Local(d) => d.join(rel),
-            Out::Remote(u) => u.join(rel).to_path(),
-        }
-    }
-
-    /// Names of the entries directly in `rel` (files and folders).
-    fn names(&self, rel: &str) -> Result<Vec<String>> {
-        match self {
-            Out::Local(d) => {
-                let dir = d.join(rel);
-                match std::fs::read_dir(&dir) {
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-                    Err(e) => Err(Error::from(e).with_file(&dir)),
-                    Ok(entries) => Ok(entries
-                        .filter_map(|e| e.ok())
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()),
-                }
-            }
-            Out::Remote(u) => {
-                let (objects, dirs) = store::list_dir(&u.join(rel))?;
-                Ok(objects
-                    .iter()
-                    .map(|o| o.url.file_name().to_owned())
-                    .chain(dirs)
-                    .collect())
-            }
-        }
-    }
-
-    fn exists(&self, rel: &str) -> Result<bool> {
-        match self {
-            Out::Local(d) => Ok(d.join(rel).exists()),
-            Out::Remote(u) => match store::head(&u.join(rel)) {
-                Ok(_) => Ok(true),
-                Err(e) if is_not_found(&e) => Ok(false),
-                Err(e) => Err(e),
-            },
-        }
-    }
-
-    fn read(&self, rel: &str) -> Result<Vec<u8>> {
-        store::paths::read(&self.path(rel))
-    }
-
-    /// Writes a small file whole: a temporary then a rename on disk, one put on a
-    /// store (with `create_only`, only if absent).
-    fn write(&self, rel: &str, bytes: Vec<u8>, create_only: bool) -> Result<()> {
-        match self {
-            Out::Local(d) => {
-                let path = d.join(rel);
-                if create_only && path.exists() {
-                    return Err(Error::new(ErrorKind::OutputExists).with_file(&path));
-                }
-                let tmp = path.with_file_name(format!(
-                    ".{}.tfshard-write",
-                    path.file_name().unwrap_or_default().to_string_lossy()
-                ));
-                let write = || -> std::io::Result<()> {
-                    use std::io::Write;
-                    let mut f = std::fs::File::create(&tmp)?;
-                    f.write_all(&bytes)?;
-                    f.sync_all()?;
-                    std::fs::rename(&tmp, &path)
-                };
-                write().map_err(|e| Error::from(e).with_file(&path))
-            }
-            Out::Remote(u) => store::put(&u.join(rel), bytes, create_only),
-        }
-    }
-
-    /// Moves `from` to `to` (rename; server-side copy on a store, the source deleted
-    /// with the parts folder). A multipart copy's upload id is recorded under
-    /// `uploads/` of the parts folder while it runs.
-    fn place(&self, parts_dir: &str, from: &str, to: &str) -> Result<()> {
-        match self {
-            Out::Local(d) => std::fs::rename(d.join(from), d.join(to))
-                .map_err(|e| Error::from(e).with_file(d.join(to))),
-            Out::Remote(u) => store::copy_object_recorded(
-                &u.join(from),
-                &u.join(to),
-                &u.join(&format!("{parts_dir}/uploads/{to}")),
-            ),
-        }
-    }
-
-    /// Aborts the multipart copies a killed `finalize` recorded under `parts_dir`.
-    fn abort_recorded(&self, parts_dir: &str) -> Result<()> {
-        match self {
-            Out::Local(_) => Ok(()),
-            Out::Remote(u) => store::abort_recorded_below(&u.join(&format!("{parts_dir}/uploads"))),
-        }
-    }
-
-    fn delete(&self, rel: &str) -> Result<()> {
-        match self {
-            Out::Local(d) => match std::fs::remove_file(d.join(rel)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(Error::from(e).with_file(d.join(rel)))
-                }
-                _ => Ok(()),
-            },
-            Out::Remote(u) => store::delete_object(&u.join(rel)),
-        }
-    }
-
-    fn delete_tree(&self, rel: &str) -> Result<()> {
-        match self {
-            Out::Local(d) => match std::fs::remove_dir_all(d.join(rel)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(Error::from(e).with_file(d.join(rel)))
-                }
-                _ => Ok(()),
-            },
-            Out::Remote(u) => {
-                for o in store::list(&u.join(rel))? {
-                    store::delete_object(&o.url)?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
 fn is_not_found(e: &Error) -> bool {
     store::is_problem(e, store::StoreProblem::NotFound)
+        || matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Reads and checks every part of `prefix`; returns its plan (recorded, or new).
-fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
+fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
     let parts_dir = name::parts_dir_name(prefix);
     let plan_file = format!("{parts_dir}/finalize.json");
     if out.exists(&plan_file)? {
         // A finalize that stopped midway: complete the plan it recorded.
         let bytes = out.read(&plan_file)?;
         let plan: Plan = serde_json::from_slice(&bytes).map_err(|e| {
-            Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.path(&plan_file))
+            Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.display(&plan_file))
         })?;
         let workers = plan.manifest.worker.map(|w| w.count).unwrap_or(0);
         // Untrusted like any file in the output: nothing may move outside it.
@@ -244,7 +76,7 @@ fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
             return Err(Error::new(ErrorKind::PartsDisagree {
                 detail: "the recorded finalize plan names a file outside the output".into(),
             })
-            .with_file(out.path(&plan_file)));
+            .with_file(out.display(&plan_file)));
         }
         return Ok((plan, workers));
     }
@@ -260,14 +92,14 @@ fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
                 return Err(Error::new(ErrorKind::PartsDisagree {
                     detail: format!("parts of {c} and of {of} workers are both present"),
                 })
-                .with_file(out.path(&parts_dir)))
+                .with_file(out.display(&parts_dir)))
             }
             _ => {}
         }
     }
     let count = count
         .filter(|&c| c > 0)
-        .ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.path(&parts_dir)))?;
+        .ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.display(&parts_dir)))?;
     let manifest_name = name::manifest_name(prefix);
     let mut parts: Vec<Manifest> = Vec::new();
     let mut missing = Vec::new();
@@ -276,23 +108,17 @@ fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
         match out.read(&rel) {
             Ok(bytes) => {
                 let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.path(&rel))
+                    Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.display(&rel))
                 })?;
                 parts.push(m);
             }
-            Err(e)
-                if is_not_found(&e)
-                    || matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound) =>
-            {
-                missing.push(i)
-            }
+            Err(e) if is_not_found(&e) => missing.push(i),
             Err(e) => return Err(e),
         }
     }
     if !missing.is_empty() {
-        return Err(
-            Error::new(ErrorKind::PartsMissing { missing, count }).with_file(out.path(&parts_dir))
-        );
+        return Err(Error::new(ErrorKind::PartsMissing { missing, count })
+            .with_file(out.display(&parts_dir)));
     }
     let first = &parts[0];
     for (i, m) in parts.iter().enumerate() {
@@ -300,7 +126,7 @@ fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
             Err(Error::new(ErrorKind::PartsDisagree {
                 detail: format!("worker {i}'s {what} differ from worker 0's"),
             })
-            .with_file(out.path(&parts_dir)))
+            .with_file(out.display(&parts_dir)))
         };
         if m.worker.map(|w| (w.index, w.count)) != Some((i as u64, count)) {
             return disagree("worker index and count");
@@ -366,7 +192,7 @@ fn plan_prefix(out: &Out, prefix: &str) -> Result<(Plan, u64)> {
         let empty = parts[0]
             .shards
             .first()
-            .ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.path(&parts_dir)))?;
+            .ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.display(&parts_dir)))?;
         sources.push((
             format!("{parts_dir}/00000-of-{count:05}/{}", empty.file),
             empty,
@@ -408,12 +234,11 @@ pub fn finalize(
     output: &Path,
     prefix: Option<&str>,
     overwrite: bool,
+    io: store::IoOptions,
 ) -> Result<(Vec<FinalizedSet>, f64)> {
     let started = Instant::now();
-    let out = match store::locate(output)? {
-        Location::Local(d) => Out::Local(d),
-        Location::Remote(u) => Out::Remote(u),
-    };
+    let destination = store::destination::open(output, io)?;
+    let out = &*destination;
     let prefixes: Vec<String> = match prefix {
         Some(p) => vec![p.to_owned()],
         None => {
@@ -436,7 +261,7 @@ pub fn finalize(
     // 1-2. Every prefix planned (and checked) before anything moves.
     let mut plans = Vec::with_capacity(prefixes.len());
     for p in &prefixes {
-        let (plan, workers) = plan_prefix(&out, p)?;
+        let (plan, workers) = plan_prefix(out, p)?;
         let plan_file = format!("{}/finalize.json", name::parts_dir_name(p));
         if !out.exists(&plan_file)? {
             let manifest_rel = name::manifest_name(p);
@@ -463,18 +288,18 @@ pub fn finalize(
             }
         }
         let parts_dir = name::parts_dir_name(p);
-        out.abort_recorded(&parts_dir)?;
+        out.abort_recorded(&format!("{parts_dir}/uploads"))?;
         for (from, to) in &plan.moves {
             // A rerun: what a stopped finalize moved is already in place.
             if out.exists(from)? {
-                out.place(&parts_dir, from, to)?;
+                out.place(from, to, &format!("{parts_dir}/uploads/{to}"))?;
                 crate::failpoint::hit("finalize:moved")?;
             } else if !out.exists(to)? {
                 return Err(Error::new(ErrorKind::PartsMissing {
                     missing: Vec::new(),
                     count: 0,
                 })
-                .with_file(out.path(from)));
+                .with_file(out.display(from)));
             }
         }
     }
@@ -483,13 +308,10 @@ pub fn finalize(
     for (p, plan, workers) in &plans {
         let mut manifest = plan.manifest.clone();
         manifest.worker = None;
-        let mut json = serde_json::to_vec_pretty(&manifest)
-            .map_err(|e| Error::from(std::io::Error::other(e)))?;
-        json.push(b'\n');
-        out.write(&name::manifest_name(p), json, false)?;
+        out.write(&name::manifest_name(p), manifest.to_json()?, false)?;
         sets.push(FinalizedSet {
             prefix: p.clone(),
-            manifest: out.path(&name::manifest_name(p)),
+            manifest: out.display(&name::manifest_name(p)),
             records: manifest.records,
             shards: manifest.shards.len() as u64,
             bytes: manifest.bytes,
@@ -507,43 +329,7 @@ pub fn finalize(
         .collect();
     datasets.dedup();
     for name in datasets {
-        publish_tfds(output, name)?;
+        crate::tfds::publish(out, name)?;
     }
     Ok((sets, started.elapsed().as_secs_f64()))
-}
-
-/// Writes the TensorFlow Datasets files of dataset `name` ([`crate::tfds`]) from every
-/// manifest of it in `output` (`{name}-{split}.manifest.json` whose options say `tfds`).
-///
-/// # Errors
-///
-/// A manifest that cannot be read, a feature TFDS cannot express, a failed write.
-pub(crate) fn publish_tfds(output: &Path, name: &str) -> Result<()> {
-    let out = match store::locate(output)? {
-        Location::Local(d) => Out::Local(d),
-        Location::Remote(u) => Out::Remote(u),
-    };
-    let mut names = out.names("")?;
-    names.sort();
-    let mut splits = Vec::new();
-    for n in names {
-        let Some(split) = n
-            .strip_suffix(crate::manifest::MANIFEST_SUFFIX)
-            .and_then(|p| p.strip_prefix(name))
-            .and_then(|p| p.strip_prefix('-'))
-        else {
-            continue;
-        };
-        let manifest: crate::manifest::Manifest = serde_json::from_slice(&out.read(&n)?)
-            .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.path(&n)))?;
-        if manifest.options.get("tfds").and_then(|v| v.as_str()) == Some(name) {
-            splits.push((split.to_owned(), manifest));
-        }
-    }
-    let named: Vec<(String, &crate::manifest::Manifest)> =
-        splits.iter().map(|(s, m)| (s.clone(), m)).collect();
-    for (file, bytes) in crate::tfds::files(name, &named)? {
-        out.write(&file, bytes, false)?;
-    }
-    Ok(())
 }

@@ -1,12 +1,10 @@
 //! The manifest: `{prefix}.manifest.json`, the commit point of a conversion.
 //!
 //! Built last and written atomically (temporary name, fsync, rename): its presence means
-//! every shard it lists is complete. Field names equal DESIGN.md's JSON keys; keys are
-//! only ever added.
+//! every shard it lists is complete. Field names equal the manifest's JSON keys, which
+//! scheduled jobs read: keys are only ever added, never renamed.
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -14,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::{FeatureSpec, RecordType};
+use crate::store::IoOptions;
 use crate::tfrecord::Compression;
 
 /// The manifest format version we write.
@@ -119,29 +118,29 @@ impl Manifest {
     /// # Errors
     ///
     /// The file cannot be read or is not a manifest.
-    pub fn read(path: &Path) -> Result<Manifest> {
-        let bytes = crate::store::paths::read(path)?;
+    pub fn read(path: &Path, io: IoOptions) -> Result<Manifest> {
+        let bytes = crate::store::paths::read(path, io)?;
         serde_json::from_slice(&bytes)
             .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(path))
     }
 
-    /// Writes the manifest for `path` into `tmp_dir` and syncs it, ready to be renamed
-    /// into place (a commit of several outputs stages every manifest first).
+    /// The manifest as written: pretty JSON and a final newline.
     ///
     /// # Errors
     ///
-    /// An I/O error naming `path`.
-    pub fn stage(&self, path: &Path, tmp_dir: &Path) -> Result<PathBuf> {
-        let tmp = tmp_dir.join(path.file_name().unwrap_or_default());
-        let write = || -> std::io::Result<()> {
-            let mut file = fs::File::create(&tmp)?;
-            let mut json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-            json.push(b'\n');
-            file.write_all(&json)?;
-            file.sync_all()
-        };
-        write().map_err(|e| Error::from(e).with_file(path))?;
-        Ok(tmp)
+    /// Never in practice (every field serializes); an I/O error otherwise.
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        let mut json =
+            serde_json::to_vec_pretty(self).map_err(|e| Error::from(std::io::Error::other(e)))?;
+        json.push(b'\n');
+        Ok(json)
+    }
+
+    /// Lists `shards`, and sets the totals from them.
+    pub fn set_shards(&mut self, shards: Vec<ShardInfo>) {
+        self.records = shards.iter().map(|s| s.records).sum();
+        self.bytes = shards.iter().map(|s| s.bytes).sum();
+        self.shards = shards;
     }
 
     /// Whether `file` (a name relative to the manifest's folder) is one of its shards.
@@ -165,8 +164,8 @@ pub fn is_safe_relative(file: &str) -> bool {
 /// # Errors
 ///
 /// The folder cannot be listed.
-pub fn manifests_in(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir)?
+pub fn manifests_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir, io)?
         .into_iter()
         .filter(|p| {
             let name = p.file_name().unwrap_or_default().to_string_lossy();
@@ -178,16 +177,16 @@ pub fn manifests_in(dir: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// The manifest in `file`'s folder that lists it, if any (for `--record-type auto`).
-pub fn manifest_listing(file: &Path) -> Option<Manifest> {
+pub fn manifest_listing(file: &Path, io: IoOptions) -> Option<Manifest> {
     let dir = match file.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
     let name = file.file_name()?.to_string_lossy().into_owned();
-    manifests_in(dir)
+    manifests_in(dir, io)
         .ok()?
         .iter()
-        .filter_map(|p| Manifest::read(p).ok())
+        .filter_map(|p| Manifest::read(p, io).ok())
         .find(|m| m.lists(&name))
 }
 

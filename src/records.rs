@@ -9,7 +9,38 @@ use crate::dataset::Dataset;
 use crate::error::Result;
 use crate::example::schema::{FeatureSpec, SpecInference};
 use crate::example::{decode_record, Record, RecordType};
-use crate::tfrecord::{self, Compression};
+use crate::store::IoOptions;
+use crate::tfrecord::{self, Compression, RecordReader, Source};
+
+/// Resolves `--compression auto` for a shard (a file or an object) by its name and
+/// first bytes.
+///
+/// # Errors
+///
+/// The file cannot be opened or read.
+pub fn detect_compression(path: &Path, io: IoOptions) -> Result<Compression> {
+    let head = crate::store::paths::head_bytes(path, tfrecord::frame::HEADER_LEN, io)?;
+    Ok(Compression::detect(&tfrecord::file_name(path), &head))
+}
+
+/// Opens a shard (a file or an object, read with the settings `io`); `None` for
+/// compression means auto-detect.
+///
+/// # Errors
+///
+/// The file cannot be opened.
+pub fn open(
+    path: &Path,
+    compression: Option<Compression>,
+    io: IoOptions,
+) -> Result<RecordReader<Source>> {
+    let compression = match compression {
+        Some(c) => c,
+        None => detect_compression(path, io)?,
+    };
+    let (file, len) = crate::store::paths::open(path, io)?;
+    Ok(tfrecord::reader_of(file, len, compression, path))
+}
 
 /// Calls `f` with each decoded record of `path`, until `f` returns `false`.
 ///
@@ -20,9 +51,10 @@ pub fn for_each_record(
     path: &Path,
     compression: Option<Compression>,
     record_type: RecordType,
+    io: IoOptions,
     mut f: impl FnMut(Record) -> Result<bool>,
 ) -> Result<()> {
-    let mut reader = tfrecord::open(path, compression)?;
+    let mut reader = open(path, compression, io)?;
     loop {
         let (index, offset) = (reader.record_index(), reader.offset());
         let Some(bytes) = reader.read_record()? else {
@@ -50,10 +82,10 @@ pub fn feature_spec(
     if let [(_, manifest)] = dataset.manifests.as_slice() {
         return Ok(manifest.features.clone());
     }
-    infer_spec(&dataset.shards, compression, record_type)
+    infer_spec(&dataset.shards, compression, record_type, dataset.io)
 }
 
-/// Infers the spec from every record of the given files.
+/// Infers the spec from every record of the given files (a store's read with `io`).
 ///
 /// # Errors
 ///
@@ -62,13 +94,14 @@ pub fn infer_spec(
     files: &[PathBuf],
     compression: Option<Compression>,
     record_type: RecordType,
+    io: IoOptions,
 ) -> Result<Vec<FeatureSpec>> {
     let parts: Vec<SpecInference> = files
         .par_iter()
         .map(|path| {
             let mut inference = SpecInference::new();
             let mut index = 0u64;
-            for_each_record(path, compression, record_type, |record| {
+            for_each_record(path, compression, record_type, io, |record| {
                 inference
                     .add(&record)
                     .map_err(|e| e.with_file(path).with_record(index))?;

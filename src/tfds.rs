@@ -256,6 +256,38 @@ fn dict(map: Map<String, Value>) -> Value {
     })
 }
 
+/// Writes the TensorFlow Datasets files of dataset `name` from every
+/// manifest of it in `output` (`{name}-{split}.manifest.json` whose options say `tfds`).
+///
+/// # Errors
+///
+/// A manifest that cannot be read, a feature TFDS cannot express, a failed write.
+pub(crate) fn publish(out: &dyn crate::store::destination::Destination, name: &str) -> Result<()> {
+    let mut names = out.names("")?;
+    names.sort();
+    let mut splits = Vec::new();
+    for n in names {
+        let Some(split) = n
+            .strip_suffix(crate::manifest::MANIFEST_SUFFIX)
+            .and_then(|p| p.strip_prefix(name))
+            .and_then(|p| p.strip_prefix('-'))
+        else {
+            continue;
+        };
+        let manifest: crate::manifest::Manifest = serde_json::from_slice(&out.read(&n)?)
+            .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.display(&n)))?;
+        if manifest.options.get("tfds").and_then(|v| v.as_str()) == Some(name) {
+            splits.push((split.to_owned(), manifest));
+        }
+    }
+    let named: Vec<(String, &crate::manifest::Manifest)> =
+        splits.iter().map(|(s, m)| (s.clone(), m)).collect();
+    for (file, bytes) in files(name, &named)? {
+        out.write(&file, bytes, false)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,6 +27,7 @@ use crate::example::{decode_record, Record, RecordType};
 use crate::manifest::{self, Manifest, ShardInfo, MANIFEST_SUFFIX};
 use crate::progress::{CancelToken, Progress};
 use crate::shard::name::is_own_shard;
+use crate::store::IoOptions;
 use crate::tfrecord::{self, frame, Compression, HashingReader, RecordReader};
 
 /// What to verify.
@@ -42,6 +43,8 @@ pub struct VerifyOptions {
     pub compression: Option<Compression>,
     /// `None`: the manifest's, else Example.
     pub record_type: Option<RecordType>,
+    /// Store settings of every request (`--io-concurrency`, `--io-timeout`).
+    pub io: IoOptions,
 }
 
 /// One thing wrong; the `verify --json` `problems` entries.
@@ -99,6 +102,7 @@ struct Job {
     record_type: RecordType,
     /// The schema to check against with `--deep`.
     schema: Option<Vec<FeatureSpec>>,
+    io: IoOptions,
 }
 
 #[derive(Default)]
@@ -157,6 +161,7 @@ impl Verifier {
     pub fn builder(paths: Vec<PathBuf>) -> VerifierBuilder {
         VerifierBuilder {
             options: VerifyOptions {
+                io: IoOptions::default(),
                 paths,
                 manifest: None,
                 deep: false,
@@ -221,6 +226,12 @@ impl VerifierBuilder {
         self
     }
 
+    /// Store settings of every request (default [`IoOptions`]'s).
+    pub fn with_io(mut self, io: IoOptions) -> Self {
+        self.options.io = io;
+        self
+    }
+
     /// A token that stops the run when cancelled.
     pub fn with_cancel(mut self, cancel: CancelToken) -> Self {
         self.cancel = cancel;
@@ -266,10 +277,10 @@ pub(crate) fn verify(
     let mut jobs = Vec::new();
     let mut manifests: Vec<PathBuf> = options.manifest.iter().cloned().collect();
     for path in &options.paths {
-        if crate::store::paths::is_dir(path)? {
-            let found = manifest::manifests_in(path)?;
+        if crate::store::paths::is_dir(path, options.io)? {
+            let found = manifest::manifests_in(path, options.io)?;
             if found.is_empty() {
-                for shard in crate::dataset::unlisted_shards(path)? {
+                for shard in crate::dataset::unlisted_shards(path, options.io)? {
                     jobs.push(plain_job(shard, options));
                 }
             }
@@ -279,7 +290,7 @@ pub(crate) fn verify(
         } else {
             let mut job = plain_job(path.clone(), options);
             // A shard listed by a manifest beside it is checked against its entry.
-            if let Some(m) = manifest::manifest_listing(path) {
+            if let Some(m) = manifest::manifest_listing(path, options.io) {
                 let name = path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
@@ -295,7 +306,7 @@ pub(crate) fn verify(
     manifests.sort();
     manifests.dedup();
     for path in &manifests {
-        let m = Manifest::read(path)?;
+        let m = Manifest::read(path, options.io)?;
         plan_manifest(path, &m, options, &mut jobs, &mut problems)?;
     }
     let total_bytes: u64 = jobs
@@ -304,7 +315,7 @@ pub(crate) fn verify(
             j.listed
                 .as_ref()
                 .map(|l| l.bytes)
-                .or_else(|| crate::store::paths::len(&j.path).ok())
+                .or_else(|| crate::store::paths::len(&j.path, options.io).ok())
         })
         .sum();
     progress.set_total(total_bytes);
@@ -367,6 +378,7 @@ fn plain_job(path: PathBuf, options: &VerifyOptions) -> Job {
         compression: options.compression,
         record_type,
         schema: None,
+        io: options.io,
     }
 }
 
@@ -398,7 +410,9 @@ fn plan_manifest(
     };
     let mut listed = BTreeSet::new();
     // One listing of the folder (one request on a store) answers which shards exist.
-    let present: BTreeSet<PathBuf> = crate::store::paths::files_in(dir)?.into_iter().collect();
+    let present: BTreeSet<PathBuf> = crate::store::paths::files_in(dir, options.io)?
+        .into_iter()
+        .collect();
     for shard in &m.shards {
         if !manifest::is_safe_relative(&shard.file) {
             problems.push(problem(
@@ -429,9 +443,10 @@ fn plan_manifest(
             compression: options.compression.or(m.compression()),
             record_type: options.record_type.unwrap_or(m.record_type),
             schema: Some(m.features.clone()),
+            io: options.io,
         });
     }
-    for file in crate::store::paths::files_in(dir)? {
+    for file in &present {
         let name = file
             .file_name()
             .unwrap_or_default()
@@ -439,7 +454,7 @@ fn plan_manifest(
             .into_owned();
         if is_own_shard(&prefix, &name) && is_shard_file_name(&name) && !listed.contains(&name) {
             problems.push(problem(
-                &file,
+                file,
                 None,
                 None,
                 "unlisted shard: not in the manifest".into(),
@@ -517,7 +532,7 @@ fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
         && job.compression == Some(Compression::None)
         && job.listed.is_some()
         && matches!(
-            crate::store::locate(&job.path),
+            crate::store::locate(&job.path, job.io),
             Ok(crate::store::Location::Local(_))
         );
     if !split {
@@ -596,7 +611,7 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
     let path = &job.path;
     let compression = match job.compression {
         Some(c) => c,
-        None => match tfrecord::detect_compression(path) {
+        None => match crate::records::detect_compression(path, job.io) {
             Ok(c) => c,
             Err(e) => {
                 out.problems
@@ -605,7 +620,7 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
             }
         },
     };
-    let (file, disk_len) = match crate::store::paths::open(path) {
+    let (file, disk_len) = match crate::store::paths::open(path, job.io) {
         Ok(f) => f,
         Err(e) => {
             out.problems.push(problem(

@@ -209,7 +209,8 @@ impl BenchArgs {
             .with_shuffle(self.shuffle_buffer, self.seed)
             .with_batch(self.batch_size, self.drop_remainder)
             .with_deterministic(self.deterministic)
-            .with_mmap(!self.no_mmap);
+            .with_mmap(!self.no_mmap)
+            .with_io(self.common.io()?);
         if let Some(c) = self.read.compression.resolve() {
             builder = builder.with_compression(c);
         }

@@ -9,8 +9,8 @@ use serde_json::json;
 
 use super::{output, CliError, CliResult, Common};
 use tfshard::convert::{
-    ConvertOptions, ConvertSummary, Converter, ImageOptions, Labels, OnError, Partitioning,
-    ShuffleOptions, WorkerShare, DEFAULT_SHUFFLE_MEMORY,
+    ConvertOptions, ConvertSummary, Converter, ImageOptions, Labels, OnError, ParquetDecoder,
+    Partitioning, ShuffleOptions, WorkerShare, DEFAULT_SHUFFLE_MEMORY,
 };
 use tfshard::example::encode::EncodeOptions;
 use tfshard::example::RecordType;
@@ -73,6 +73,7 @@ impl ImagesArgs {
             ));
         }
         options.threads = self.common.thread_count();
+        options.io = self.common.io()?;
         let labels = match self.labels.as_str() {
             "dirname" => Labels::DirName,
             "none" => Labels::None,
@@ -266,8 +267,20 @@ pub struct ParquetArgs {
     /// This worker's index, 0 to N-1 (e.g. $JOB_COMPLETION_INDEX).
     #[arg(long, value_name = "I", requires = "num_workers")]
     pub worker_index: Option<u64>,
+    /// Which decoder reads the columns: auto (fixed-size lists of numbers without nulls through tfshard's own page decoder, the rest through arrow-rs) or arrow-rs (every column through arrow-rs; the output is the same).
+    #[arg(long, value_enum, default_value_t = DecoderFlag::Auto)]
+    pub parquet_decoder: DecoderFlag,
     #[command(flatten)]
     pub common: Common,
+}
+
+/// `--parquet-decoder`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderFlag {
+    /// Fixed-size lists through tfshard's decoder where it can, the rest through arrow-rs.
+    Auto,
+    /// Every column through arrow-rs.
+    ArrowRs,
 }
 
 /// `--partitioning`.
@@ -379,7 +392,12 @@ impl ParquetArgs {
             PartitioningFlag::Hive => Partitioning::Hive,
             PartitioningFlag::None => Partitioning::None,
         };
+        options.parquet_decoder = match self.parquet_decoder {
+            DecoderFlag::Auto => ParquetDecoder::Auto,
+            DecoderFlag::ArrowRs => ParquetDecoder::ArrowRs,
+        };
         options.threads = self.common.thread_count();
+        options.io = self.common.io()?;
         Ok(options)
     }
 }

@@ -32,8 +32,12 @@ impl FinalizeArgs {
             Some(name) => super::convert::tfds_dir(&self.output, name),
             None => self.output.clone(),
         };
-        let (sets, seconds) =
-            tfshard::finalize::finalize(&output, self.prefix.as_deref(), self.overwrite)?;
+        let (sets, seconds) = tfshard::finalize::finalize(
+            &output,
+            self.prefix.as_deref(),
+            self.overwrite,
+            self.common.io()?,
+        )?;
         let records: u64 = sets.iter().map(|s| s.records).sum();
         let shards: u64 = sets.iter().map(|s| s.shards).sum();
         let bytes: u64 = sets.iter().map(|s| s.bytes).sum();

@@ -28,7 +28,7 @@ pub struct InspectArgs {
 impl InspectArgs {
     /// Prints each record as one JSON object per line.
     pub fn run(&self) -> CliResult {
-        let dataset = Dataset::discover(std::slice::from_ref(&self.file))?;
+        let dataset = Dataset::discover(std::slice::from_ref(&self.file), self.common.io()?)?;
         let record_type = self
             .read
             .record_type
@@ -46,6 +46,7 @@ impl InspectArgs {
                 shard,
                 self.read.compression.resolve(),
                 record_type,
+                dataset.io,
                 |record| {
                     line.clear();
                     push_json(&mut line, &record);

@@ -257,18 +257,21 @@ pub fn parse_duration(text: &str) -> Result<std::time::Duration, CliError> {
 }
 
 impl Common {
-    /// Applies `--io-concurrency` and `--io-timeout` to the process's store clients.
+    /// Checks `--io-concurrency` and `--io-timeout` before the command starts.
     fn setup_io(&self) -> CliResult {
+        self.io().map(|_| ())
+    }
+
+    /// `--io-concurrency` and `--io-timeout`: the store settings handed to the library.
+    pub fn io(&self) -> Result<tfshard::store::IoOptions, CliError> {
         if self.io_concurrency == 0 {
             return Err(CliError::Usage(
                 "--io-concurrency must be at least 1".into(),
             ));
         }
-        tfshard::store::set_io_options(tfshard::store::IoOptions {
-            concurrency: self.io_concurrency,
-            timeout: parse_duration(&self.io_timeout)?,
-        });
-        Ok(())
+        Ok(tfshard::store::IoOptions::new()
+            .with_concurrency(self.io_concurrency)
+            .with_timeout(parse_duration(&self.io_timeout)?))
     }
 
     fn setup_threads(&self) -> CliResult {

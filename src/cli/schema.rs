@@ -36,7 +36,7 @@ pub struct SchemaArgs {
 impl SchemaArgs {
     /// Prints the spec.
     pub fn run(&self) -> CliResult {
-        let dataset = Dataset::discover(&self.paths)?;
+        let dataset = Dataset::discover(&self.paths, self.common.io()?)?;
         let record_type = self
             .read
             .record_type

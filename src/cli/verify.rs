@@ -28,20 +28,21 @@ pub struct VerifyArgs {
 
 impl VerifyArgs {
     /// Resolves flags into library options.
-    pub fn to_options(&self) -> VerifyOptions {
-        VerifyOptions {
+    pub fn to_options(&self) -> Result<VerifyOptions, CliError> {
+        Ok(VerifyOptions {
             paths: self.paths.clone(),
             manifest: self.manifest.clone(),
             deep: self.deep,
             compression: self.read.compression.resolve(),
             record_type: self.read.record_type.resolve(),
-        }
+            io: self.common.io()?,
+        })
     }
 
     /// Verifies; exit 1 when any problem is found.
     pub fn run(&self) -> CliResult {
         let verifier = Verifier::builder(vec![])
-            .with_options(self.to_options())
+            .with_options(self.to_options()?)
             .with_threads(self.common.thread_count())
             .build()?;
         let bar = output::Bar::new(&self.common, "bytes");

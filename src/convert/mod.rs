@@ -33,14 +33,15 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::EncodeOptions;
 use crate::example::RecordType;
-use crate::manifest::{self, InputInfo, Manifest, MANIFEST_VERSION};
+use crate::manifest::{self, InputInfo, Manifest, ShardInfo, MANIFEST_VERSION};
 use crate::progress::{CancelToken, Progress};
 use crate::shard::{name, OutputDir};
 pub use crate::source::hive::Partitioning;
-use crate::store::{self, remote_output::RemoteOutput, Location};
+use crate::store;
+use crate::store::destination::{Publication, StagePlan, StagedOutput};
 use crate::tfrecord::Compression;
 
 pub use crate::source::images::{Labels, OnError};
@@ -132,6 +133,24 @@ pub struct ConvertOptions {
     /// `--resume`: reuse the shards an interrupted run finished (its journal), and keep
     /// this run's finished shards and journal if it fails or is interrupted.
     pub resume: bool,
+    /// `--parquet-decoder`: which decoder reads Parquet columns. Never changes the
+    /// output, so the manifest does not record it.
+    pub parquet_decoder: ParquetDecoder,
+    /// Store settings of every request the run makes (`--io-concurrency`,
+    /// `--io-timeout`).
+    pub io: store::IoOptions,
+}
+
+/// Which decoder reads Parquet columns (`--parquet-decoder`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ParquetDecoder {
+    /// Fixed-size lists of f32, f64, i32 or i64 without nulls (embeddings, feature
+    /// vectors) through our own page decoder, which checks their levels run by run and
+    /// hands anything unexpected back to arrow-rs; every other column through arrow-rs.
+    #[default]
+    Auto,
+    /// Every column through arrow-rs alone: to compare, or to rule the fast path out.
+    ArrowRs,
 }
 
 /// One worker's share of a run spread over `count` machines.
@@ -202,6 +221,8 @@ impl ConvertOptions {
             staging_dir: None,
             worker: None,
             resume: false,
+            parquet_decoder: ParquetDecoder::Auto,
+            io: store::IoOptions::default(),
         }
     }
 
@@ -626,6 +647,18 @@ impl ConverterBuilder {
         self
     }
 
+    /// Store settings of every request the run makes (default [`store::IoOptions`]'s).
+    pub fn with_io(mut self, io: store::IoOptions) -> Self {
+        self.options.io = io;
+        self
+    }
+
+    /// Which decoder reads Parquet columns (default [`ParquetDecoder::Auto`]).
+    pub fn with_parquet_decoder(mut self, decoder: ParquetDecoder) -> Self {
+        self.options.parquet_decoder = decoder;
+        self
+    }
+
     /// A global, seeded shuffle of the records.
     pub fn with_shuffle(mut self, shuffle: ShuffleOptions, seed: u64) -> Self {
         self.options.shuffle = Some(shuffle);
@@ -674,73 +707,50 @@ fn run(
     let started = Instant::now();
     crate::failpoint::hit("convert:planned")?;
     let prefixes = options.prefixes();
-    let location = store::locate(&options.output)?;
     if options.tfds.is_some() {
         // Names TFDS cannot nest fail before anything is written.
         crate::tfds::check_features(&source.manifest(options, 0).features)?;
     }
-    if let Some(worker) = options.worker {
-        // A worker publishes nothing: its part goes to a hidden folder that finalize
-        // reads. The output itself must not hold a published set.
-        crate::finalize::check_empty(&options.output, &prefixes)?;
-        let _ = worker;
+    let destination = store::destination::open(&options.output, options.io)?;
+    // A worker's part goes to a hidden folder that finalize reads; the output itself
+    // must not hold a published set.
+    let hidden: Vec<String> = prefixes
+        .iter()
+        .flat_map(|p| [name::tmp_dir_name(p), name::parts_dir_name(p)])
+        .collect();
+    if options.worker.is_some() && destination.names("")?.iter().any(|n| !hidden.contains(n)) {
+        return Err(Error::new(ErrorKind::OutputExists).with_file(&options.output));
     }
-    // A store output: shards are staged locally, then uploaded and copied into place.
-    // A worker's part is its own output, one per prefix, under the parts folder.
-    let remote: Vec<RemoteOutput> = match (&location, options.worker) {
-        (Location::Local(_), _) => Vec::new(),
-        (Location::Remote(url), None) => vec![RemoteOutput::prepare(
-            url.clone(),
-            &prefixes,
-            options.overwrite,
-            options.staging_dir.as_deref(),
-            false,
-            options.resume,
-        )?],
-        (Location::Remote(url), Some(worker)) => prefixes
-            .iter()
-            .map(|p| {
-                let part = url.join(&name::parts_dir_name(p)).join(&worker.part_name());
-                let p = std::slice::from_ref(p);
-                let staging = options.staging_dir.as_deref();
-                RemoteOutput::prepare(part, p, true, staging, true, options.resume)
-            })
-            .collect::<Result<_>>()?,
-    };
-    let mut outs = match (remote.as_slice(), options.worker) {
-        ([], None) => OutputDir::prepare_all(
-            &options.output,
-            &prefixes,
-            options.overwrite,
-            options.resume,
-        )?,
-        ([], Some(worker)) => prefixes
-            .iter()
-            .map(|p| {
-                let dir = options
-                    .output
-                    .join(name::parts_dir_name(p))
-                    .join(worker.part_name());
-                OutputDir::prepare_part(&dir, p, options.resume)
-            })
-            .collect::<Result<_>>()?,
-        ([one], None) => OutputDir::prepare_all(one.staging(), &prefixes, true, false)?,
-        (parts, _) => parts
-            .iter()
-            .zip(&prefixes)
-            .map(|(r, p)| OutputDir::prepare(r.staging(), p, true))
-            .collect::<Result<_>>()?,
-    };
-    for (i, out) in outs.iter_mut().enumerate() {
-        let hook = match remote.as_slice() {
-            [] => None,
-            [one] if options.worker.is_none() => Some(one.shard_hook(out.prefix())),
-            parts => Some(parts[i].shard_hook(out.prefix())),
-        };
-        if let Some(hook) = hook {
-            out.set_shard_hook(hook);
-        }
-    }
+    let outputs = prefixes
+        .iter()
+        .map(|p| StagedOutput {
+            dir: match options.worker {
+                None => String::new(),
+                Some(w) => format!("{}/{}", name::parts_dir_name(p), w.part_name()),
+            },
+            tmp: name::tmp_dir_name(p),
+        })
+        .collect();
+    let mut staging = destination.stage(StagePlan {
+        outputs,
+        hidden,
+        overwrite: options.overwrite,
+        resume: options.resume,
+        part: options.worker.is_some(),
+        staging_dir: options.staging_dir.clone(),
+    })?;
+    let mut outs: Vec<OutputDir> = prefixes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            OutputDir::new(
+                p,
+                staging.folder(i),
+                staging.hook(i),
+                staging.journals_locally(),
+            )
+        })
+        .collect();
     if options.resume {
         // What the output depends on besides the records: the journal's header.
         let described = source.manifest(options, 0);
@@ -758,19 +768,8 @@ fn run(
                 "inputs": inputs,
                 "tfshard_version": env!("CARGO_PKG_VERSION"),
             });
-            // On a store the journal lives beside the uploaded temporaries.
-            let remote = match remote.as_slice() {
-                [] => None,
-                [one] if options.worker.is_none() => Some(one),
-                parts => Some(&parts[i]),
-            };
-            match remote {
-                None => out.begin_resume(header)?,
-                Some(r) => {
-                    let finished = r.begin_resume(out.prefix(), out.tmp_dir(), header.clone())?;
-                    out.set_resumed(header, finished);
-                }
-            }
+            let finished = staging.resume(i, header.clone())?;
+            out.set_resumed(header, finished);
         }
     }
     progress.set_total(source.total_units());
@@ -797,27 +796,37 @@ fn run(
         .collect();
     options.cancel.check()?;
     crate::failpoint::hit("convert:written")?;
-    let paths = match remote.as_slice() {
-        [] => crate::shard::commit_all(&outs, &shards, options.compression, &mut manifests)?,
-        [one] if options.worker.is_none() => one.commit(
-            &shards,
-            options.compression,
-            &mut manifests,
-            &options.cancel,
-        )?,
-        parts => {
-            let mut paths = Vec::new();
-            for (i, part) in parts.iter().enumerate() {
-                paths.extend(part.commit(
-                    &shards[i..=i],
-                    options.compression,
-                    &mut manifests[i..=i],
-                    &options.cancel,
-                )?);
-            }
-            paths
-        }
-    };
+    let publications = outs
+        .iter()
+        .zip(&shards)
+        .zip(&mut manifests)
+        .map(|((out, split), manifest)| {
+            let names: Vec<String> = (0..split.len())
+                .map(|i| name::shard_name(out.prefix(), i, split.len(), options.compression))
+                .collect();
+            manifest.set_shards(
+                split
+                    .iter()
+                    .zip(&names)
+                    .map(|(s, file)| ShardInfo {
+                        file: file.clone(),
+                        records: s.records,
+                        bytes: s.bytes,
+                        crc32c: format!("{:08x}", s.crc32c),
+                    })
+                    .collect(),
+            );
+            Ok(Publication {
+                shards: split.clone(),
+                names,
+                manifest: (name::manifest_name(out.prefix()), manifest.to_json()?),
+                own: name::is_own_shard,
+                prefix: out.prefix().to_owned(),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let paths = staging.commit(publications, &options.cancel)?;
+    drop(staging);
     let splits: Vec<SplitSummary> = outs
         .iter()
         .zip(paths)
@@ -836,7 +845,7 @@ fn run(
         })
         .collect();
     if let (Some(name), None) = (&options.tfds, options.worker) {
-        crate::finalize::publish_tfds(&options.output, name)?;
+        crate::tfds::publish(&*destination, name)?;
     }
     let single = options.splits.is_none();
     Ok(ConvertSummary {

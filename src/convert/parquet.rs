@@ -17,7 +17,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, Source};
+use crate::convert::{ConvertOptions, ParquetDecoder, Source};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{schema_difference, EncodePlan, EncodeStats, EncodedBatch};
 use crate::manifest::{InputInfo, Manifest};
@@ -183,7 +183,11 @@ type Message = Result<(EncodedBatch, EncodeStats)>;
 
 /// Opens every input and validates the whole plan before anything is written.
 fn plan(options: &ConvertOptions) -> Result<(Vec<ParquetInput>, EncodePlan)> {
-    let files = source::discover(&options.inputs, options.partition_base.as_deref())?;
+    let files = source::discover(
+        &options.inputs,
+        options.partition_base.as_deref(),
+        options.io,
+    )?;
     let segments: Vec<_> = files.iter().map(|f| f.partitions.clone()).collect();
     let names: Vec<String> = files.iter().map(|f| f.display.clone()).collect();
     let mut inputs: Vec<ParquetInput> = files
@@ -213,6 +217,7 @@ fn plan(options: &ConvertOptions) -> Result<(Vec<ParquetInput>, EncodePlan)> {
     let partitions = std::sync::Arc::new(partitions);
     for (i, input) in inputs.iter_mut().enumerate() {
         input.set_partitions(partitions.clone(), i);
+        input.set_fast_lists(options.parquet_decoder == ParquetDecoder::Auto);
     }
     let first = &inputs[0];
     let plan = EncodePlan::new(&first.table_schema(), &options.encode)

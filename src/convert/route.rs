@@ -192,8 +192,10 @@ fn shard_options(
         plan,
         // A --min-shards run may write an output twice; only the last pass is final.
         // (A store output journals its uploads instead, in the store.)
-        journal: match (plan, out.shard_hook()) {
-            (Plan::Fill, None) => out.resume_state().map(|(header, _)| header.clone()),
+        journal: match plan {
+            Plan::Fill if out.journals_locally() => {
+                out.resume_state().map(|(header, _)| header.clone())
+            }
             _ => None,
         },
         events: match options.min_shards {

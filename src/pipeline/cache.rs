@@ -518,7 +518,7 @@ fn start_file(path: &Path, header: &[u8]) -> Result<Fill> {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let temp = dir.join(format!(
         ".{name}.tfshard-tmp-{}",
-        crate::shard::name::attempt_id()
+        crate::store::attempt_id()
     ));
     let file = File::create(&temp).map_err(|e| Error::from(e).with_file(&temp))?;
     let mut writer = BufWriter::with_capacity(READ_BUFFER, file);

@@ -7,6 +7,7 @@
 //! buffer. The data CRC is left to the parse workers: it is the costly check, and they
 //! run in parallel.
 
+use crate::store::IoOptions;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::pipeline::batch::{Origin, Payload, RawRecord};
 use crate::pipeline::memory::{Held, Pool};
-use crate::tfrecord::{self, Compression, MappedRecords, RecordReader, Source};
+use crate::tfrecord::{Compression, MappedRecords, RecordReader, Source};
 
 /// An open file of the cycle.
 enum Open {
@@ -22,11 +23,21 @@ enum Open {
     Stream(RecordReader<Source>),
 }
 
+/// How the files of an interleave are opened.
+#[derive(Debug, Clone, Copy)]
+pub struct Opening {
+    /// `None`: by name, else by content.
+    pub compression: Option<Compression>,
+    /// Map uncompressed local files instead of reading them.
+    pub mmap: bool,
+    /// Store settings of the reads of URLs.
+    pub io: IoOptions,
+}
+
 /// Round-robin reading of several files.
 pub struct Interleave {
     files: Vec<PathBuf>,
-    compression: Option<Compression>,
-    mmap: bool,
+    opening: Opening,
     pending: VecDeque<usize>,
     open: Vec<(usize, Open)>,
     cycle_length: usize,
@@ -49,20 +60,18 @@ impl Open {
 
 impl Interleave {
     /// Reads `order` (indices into `files`) interleaved; maps uncompressed files when
-    /// `mmap` is on.
+    /// `opening.mmap` is on.
     pub fn new(
         files: Vec<PathBuf>,
         order: Vec<usize>,
-        compression: Option<Compression>,
-        mmap: bool,
+        opening: Opening,
         cycle_length: usize,
         block_length: usize,
         held: Arc<Held>,
     ) -> Interleave {
         Interleave {
             files,
-            compression,
-            mmap,
+            opening,
             pending: order.into(),
             open: Vec::new(),
             cycle_length: cycle_length.max(1),
@@ -75,16 +84,23 @@ impl Interleave {
 
     fn open_file(&self, i: usize) -> Result<Open> {
         let path = &self.files[i];
-        let compression = match self.compression {
+        let Opening {
+            compression,
+            mmap,
+            io,
+        } = self.opening;
+        let compression = match compression {
             Some(c) => c,
-            None => tfrecord::detect_compression(path)?,
+            None => crate::records::detect_compression(path, io)?,
         };
         Ok(
-            if self.mmap && compression == Compression::None && !crate::store::is_url(path) {
+            if mmap && compression == Compression::None && !crate::store::is_url(path) {
                 Open::Mapped(MappedRecords::open(path)?)
             } else {
                 self.held.note_stream();
-                Open::Stream(tfrecord::open(path, Some(compression))?.with_check_data_crc(false))
+                Open::Stream(
+                    crate::records::open(path, Some(compression), io)?.with_check_data_crc(false),
+                )
             },
         )
     }

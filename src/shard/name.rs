@@ -35,20 +35,6 @@ pub fn tmp_dir_name(prefix: &str) -> String {
     format!(".{prefix}.tfshard-tmp")
 }
 
-/// An id unique among the runs (and attempts of one worker) that may race for one
-/// output: time, process and a counter. `run-…`.
-pub fn attempt_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::{SystemTime, UNIX_EPOCH};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("run-{nanos:x}-{:x}-{n}", std::process::id())
-}
-
 /// `.{prefix}.tfshard-parts`: where workers put their parts for `finalize`.
 pub fn parts_dir_name(prefix: &str) -> String {
     format!(".{prefix}.tfshard-parts")

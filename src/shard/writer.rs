@@ -66,32 +66,7 @@ pub struct ShardOptions {
     pub deflate: Option<std::sync::Arc<DeflatePool>>,
 }
 
-/// What a shard writer tells about each shard as it writes it: a store output streams
-/// each shard's parts up while the rest of it is still being written.
-pub trait ShardEvents: Send + Sync {
-    /// A shard file was created; the returned function is called with the bytes written
-    /// to the file so far, each time more reach it.
-    fn opened(&self, path: &Path) -> Box<dyn FnMut(u64) + Send>;
-    /// The shard is complete (its file closed, every byte written).
-    fn closed(&self, shard: &ClosedShard);
-}
-
-/// A shared [`ShardEvents`] handler.
-#[derive(Clone)]
-pub struct ShardHook(std::sync::Arc<dyn ShardEvents>);
-
-impl ShardHook {
-    /// Wraps a handler.
-    pub fn new(events: impl ShardEvents + 'static) -> ShardHook {
-        ShardHook(std::sync::Arc::new(events))
-    }
-}
-
-impl std::fmt::Debug for ShardHook {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ShardHook")
-    }
-}
+pub use crate::store::destination::{ClosedShard, ShardEvents, ShardHook};
 
 /// A shard file that reports the bytes that reached it.
 struct Reported {
@@ -137,21 +112,6 @@ impl Write for Reported {
     fn flush(&mut self) -> io::Result<()> {
         self.file.flush()
     }
-}
-
-/// A finished shard, still under its temporary name.
-#[derive(Debug, Clone)]
-pub struct ClosedShard {
-    /// Temporary path.
-    pub path: PathBuf,
-    /// Temporary `.idx` path, with `--index`.
-    pub idx_path: Option<PathBuf>,
-    /// Records in it.
-    pub records: u64,
-    /// Bytes on disk.
-    pub bytes: u64,
-    /// CRC32C of the bytes on disk.
-    pub crc32c: u32,
 }
 
 /// Counts and checksums the bytes that reach the file.

@@ -1,5 +1,5 @@
 //! Hive-style partitions: `key=value` path segments below the partition base become
-//! features (DESIGN.md, "Hive partitions").
+//! features.
 //!
 //! Values are URL-decoded; a key whose every value is a canonical decimal integer that
 //! fits int64 (`7`, `-3`, not `007`) is an int64 feature, any other key a bytes feature;

@@ -148,8 +148,12 @@ fn walk_local(input: &Path) -> Result<Vec<(String, PathBuf)>> {
 ///
 /// A missing path or object, an unreadable folder, a folder holding no Parquet file, a
 /// Delta or Iceberg table folder, a file outside `partition_base`.
-pub fn discover(inputs: &[PathBuf], partition_base: Option<&Path>) -> Result<Vec<InputFile>> {
-    let base = partition_base.map(store::locate).transpose()?;
+pub fn discover(
+    inputs: &[PathBuf],
+    partition_base: Option<&Path>,
+    io: store::IoOptions,
+) -> Result<Vec<InputFile>> {
+    let base = partition_base.map(|b| store::locate(b, io)).transpose()?;
     if let Some(base) = &base {
         match base {
             Location::Local(dir) => {
@@ -174,7 +178,7 @@ pub fn discover(inputs: &[PathBuf], partition_base: Option<&Path>) -> Result<Vec
     for input in inputs {
         let given = input.display().to_string();
         let given = given.trim_end_matches('/');
-        match store::locate(input)? {
+        match store::locate(input, io)? {
             Location::Local(path) => {
                 let meta = std::fs::metadata(&path).map_err(|e| Error::from(e).with_file(input))?;
                 if !meta.is_dir() {
@@ -281,6 +285,9 @@ pub struct ParquetInput {
     /// The run's Hive partition columns and this file's index in their values (set by
     /// [`ParquetInput::set_partitions`]; none by default).
     partitions: (Arc<Vec<PartitionColumn>>, usize),
+    /// Whether fixed-size lists may go through our own decoder ([`fixed_list`]); off,
+    /// arrow-rs reads every column (`--parquet-decoder arrow-rs`).
+    fast_lists: bool,
 }
 
 impl ParquetInput {
@@ -351,6 +358,7 @@ impl ParquetInput {
             metadata,
             row_bytes: Default::default(),
             partitions: Default::default(),
+            fast_lists: true,
         })
     }
 
@@ -359,6 +367,13 @@ impl ParquetInput {
     /// columns in [`ParquetInput::table_schema`].
     pub fn set_partitions(&mut self, columns: Arc<Vec<PartitionColumn>>, index: usize) {
         self.partitions = (columns, index);
+    }
+
+    /// Turns our own fixed-size-list decoder off (`false`) or on (`true`, the default)
+    /// for this file: off, arrow-rs reads every column, so a user who suspects the fast
+    /// path can convert without it and compare.
+    pub fn set_fast_lists(&mut self, on: bool) {
+        self.fast_lists = on;
     }
 
     /// Compressed bytes of row group `row_group`'s column chunks under `roots` (indices
@@ -765,7 +780,7 @@ impl FastColumns {
     /// `None` when no selected column is a fixed-size list the fast path reads (or its
     /// file cannot be opened again: arrow-rs's reader then reports why).
     fn open(input: &ParquetInput, row_group: usize, file_roots: &[usize]) -> Option<FastColumns> {
-        if input.file.object.is_some() {
+        if input.file.object.is_some() || !input.fast_lists {
             return None;
         }
         let parquet = input.metadata.parquet_schema();

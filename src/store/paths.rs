@@ -1,11 +1,12 @@
 //! File operations on a path that may be a URL: what the readers (`verify`, `inspect`,
-//! `schema`, `bench`) need, local paths through `std::fs`, URLs through the store.
+//! `schema`, `bench`) need, local paths through `std::fs`, URLs through the store with
+//! the reader's settings (`io`).
 
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{head, list_dir, locate, read_all, Location, RemoteRead};
+use super::{head, list_dir, locate, read_all, IoOptions, Location, RemoteRead};
 use crate::error::{Error, Result};
 
 /// A readable byte source and its length.
@@ -20,8 +21,8 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
 /// # Errors
 ///
 /// The file cannot be opened, or a store error naming the URL.
-pub fn open(path: &Path) -> Result<Opened> {
-    match locate(path)? {
+pub fn open(path: &Path, io: IoOptions) -> Result<Opened> {
+    match locate(path, io)? {
         Location::Local(p) => {
             let file = File::open(&p).map_err(io_at(path))?;
             let len = file.metadata().map_err(io_at(path))?.len();
@@ -40,8 +41,8 @@ pub fn open(path: &Path) -> Result<Opened> {
 /// # Errors
 ///
 /// As [`open`].
-pub fn head_bytes(path: &Path, n: usize) -> Result<Vec<u8>> {
-    match locate(path)? {
+pub fn head_bytes(path: &Path, n: usize, io: IoOptions) -> Result<Vec<u8>> {
+    match locate(path, io)? {
         Location::Local(p) => {
             let file = File::open(&p).map_err(io_at(path))?;
             let mut out = Vec::with_capacity(n);
@@ -67,8 +68,8 @@ pub fn head_bytes(path: &Path, n: usize) -> Result<Vec<u8>> {
 /// # Errors
 ///
 /// As [`open`].
-pub fn read(path: &Path) -> Result<Vec<u8>> {
-    match locate(path)? {
+pub fn read(path: &Path, io: IoOptions) -> Result<Vec<u8>> {
+    match locate(path, io)? {
         Location::Local(p) => std::fs::read(&p).map_err(io_at(path)),
         Location::Remote(url) => Ok(read_all(&url)?.to_vec()),
     }
@@ -79,8 +80,8 @@ pub fn read(path: &Path) -> Result<Vec<u8>> {
 /// # Errors
 ///
 /// As [`open`].
-pub fn len(path: &Path) -> Result<u64> {
-    match locate(path)? {
+pub fn len(path: &Path, io: IoOptions) -> Result<u64> {
+    match locate(path, io)? {
         Location::Local(p) => Ok(std::fs::metadata(&p).map_err(io_at(path))?.len()),
         Location::Remote(url) => Ok(head(&url)?.size),
     }
@@ -93,8 +94,8 @@ pub fn len(path: &Path) -> Result<u64> {
 ///
 /// A local path that does not exist; a URL with neither an object nor objects below it
 /// (`not found`).
-pub fn is_dir(path: &Path) -> Result<bool> {
-    match locate(path)? {
+pub fn is_dir(path: &Path, io: IoOptions) -> Result<bool> {
+    match locate(path, io)? {
         Location::Local(p) => Ok(std::fs::metadata(&p).map_err(io_at(path))?.is_dir()),
         Location::Remote(url) => {
             if url.key().is_empty() {
@@ -115,8 +116,8 @@ pub fn is_dir(path: &Path) -> Result<bool> {
 /// # Errors
 ///
 /// The folder cannot be listed.
-pub fn files_in(dir: &Path) -> Result<Vec<PathBuf>> {
-    match locate(dir)? {
+pub fn files_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
+    match locate(dir, io)? {
         Location::Local(p) => {
             let mut out = Vec::new();
             for entry in std::fs::read_dir(&p).map_err(io_at(dir))? {

@@ -60,21 +60,6 @@ impl<R: Read> Read for HashingReader<R> {
     }
 }
 
-/// Resolves `--compression auto` for a file by its name and first bytes.
-///
-/// # Errors
-///
-/// The file cannot be opened or read.
-pub fn detect_compression(path: &Path) -> Result<Compression> {
-    let head = crate::store::paths::head_bytes(path, frame::HEADER_LEN)?;
-    let filled = head.len();
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    Ok(Compression::detect(&name, &head[..filled]))
-}
-
 /// Wraps a raw byte source (the file's bytes on disk) in the right decompressor.
 pub fn decompress<R: Read + Send + 'static>(raw: R, compression: Compression) -> Source {
     match compression {
@@ -90,20 +75,49 @@ pub fn decompress<R: Read + Send + 'static>(raw: R, compression: Compression) ->
     }
 }
 
-/// Opens a TFRecord file for reading; `None` for compression means auto-detect.
+/// Opens a local TFRecord file for reading; `None` for compression means: by its name,
+/// else by its first bytes ([`Compression::detect`]). (Shards in a store are opened by
+/// `records::open`, through the store.)
 ///
 /// # Errors
 ///
-/// The file cannot be opened.
+/// The file cannot be opened or read.
 pub fn open(path: &Path, compression: Option<Compression>) -> Result<RecordReader<Source>> {
+    let at = |e: io::Error| crate::error::Error::from(e).with_file(path);
+    let mut file = std::fs::File::open(path).map_err(at)?;
+    let len = file.metadata().map_err(at)?.len();
     let compression = match compression {
         Some(c) => c,
-        None => detect_compression(path)?,
+        None => {
+            let mut head = Vec::with_capacity(frame::HEADER_LEN);
+            (&mut file)
+                .take(frame::HEADER_LEN as u64)
+                .read_to_end(&mut head)
+                .map_err(at)?;
+            io::Seek::rewind(&mut file).map_err(at)?;
+            Compression::detect(&file_name(path), &head)
+        }
     };
-    let (file, len) = crate::store::paths::open(path)?;
-    let reader = RecordReader::new(decompress(file, compression)).with_path(path);
-    Ok(match compression {
+    Ok(reader_of(Box::new(file), len, compression, path))
+}
+
+/// The name `--compression auto` looks at.
+pub(crate) fn file_name(path: &Path) -> std::borrow::Cow<'_, str> {
+    path.file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default()
+}
+
+/// A reader of the file whose bytes on disk `raw` yields (`len` of them).
+pub(crate) fn reader_of(
+    raw: Source,
+    len: u64,
+    compression: Compression,
+    path: &Path,
+) -> RecordReader<Source> {
+    let reader = RecordReader::new(decompress(raw, compression)).with_path(path);
+    match compression {
         Compression::None => reader.with_total_len(len),
         _ => reader,
-    })
+    }
 }

@@ -12,7 +12,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::file::properties::WriterProperties;
 use serde_json::Value;
 
-use crate::{convert_parquet, read_manifest, run, s, scratch, tfshard};
+use crate::{convert_parquet, read_manifest, run, s, scratch, shard_files, tfshard};
 
 include!("corpus_table.rs");
 
@@ -61,6 +61,20 @@ fn every_parquet_testing_file_converts_or_fails_cleanly() {
         let dir = out.join(i.to_string());
         let (code, _, err) = convert_parquet(&base.join(file), &dir, &["--quiet"]);
         let manifest = dir.join("data.manifest.json").exists();
+        // Issue #27: the same file through arrow-rs alone gives the same bytes, or the
+        // same error line: our fixed-size-list decoder changes nothing but speed.
+        let plain = out.join(format!("{i}-arrow-rs"));
+        let flags = ["--quiet", "--parquet-decoder", "arrow-rs"];
+        let (plain_code, _, plain_err) = convert_parquet(&base.join(file), &plain, &flags);
+        let same = plain_code == code
+            && plain_err.lines().next() == err.lines().next()
+            && (!manifest || shard_files(&dir) == shard_files(&plain));
+        if !same {
+            failures.push(format!(
+                "{file}: --parquet-decoder arrow-rs gave {plain_code} ({plain_err:?}), \
+                 auto gave {code} ({err:?}) or other bytes"
+            ));
+        }
         if *want == "OK" {
             if code != 0 || !manifest {
                 failures.push(format!("{file}: expected to convert, got {code}: {err}"));
@@ -85,6 +99,48 @@ fn every_parquet_testing_file_converts_or_fails_cleanly() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Issue #27: `--parquet-decoder arrow-rs` turns our fixed-size-list decoder off; tables
+/// whose lists it does read (pyarrow's `small.parquet`, arrow-rs's row groups of
+/// `write_ids`) convert to the same bytes both ways, at one thread and more.
+#[test]
+fn the_fixed_size_list_decoder_can_be_switched_off_and_changes_no_byte() {
+    let out = scratch("decoder_switch");
+    let table = out.join("ids.parquet");
+    write_ids(&table, &(0..5000).rev().collect::<Vec<_>>(), 700);
+    for input in [crate::root().join("testdata/small.parquet"), table] {
+        for threads in ["1", "2"] {
+            let name = input.file_name().unwrap().to_string_lossy().into_owned();
+            let fast = out.join(format!("{name}-{threads}-auto"));
+            let plain = out.join(format!("{name}-{threads}-arrow-rs"));
+            let flags = [
+                "--quiet",
+                "--threads",
+                threads,
+                "--target-shard-size",
+                "40KB",
+            ];
+            let (code, _, err) = convert_parquet(&input, &fast, &flags);
+            assert_eq!(code, 0, "{err}");
+            let mut arrow_rs = flags.to_vec();
+            arrow_rs.extend(["--parquet-decoder", "arrow-rs"]);
+            let (code, _, err) = convert_parquet(&input, &plain, &arrow_rs);
+            assert_eq!(code, 0, "{err}");
+            assert!(shard_files(&fast).len() > 2, "{name}: several shards");
+            assert_eq!(
+                shard_files(&fast),
+                shard_files(&plain),
+                "{name}, {threads} threads"
+            );
+        }
+    }
+    let (code, _, err) = convert_parquet(
+        &out.join("ids.parquet"),
+        &out.join("bad"),
+        &["--parquet-decoder", "fast"],
+    );
+    assert_eq!(code, 2, "an unknown decoder is a usage error: {err}");
 }
 
 /// Issue #17: mutated files that made arrow-rs 60.1 panic (or print a raw control

@@ -1,5 +1,5 @@
 //! The fast Arrow encoder against prost: arbitrary batches, byte-identical records.
-//! Also every Arrow → Feature rule of DESIGN.md that Parquet cannot carry (views, REE,
+//! Also every Arrow → Feature mapping rule that Parquet cannot carry (views, REE,
 //! list views) and the error rules.
 
 use std::collections::BTreeMap;

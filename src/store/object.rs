@@ -1,24 +1,25 @@
-//! Publishing a run's shards to a store, where no rename exists (DESIGN.md, "Writing to
-//! a store").
+//! The store [`Destination`]: an object prefix (`s3://`, `gs://`, `az://`), where no
+//! rename exists.
 //!
-//! The run writes its shards to a local staging folder (under `--tmp-dir`, default
-//! `$TMPDIR`), exactly as it would on disk. [`RemoteOutput::commit`] then:
+//! A run writes its shards to a local staging folder (under `--tmp-dir`, default
+//! `$TMPDIR`), exactly as it would on disk, and each shard's parts go up while it is
+//! written ([`Stager`]). [`Staging::commit`] then:
 //!
 //! 1. without `--overwrite`, claims the output with a conditional put of
 //!    `.{prefix}.tfshard-tmp/publishing` (two runs racing: one claims, the other fails
 //!    before it touches a final name);
-//! 2. uploads every shard (multipart, parts in parallel) under
-//!    `{out}/.{prefix}.tfshard-tmp/{run}/`, recording each upload id there first;
+//! 2. waits for every shard's upload under `{out}/.{prefix}.tfshard-tmp/{run}/` (each
+//!    upload id recorded there before its first part);
 //! 3. with `--overwrite`, deletes the old manifests;
-//! 4. copies each shard server-side to its final `-of-N` name (on S3 a shard above 5 GiB,
-//!    CopyObject's limit, as a multipart copy of ranges, its upload id recorded like the
-//!    others'; on Azure, waiting until each copy has completed);
+//! 4. copies each shard server-side to its final `-of-N` name, all at once (on S3 a
+//!    shard above 5 GiB, CopyObject's limit, as a multipart copy of ranges, its upload id
+//!    recorded like the others'; on Azure, waiting until each copy has completed);
 //! 5. with `--overwrite`, deletes the prefix's stale shards;
 //! 6. deletes the temporaries, then writes each manifest (a conditional put without
 //!    `--overwrite`) — the commit point — and releases the claim.
 //!
-//! On any failure or interrupt before the manifests, dropping the [`RemoteOutput`]
-//! aborts the uploads it started and deletes its temporaries (and its claim).
+//! On any failure or interrupt before the manifests, dropping the staging aborts the
+//! uploads it started and deletes its temporaries (and its claim).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,25 +30,165 @@ use bytes::Bytes;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
+use super::destination::{
+    ClosedShard, Destination, Publication, ShardEvents, ShardHook, StagePlan, Staging,
+};
+use super::journal::{self, Journal, JOURNAL};
 use super::{
     abort_multipart, block_on, complete_multipart, copy_recorded, delete, is_problem, list,
     list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, StoreProblem,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::manifest::{Manifest, ShardInfo};
 use crate::progress::CancelToken;
-use crate::shard::journal::{Journal, JOURNAL};
-use crate::shard::name;
-use crate::shard::{ClosedShard, ShardEvents, ShardHook};
-use crate::tfrecord::Compression;
+
+/// An output prefix in a store.
+pub(crate) struct ObjectPrefix {
+    url: ObjectUrl,
+}
+
+impl ObjectPrefix {
+    pub(crate) fn new(url: ObjectUrl) -> ObjectPrefix {
+        ObjectPrefix { url }
+    }
+
+    fn at(&self, rel: &str) -> ObjectUrl {
+        self.url.join(rel)
+    }
+}
+
+impl Destination for ObjectPrefix {
+    fn display(&self, rel: &str) -> PathBuf {
+        self.at(rel).to_path()
+    }
+
+    fn names(&self, rel: &str) -> Result<Vec<String>> {
+        let (objects, dirs) = list_dir(&self.at(rel))?;
+        Ok(objects
+            .iter()
+            .map(|o| o.url.file_name().to_owned())
+            .chain(dirs)
+            .collect())
+    }
+
+    fn exists(&self, rel: &str) -> Result<bool> {
+        match super::head(&self.at(rel)) {
+            Ok(_) => Ok(true),
+            Err(e) if is_problem(&e, StoreProblem::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn read(&self, rel: &str) -> Result<Vec<u8>> {
+        Ok(super::read_all(&self.at(rel))?.to_vec())
+    }
+
+    fn write(&self, rel: &str, bytes: Vec<u8>, create_only: bool) -> Result<()> {
+        put(&self.at(rel), bytes, create_only)
+    }
+
+    fn delete(&self, rel: &str) -> Result<()> {
+        super::delete_object(&self.at(rel))
+    }
+
+    fn delete_tree(&self, rel: &str) -> Result<()> {
+        for o in list(&self.at(rel))? {
+            super::delete_object(&o.url)?;
+        }
+        Ok(())
+    }
+
+    fn place(&self, from: &str, to: &str, record: &str) -> Result<()> {
+        super::copy_object_recorded(&self.at(from), &self.at(to), &self.at(record))
+    }
+
+    fn abort_recorded(&self, rel: &str) -> Result<()> {
+        super::abort_recorded_below(&self.at(rel))
+    }
+
+    fn stage(&self, plan: StagePlan) -> Result<Box<dyn Staging>> {
+        // One group per output folder: a run's splits share the output; a worker's
+        // splits each have a part folder of their own.
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        let mut which = Vec::with_capacity(plan.outputs.len());
+        for output in &plan.outputs {
+            let g = match groups.iter().position(|(dir, _)| *dir == output.dir) {
+                Some(g) => g,
+                None => {
+                    groups.push((output.dir.clone(), Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            groups[g].1.push(output.tmp.clone());
+            which.push(g);
+        }
+        let groups = groups
+            .into_iter()
+            .map(|(dir, tmps)| RemoteOutput::prepare(self.at(&dir), tmps, &plan))
+            .collect::<Result<Vec<_>>>()?;
+        let mut folders = Vec::with_capacity(plan.outputs.len());
+        for (output, &g) in plan.outputs.iter().zip(&which) {
+            let folder = groups[g].staging().join(&output.tmp);
+            std::fs::create_dir_all(&folder).map_err(|e| Error::from(e).with_file(&folder))?;
+            folders.push(folder);
+        }
+        Ok(Box::new(ObjectStaging {
+            groups,
+            which,
+            folders,
+            tmps: plan.outputs.iter().map(|o| o.tmp.clone()).collect(),
+        }))
+    }
+}
+
+/// A run's outputs in a store: one [`RemoteOutput`] per output folder.
+struct ObjectStaging {
+    groups: Vec<RemoteOutput>,
+    /// Output i's group.
+    which: Vec<usize>,
+    /// Output i's local staging folder.
+    folders: Vec<PathBuf>,
+    /// Output i's temporary folder name.
+    tmps: Vec<String>,
+}
+
+impl Staging for ObjectStaging {
+    fn folder(&self, i: usize) -> &Path {
+        &self.folders[i]
+    }
+
+    fn hook(&self, i: usize) -> Option<ShardHook> {
+        Some(self.groups[self.which[i]].shard_hook(&self.tmps[i]))
+    }
+
+    fn journals_locally(&self) -> bool {
+        false
+    }
+
+    fn resume(&mut self, i: usize, header: serde_json::Value) -> Result<Vec<ClosedShard>> {
+        self.groups[self.which[i]].begin_resume(&self.tmps[i], &self.folders[i], header)
+    }
+
+    fn commit(&mut self, outputs: Vec<Publication>, cancel: &CancelToken) -> Result<Vec<PathBuf>> {
+        let mut by_group: Vec<Vec<(&str, Publication)>> =
+            (0..self.groups.len()).map(|_| Vec::new()).collect();
+        for (i, publication) in outputs.into_iter().enumerate() {
+            by_group[self.which[i]].push((&self.tmps[i], publication));
+        }
+        let mut paths = Vec::new();
+        for (group, publications) in self.groups.iter().zip(by_group) {
+            paths.extend(group.commit(&publications, cancel)?);
+        }
+        Ok(paths)
+    }
+}
 
 /// Bytes per uploaded part (S3 allows 10,000 parts: objects up to 80 GB).
 pub const PART_BYTES: usize = 8 << 20;
 /// Parts in flight per run at most (bounds upload memory to 16 MiB; moto, like a real
 /// store, takes parts no faster with more in flight from one client on two cores).
 const PARTS_IN_FLIGHT: usize = 2;
-/// One run's output in a store.
-pub(crate) struct RemoteOutput {
+/// One output folder of a run in a store (the output, or a worker's part).
+struct RemoteOutput {
     shared: Arc<Shared>,
     /// Uploads started, by local file: as each shard closes, or at the commit.
     tasks: Arc<Mutex<Vec<Upload>>>,
@@ -61,7 +202,8 @@ type Upload = (PathBuf, JoinHandle<Result<()>>);
 /// What the upload tasks share with the run.
 struct Shared {
     out: ObjectUrl,
-    prefixes: Vec<String>,
+    /// The temporary folder names of the outputs in `out`.
+    tmps: Vec<String>,
     run: String,
     overwrite: bool,
     staging: PathBuf,
@@ -82,56 +224,34 @@ struct Shared {
 
 impl RemoteOutput {
     /// Checks that the output may be written (without `overwrite`, nothing but hidden
-    /// temporaries under it) and makes the local staging folder.
-    ///
-    /// # Errors
-    ///
-    /// `output folder is not empty`, a store error, or a local I/O error. A `part` (a
-    /// worker's) is written with `overwrite` semantics and no claim, and leaves other
-    /// runs' temporaries alone.
-    pub(crate) fn prepare(
-        out: ObjectUrl,
-        prefixes: &[String],
-        overwrite: bool,
-        tmp_dir: Option<&Path>,
-        part: bool,
-        resume: bool,
-    ) -> Result<RemoteOutput> {
-        let (objects, dirs) = if part {
-            // A worker's part: replaced as a whole by a retried worker.
-            (Vec::new(), Vec::new())
-        } else {
-            list_dir(&out)?
-        };
-        let hidden = |n: &str| {
-            prefixes
-                .iter()
-                .any(|p| n == name::tmp_dir_name(p) || n == format!(".{p}.tfshard-parts"))
-        };
-        if !overwrite
-            && (objects.iter().any(|o| !hidden(o.url.file_name()))
-                || dirs.iter().any(|d| !hidden(d)))
-        {
-            return Err(Error::new(ErrorKind::OutputExists).with_file(out.to_path()));
+    /// names under it) and makes the local staging folder. A `part` (a worker's) is
+    /// written with `overwrite` semantics and no claim, and leaves other runs'
+    /// temporaries alone.
+    fn prepare(out: ObjectUrl, tmps: Vec<String>, plan: &StagePlan) -> Result<RemoteOutput> {
+        if !plan.part && !plan.overwrite {
+            let (objects, dirs) = list_dir(&out)?;
+            let hidden = |n: &str| plan.hidden.iter().any(|h| h == n);
+            if objects.iter().any(|o| !hidden(o.url.file_name())) || dirs.iter().any(|d| !hidden(d))
+            {
+                return Err(Error::new(ErrorKind::OutputExists).with_file(out.to_path()));
+            }
         }
         // A resumable run's temporaries have a fixed name, where its rerun finds them.
-        let run = if resume {
+        let run = if plan.resume {
             "resume".to_owned()
         } else {
-            name::attempt_id()
+            super::attempt_id()
         };
-        let base = tmp_dir
-            .map(Path::to_path_buf)
-            .unwrap_or_else(std::env::temp_dir);
+        let base = plan.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
         // The local staging folder is always this process's own.
-        let staging = base.join(format!(".tfshard-staging-{}", name::attempt_id()));
+        let staging = base.join(format!(".tfshard-staging-{}", super::attempt_id()));
         std::fs::create_dir_all(&staging).map_err(|e| Error::from(e).with_file(&staging))?;
         let output = RemoteOutput {
             shared: Arc::new(Shared {
                 out,
-                prefixes: prefixes.to_vec(),
+                tmps,
                 run,
-                overwrite,
+                overwrite: plan.overwrite || plan.part,
                 staging,
                 open_uploads: Mutex::new(Vec::new()),
                 parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
@@ -144,28 +264,27 @@ impl RemoteOutput {
             claimed: AtomicBool::new(false),
             committed: AtomicBool::new(false),
         };
-        if overwrite && !part && !resume {
+        if plan.overwrite && !plan.part && !plan.resume {
             // A killed run's leftovers: abort its recorded uploads, delete its objects.
             // (Not for a part: a copy of the same worker may be running beside it.)
-            for prefix in prefixes {
-                let tmp = output.shared.out.join(&name::tmp_dir_name(prefix));
-                output.shared.clear_tmp(&tmp)?;
+            for tmp in &output.shared.tmps {
+                output.shared.clear_tmp(&output.shared.out.join(tmp))?;
             }
         }
         Ok(output)
     }
 
     /// The local folder the run writes its shards to before they are uploaded.
-    pub(crate) fn staging(&self) -> &Path {
+    fn staging(&self) -> &Path {
         &self.shared.staging
     }
 
-    /// Streams each shard of output `prefix` up while it is written: its parts go as
+    /// Streams each shard of output `tmp` up while it is written: its parts go as
     /// soon as the staged file holds them, and the upload completes when it closes.
-    pub(crate) fn shard_hook(&self, prefix: &str) -> ShardHook {
+    fn shard_hook(&self, tmp: &str) -> ShardHook {
         ShardHook::new(Stager {
             shared: self.shared.clone(),
-            prefix: prefix.to_owned(),
+            tmp: tmp.to_owned(),
             tasks: self.tasks.clone(),
             senders: Mutex::new(Vec::new()),
         })
@@ -174,22 +293,22 @@ impl RemoteOutput {
     /// With `--resume`: checks the journal an earlier run left in the store against
     /// this run's `header`, keeps the uploaded shards that are still sound (size and
     /// CRC32C, read back), and returns them, staged-path named, for the shard writer of
-    /// `prefix`; from here on this run journals its uploads.
+    /// `tmp`; from here on this run journals its uploads.
     ///
     /// # Errors
     ///
     /// [`ErrorKind::ResumeMismatch`] naming the first difference, or a store error.
-    pub(crate) fn begin_resume(
+    fn begin_resume(
         &self,
-        prefix: &str,
+        tmp: &str,
         staging_tmp: &Path,
         header: serde_json::Value,
     ) -> Result<Vec<ClosedShard>> {
         let s = &self.shared;
         // Uploads the killed run started and never completed: abort them (their shards
         // are not in the journal, and go up again).
-        super::abort_recorded_below(&s.run_dir(prefix).join("uploads"))?;
-        let journal_url = s.run_dir(prefix).join(JOURNAL);
+        super::abort_recorded_below(&s.run_dir(tmp).join("uploads"))?;
+        let journal_url = s.run_dir(tmp).join(JOURNAL);
         let mut finished = Vec::new();
         match super::read_all(&journal_url) {
             Ok(bytes) => {
@@ -197,11 +316,10 @@ impl RemoteOutput {
                     Error::new(ErrorKind::ManifestInvalid(e)).with_file(journal_url.to_path())
                 })?;
                 if let Some(difference) = journal.difference(&header) {
-                    return Err(crate::shard::journal::mismatch(difference)
-                        .with_file(journal_url.to_path()));
+                    return Err(journal::mismatch(difference).with_file(journal_url.to_path()));
                 }
                 for entry in &journal.shards {
-                    let url = s.run_dir(prefix).join(&entry.file);
+                    let url = s.run_dir(tmp).join(&entry.file);
                     let sound = super::read_all(&url).is_ok_and(|b| {
                         b.len() as u64 == entry.bytes
                             && crate::tfrecord::frame::crc32c(&b) == entry.crc32c
@@ -236,13 +354,11 @@ impl RemoteOutput {
 
     fn claim_url(&self) -> ObjectUrl {
         let s = &self.shared;
-        s.out
-            .join(&name::tmp_dir_name(&s.prefixes[0]))
-            .join("publishing")
+        s.out.join(&s.tmps[0]).join("publishing")
     }
 
     /// Waits for the upload of `local` (starting it if no hook did).
-    async fn uploaded(&self, prefix: &str, local: &Path) -> Result<()> {
+    async fn uploaded(&self, tmp: &str, local: &Path) -> Result<()> {
         if self
             .shared
             .uploaded
@@ -257,24 +373,23 @@ impl RemoteOutput {
             let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
             match tasks.iter().position(|(p, _)| p == local) {
                 Some(i) => tasks.swap_remove(i).1,
-                None => self.shared.start_upload(prefix, local),
+                None => self.shared.start_upload(tmp, local),
             }
         };
         task.await
             .map_err(|e| Error::from(std::io::Error::other(e)))?
     }
 
-    /// Publishes every output of the run (see the module docs). Returns the manifests'
-    /// URLs, in `prefixes` order.
+    /// Publishes this folder's outputs (see the module docs): `outputs` pairs each
+    /// output's temporary folder name with what to publish. Returns the manifests'
+    /// URLs, in order.
     ///
     /// # Errors
     ///
     /// A store error naming the URL; another run publishing to the same output.
-    pub(crate) fn commit(
+    fn commit(
         &self,
-        shards: &[Vec<ClosedShard>],
-        compression: Compression,
-        manifests: &mut [Manifest],
+        outputs: &[(&str, Publication)],
         cancel: &CancelToken,
     ) -> Result<Vec<PathBuf>> {
         let s = &*self.shared;
@@ -297,11 +412,9 @@ impl RemoteOutput {
         // 2. Every shard uploaded under the run's temporary folder.
         block_on(async {
             let mut waits = Vec::new();
-            for (prefix, split) in s.prefixes.iter().zip(shards) {
-                for shard in split {
-                    for local in std::iter::once(&shard.path).chain(&shard.idx_path) {
-                        waits.push(self.uploaded(prefix, local));
-                    }
+            for (tmp, publication) in outputs {
+                for (local, _) in publication.files() {
+                    waits.push(self.uploaded(tmp, local));
                 }
             }
             futures_util::future::try_join_all(waits).await
@@ -311,48 +424,34 @@ impl RemoteOutput {
         // 3-5. Old manifests go, new shards are copied into place, stale shards go.
         block_on(async {
             if s.overwrite {
-                for prefix in &s.prefixes {
-                    delete(&s.out.join(&name::manifest_name(prefix))).await?;
+                for (_, publication) in outputs {
+                    delete(&s.out.join(&publication.manifest.0)).await?;
                 }
             }
             let mut pairs = Vec::new();
-            for (prefix, split) in s.prefixes.iter().zip(shards) {
-                for (i, shard) in split.iter().enumerate() {
-                    let final_name = name::shard_name(prefix, i, split.len(), compression);
-                    pairs.push((
-                        prefix,
-                        s.temporary(prefix, &shard.path),
-                        s.out.join(&final_name),
-                    ));
-                    if let Some(idx) = &shard.idx_path {
-                        let final_idx = s.out.join(&format!("{final_name}.idx"));
-                        pairs.push((prefix, s.temporary(prefix, idx), final_idx));
-                    }
+            for (tmp, publication) in outputs {
+                for (local, name) in publication.files() {
+                    pairs.push((tmp, s.temporary(tmp, local), s.out.join(&name)));
                 }
             }
             futures_util::future::try_join_all(
                 pairs
                     .iter()
-                    .map(|(prefix, from, to)| s.copy_into_place(prefix, from, to)),
+                    .map(|(tmp, from, to)| s.copy_into_place(tmp, from, to)),
             )
             .await?;
             if s.overwrite {
                 let (objects, _) = list_dir_async(&s.out).await?;
-                for (prefix, split) in s.prefixes.iter().zip(shards) {
-                    let fresh: Vec<String> = (0..split.len())
-                        .map(|i| name::shard_name(prefix, i, split.len(), compression))
-                        .collect();
+                for (_, publication) in outputs {
                     for o in &objects {
-                        let n = o.url.file_name();
-                        let stem = n.strip_suffix(".idx").unwrap_or(n);
-                        if name::is_own_shard(prefix, n) && !fresh.iter().any(|f| f == stem) {
+                        if publication.is_stale(o.url.file_name()) {
                             delete(&o.url).await?;
                         }
                     }
                 }
             }
-            for prefix in &s.prefixes {
-                for o in list_async(&s.run_dir(prefix)).await? {
+            for (tmp, _) in outputs {
+                for o in list_async(&s.run_dir(tmp)).await? {
                     delete(&o.url).await?;
                 }
             }
@@ -361,13 +460,10 @@ impl RemoteOutput {
         crate::failpoint::hit("store:copied")?;
         // 6. The manifests: the commit point.
         let mut paths = Vec::new();
-        for ((prefix, split), manifest) in s.prefixes.iter().zip(shards).zip(manifests.iter_mut()) {
-            fill_shards(manifest, prefix, split, compression);
-            let url = s.out.join(&name::manifest_name(prefix));
-            let mut json = serde_json::to_vec_pretty(&*manifest)
-                .map_err(|e| Error::from(std::io::Error::other(e)))?;
-            json.push(b'\n');
-            match put(&url, json, !s.overwrite) {
+        for (_, publication) in outputs {
+            let (name, json) = &publication.manifest;
+            let url = s.out.join(name);
+            match put(&url, json.clone(), !s.overwrite) {
                 Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
                     return Err(Error::new(ErrorKind::OutputClaimed).with_file(url.to_path()))
                 }
@@ -384,39 +480,40 @@ impl RemoteOutput {
 }
 
 impl Shared {
-    fn run_dir(&self, prefix: &str) -> ObjectUrl {
-        self.out.join(&name::tmp_dir_name(prefix)).join(&self.run)
+    /// Where this run's temporaries of output `tmp` go: `{out}/{tmp}/{run}/`.
+    fn run_dir(&self, tmp: &str) -> ObjectUrl {
+        self.out.join(tmp).join(&self.run)
     }
 
     /// Where the upload of a staged file goes.
-    fn temporary(&self, prefix: &str, local: &Path) -> ObjectUrl {
+    fn temporary(&self, tmp: &str, local: &Path) -> ObjectUrl {
         let file = local.file_name().unwrap_or_default().to_string_lossy();
-        self.run_dir(prefix).join(&file)
+        self.run_dir(tmp).join(&file)
     }
 
     fn start_stream(
         self: &Arc<Self>,
-        prefix: &str,
+        tmp: &str,
         local: &Path,
         staged: watch::Receiver<Staged>,
     ) -> JoinHandle<Result<()>> {
         let this = self.clone();
-        let (prefix, local) = (prefix.to_owned(), local.to_path_buf());
+        let (tmp, local) = (tmp.to_owned(), local.to_path_buf());
         super::spawn(async move {
-            let target = this.temporary(&prefix, &local);
-            this.stream(&prefix, &local, &target, staged).await?;
+            let target = this.temporary(&tmp, &local);
+            this.stream(&tmp, &local, &target, staged).await?;
             this.staged_done(&local);
             this.uploaded
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(local.clone());
-            this.journal(&prefix).await
+            this.journal(&tmp).await
         })
     }
 
     /// With `--resume`: records in the store the shards uploaded so far, from the first
     /// on without a gap (the rerun reuses exactly those).
-    async fn journal(&self, prefix: &str) -> Result<()> {
+    async fn journal(&self, tmp: &str) -> Result<()> {
         let Some(header) = self
             .resume
             .lock()
@@ -431,13 +528,13 @@ impl Shared {
             let shards = closed
                 .iter()
                 .take_while(|c| uploaded.contains(&c.path))
-                .map(crate::shard::journal::entry)
+                .map(journal::entry)
                 .collect();
             Journal { header, shards }
         };
         let bytes =
             serde_json::to_vec(&journal).map_err(|e| Error::from(std::io::Error::other(e)))?;
-        super::put_async(&self.run_dir(prefix).join(JOURNAL), bytes, false).await?;
+        super::put_async(&self.run_dir(tmp).join(JOURNAL), bytes, false).await?;
         crate::failpoint::hit("shard:journaled")
     }
 
@@ -449,11 +546,11 @@ impl Shared {
     /// Copies a shard's temporary to its final name on the server. A multipart copy
     /// (S3, above 5 GiB) is recorded as the run's uploads are, so that a killed run's
     /// can be aborted by the next.
-    async fn copy_into_place(&self, prefix: &str, from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
+    async fn copy_into_place(&self, tmp: &str, from: &ObjectUrl, to: &ObjectUrl) -> Result<()> {
         copy_recorded(
             from,
             to,
-            async |id: String| Ok((self.record_upload(prefix, to, &id).await?, id)),
+            async |id: String| Ok((self.record_upload(tmp, to, &id).await?, id)),
             // A record left behind goes with the run's temporaries.
             async |(record, id)| {
                 let _ = self.forget_upload(&id, &record).await;
@@ -464,15 +561,12 @@ impl Shared {
 
     /// Records a multipart upload started for `target`: among the run's open uploads,
     /// and in the run's temporary folder, where a later run finds it to abort it.
-    async fn record_upload(&self, prefix: &str, target: &ObjectUrl, id: &str) -> Result<ObjectUrl> {
+    async fn record_upload(&self, tmp: &str, target: &ObjectUrl, id: &str) -> Result<ObjectUrl> {
         self.open_uploads
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((target.clone(), id.to_owned()));
-        let record = self
-            .run_dir(prefix)
-            .join("uploads")
-            .join(target.file_name());
+        let record = self.run_dir(tmp).join("uploads").join(target.file_name());
         super::put_async(&record, super::upload_record(target, id), false).await?;
         Ok(record)
     }
@@ -486,12 +580,12 @@ impl Shared {
         delete(record).await
     }
 
-    fn start_upload(self: &Arc<Self>, prefix: &str, local: &Path) -> JoinHandle<Result<()>> {
+    fn start_upload(self: &Arc<Self>, tmp: &str, local: &Path) -> JoinHandle<Result<()>> {
         let this = self.clone();
-        let (prefix, local) = (prefix.to_owned(), local.to_path_buf());
+        let (tmp, local) = (tmp.to_owned(), local.to_path_buf());
         super::spawn(async move {
-            let target = this.temporary(&prefix, &local);
-            this.upload(&prefix, &local, &target).await?;
+            let target = this.temporary(&tmp, &local);
+            this.upload(&tmp, &local, &target).await?;
             this.staged_done(&local);
             Ok(())
         })
@@ -514,14 +608,14 @@ impl Shared {
     }
 
     /// Uploads one complete local file to `target`.
-    async fn upload(&self, prefix: &str, local: &Path, target: &ObjectUrl) -> Result<()> {
+    async fn upload(&self, tmp: &str, local: &Path, target: &ObjectUrl) -> Result<()> {
         let at = |e: std::io::Error| Error::from(e).with_file(local);
         let size = std::fs::metadata(local).map_err(at)?.len();
         let (_tx, rx) = watch::channel(Staged {
             written: size,
             closed: true,
         });
-        self.stream(prefix, local, target, rx).await
+        self.stream(tmp, local, target, rx).await
     }
 
     /// Uploads a staged file to `target` as it grows: each full part as soon as the file
@@ -529,7 +623,7 @@ impl Shared {
     /// file is closed. A file that ends smaller than one part goes up in one request.
     async fn stream(
         &self,
-        prefix: &str,
+        tmp: &str,
         local: &Path,
         target: &ObjectUrl,
         mut staged: watch::Receiver<Staged>,
@@ -553,7 +647,7 @@ impl Shared {
             while written >= sent + part || (closed && written > sent) {
                 if upload.is_none() {
                     let started = super::create_recorded(target, async |id: &str| {
-                        self.record_upload(prefix, target, id).await
+                        self.record_upload(tmp, target, id).await
                     })
                     .await?;
                     super::kill_point("store:uploading").await?;
@@ -627,7 +721,7 @@ struct Staged {
 /// shard is created, and tells it how far the file has grown.
 struct Stager {
     shared: Arc<Shared>,
-    prefix: String,
+    tmp: String,
     tasks: Arc<Mutex<Vec<Upload>>>,
     senders: Mutex<Vec<(PathBuf, Arc<watch::Sender<Staged>>)>>,
 }
@@ -643,7 +737,7 @@ impl ShardEvents for Stager {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((path.to_path_buf(), tx.clone()));
-        let task = self.shared.start_stream(&self.prefix, path, rx);
+        let task = self.shared.start_stream(&self.tmp, path, rx);
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -673,34 +767,13 @@ impl ShardEvents for Stager {
             });
         }
         if let Some(idx) = &shard.idx_path {
-            let task = self.shared.start_upload(&self.prefix, idx);
+            let task = self.shared.start_upload(&self.tmp, idx);
             self.tasks
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push((idx.clone(), task));
         }
     }
-}
-
-/// Fills a manifest's shard list and totals from the run's closed shards.
-pub(crate) fn fill_shards(
-    manifest: &mut Manifest,
-    prefix: &str,
-    shards: &[ClosedShard],
-    compression: Compression,
-) {
-    manifest.shards = shards
-        .iter()
-        .enumerate()
-        .map(|(i, s)| ShardInfo {
-            file: name::shard_name(prefix, i, shards.len(), compression),
-            records: s.records,
-            bytes: s.bytes,
-            crc32c: format!("{:08x}", s.crc32c),
-        })
-        .collect();
-    manifest.records = shards.iter().map(|s| s.records).sum();
-    manifest.bytes = shards.iter().map(|s| s.bytes).sum();
 }
 
 impl Drop for RemoteOutput {
@@ -723,8 +796,8 @@ impl Drop for RemoteOutput {
                 }
             });
             let resumable = s.resume.lock().unwrap_or_else(|p| p.into_inner()).is_some();
-            for prefix in s.prefixes.iter().filter(|_| !resumable) {
-                if let Ok(objects) = list(&s.run_dir(prefix)) {
+            for tmp in s.tmps.iter().filter(|_| !resumable) {
+                if let Ok(objects) = list(&s.run_dir(tmp)) {
                     block_on(async {
                         for o in &objects {
                             let _ = delete(&o.url).await;

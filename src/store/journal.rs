@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::destination::ClosedShard;
 use crate::error::{Error, ErrorKind, Result};
-use crate::shard::ClosedShard;
 
 /// The journal's file name, inside the temporary folder.
 pub const JOURNAL: &str = "journal.json";

@@ -1,0 +1,85 @@
+//! Upload records: the id of every multipart upload a run starts is written to an object
+//! in its temporary folder before the first part, so that whoever removes the record (a
+//! rerun, `--overwrite`, `finalize`) can abort an upload a killed run left open.
+
+use super::client::block_on;
+use super::errors::{is_problem, StoreProblem};
+use super::multipart::{abort_multipart, copy_recorded, create_multipart};
+use super::objects::{delete, list_async, put_async, read_all_async};
+use super::url::ObjectUrl;
+use crate::error::Result;
+
+/// The record of a multipart upload started for `target`, kept in a temporary folder
+/// (`uploads/NAME`) so that a later run can abort it after a kill: its key and id.
+pub(crate) fn upload_record(target: &ObjectUrl, id: &str) -> Vec<u8> {
+    format!("{}\n{id}", target.key()).into_bytes()
+}
+
+/// Aborts the upload that the record `record` names, and deletes the record.
+pub(crate) async fn abort_recorded(record: &ObjectUrl) -> Result<()> {
+    let text = match read_all_async(record).await {
+        Err(e) if is_problem(&e, StoreProblem::NotFound) => return Ok(()),
+        other => other?,
+    };
+    if let Some((key, id)) = String::from_utf8_lossy(&text).split_once('\n') {
+        let target = record.with_key(key);
+        abort_multipart(&target, id).await?;
+    }
+    delete(record).await
+}
+
+/// Aborts every upload recorded directly below `dir` (blocking).
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn abort_recorded_below(dir: &ObjectUrl) -> Result<()> {
+    block_on(async {
+        for record in list_async(dir).await? {
+            abort_recorded(&record.url).await?;
+        }
+        Ok(())
+    })
+}
+
+/// [`copy_recorded`] for a caller that keeps no upload ids (blocking): a multipart
+/// copy's id is recorded in the object `record` while it runs ([`abort_recorded_below`]
+/// aborts it after a kill).
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn copy_object_recorded(from: &ObjectUrl, to: &ObjectUrl, record: &ObjectUrl) -> Result<()> {
+    block_on(copy_recorded(
+        from,
+        to,
+        async |id: String| put_async(record, upload_record(to, &id), false).await,
+        async |()| {
+            let _ = delete(record).await;
+        },
+    ))
+}
+
+/// Held from a multipart upload's creation until its id is recorded, and by the failure
+/// points that stand for a kill: uploads and copies run side by side, and a test's kill
+/// must not fall between another one's two requests. (A real kill can: that upload is
+/// then left to the bucket's lifecycle rule for incomplete uploads, as the README says.)
+static RECORDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Starts a multipart upload of `target` and hands its id to `record` (which keeps it
+/// where a later run finds it) before anything else may stop the process.
+pub(crate) async fn create_recorded<R>(
+    target: &ObjectUrl,
+    record: impl AsyncFnOnce(&str) -> Result<R>,
+) -> Result<(String, R)> {
+    let _recording = RECORDING.lock().await;
+    let id = create_multipart(target).await?;
+    let kept = record(&id).await?;
+    Ok((id, kept))
+}
+
+/// Failure point `name`, where a kill finds every upload started so far recorded.
+pub(crate) async fn kill_point(name: &str) -> Result<()> {
+    let _recording = RECORDING.lock().await;
+    crate::failpoint::hit(name)
+}
