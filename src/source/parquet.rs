@@ -1159,6 +1159,15 @@ mod tests {
         let (ours, fast) = read_all(&input);
         assert_eq!(fast, 2000);
         assert!(same_rows(&ours.unwrap(), &read_with_arrow(&path).unwrap()));
+        // Issue #27: switched off (`--parquet-decoder arrow-rs`), arrow-rs reads it all.
+        let mut plain = input.clone();
+        plain.set_fast_lists(false);
+        let (theirs, fast) = read_all(&plain);
+        assert_eq!(fast, 0);
+        assert!(same_rows(
+            &theirs.unwrap(),
+            &read_with_arrow(&path).unwrap()
+        ));
     }
 
     /// Fast columns take their places among arrow-rs's: two lists around other columns,

@@ -348,3 +348,30 @@ where
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::url::{locate, Location};
+
+    /// Issue #27: each settings value has its own permits and clients; the first run's
+    /// settings are not the process's.
+    #[test]
+    fn each_settings_value_has_its_own_permits_and_clients() {
+        let a = IoOptions::new().with_concurrency(3);
+        let b = IoOptions::new()
+            .with_concurrency(5)
+            .with_timeout(Duration::from_secs(7));
+        assert_eq!(permits(a).available_permits(), 3);
+        assert_eq!(permits(b).available_permits(), 5);
+        assert!(Arc::ptr_eq(&permits(a), &permits(a)));
+        let at = |io| match locate(std::path::Path::new("s3://settings-test/k"), io).unwrap() {
+            Location::Remote(url) => url,
+            Location::Local(_) => unreachable!("a URL"),
+        };
+        let (ua, ub) = (at(a), at(b));
+        assert!(Arc::ptr_eq(&bucket(&ua).unwrap(), &bucket(&ua).unwrap()));
+        assert!(!Arc::ptr_eq(&bucket(&ua).unwrap(), &bucket(&ub).unwrap()));
+        assert_eq!(IoOptions::new().with_concurrency(0).concurrency, 1);
+    }
+}

@@ -1345,3 +1345,62 @@ fn tfds_layout_written_to_s3_is_the_one_written_to_disk() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("OK"), "{out}");
 }
+
+/// Issue #27: store settings are values handed to each run, not a process-wide first
+/// call: two conversions in one process, at once, with different `--io-concurrency`
+/// and `--io-timeout`, both publish, and their shards are the same bytes.
+#[test]
+fn two_runs_in_one_process_keep_their_own_settings() {
+    let s = need_server!();
+    let b = bucket(s, "settings");
+    // The library reads the store's environment: the runs happen in a child process of
+    // this test binary that has it.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "store::two_runs_in_one_process_child",
+            "--ignored",
+        ])
+        .envs(env(&s.endpoint))
+        .env("TFSHARD_TEST_BUCKET", &b)
+        .env("TMPDIR", scratch_tmp())
+        .output()
+        .expect("run the child test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (a, c) = (scratch("settings-a"), scratch("settings-b"));
+    client(&s.endpoint, &["get-dir", &b, "a", a.to_str().unwrap()]);
+    client(&s.endpoint, &["get-dir", &b, "b", c.to_str().unwrap()]);
+    assert!(files(&a).len() > 2, "several shards");
+    assert_eq!(files(&a), files(&c));
+}
+
+#[test]
+#[ignore = "the child of two_runs_in_one_process_keep_their_own_settings"]
+fn two_runs_in_one_process_child() {
+    use tfshard::store::IoOptions;
+    let bucket = std::env::var("TFSHARD_TEST_BUCKET").expect("run by its parent test");
+    let run = |name: &str, io: IoOptions| {
+        tfshard::Converter::parquet(vec![root().join("testdata/small.parquet")])
+            .output(format!("s3://{bucket}/{name}"))
+            .with_target_shard_bytes(100_000)
+            .with_io(io)
+            .build()
+            .and_then(|c| c.run(&tfshard::NoProgress))
+    };
+    let one = IoOptions::new().with_concurrency(1);
+    let many = IoOptions::new()
+        .with_concurrency(8)
+        .with_timeout(Duration::from_secs(120));
+    std::thread::scope(|scope| {
+        let a = scope.spawn(|| run("a", one));
+        let b = scope.spawn(|| run("b", many));
+        let (a, b) = (a.join().unwrap().unwrap(), b.join().unwrap().unwrap());
+        assert_eq!((a.records, b.records), (2000, 2000));
+        assert_eq!(a.shards, b.shards);
+    });
+}
