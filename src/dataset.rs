@@ -69,6 +69,46 @@ pub fn unlisted_shards(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
     Ok(shards)
 }
 
+/// Reads and parses a manifest (a file or an object, read with the settings `io`).
+///
+/// # Errors
+///
+/// The file cannot be read or is not a manifest.
+pub fn read_manifest(path: &Path, io: IoOptions) -> Result<Manifest> {
+    Manifest::from_json(&crate::store::paths::read(path, io)?, path)
+}
+
+/// The manifests (`*.manifest.json`) in a folder, sorted by name.
+///
+/// # Errors
+///
+/// The folder cannot be listed.
+pub fn manifests_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir, io)?
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.ends_with(MANIFEST_SUFFIX) && !name.starts_with('.')
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The manifest in `file`'s folder that lists it, if any (for `--record-type auto`).
+pub fn manifest_listing(file: &Path, io: IoOptions) -> Option<Manifest> {
+    let dir = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = file.file_name()?.to_string_lossy().into_owned();
+    manifests_in(dir, io)
+        .ok()?
+        .iter()
+        .filter_map(|p| read_manifest(p, io).ok())
+        .find(|m| m.lists(&name))
+}
+
 impl Dataset {
     /// Resolves command-line paths; a store's requests run with `io`.
     ///
@@ -83,7 +123,7 @@ impl Dataset {
         };
         for path in paths {
             if crate::store::paths::is_dir(path, io)? {
-                let manifests = manifest::manifests_in(path, io)?;
+                let manifests = manifests_in(path, io)?;
                 if manifests.is_empty() {
                     set.shards.extend(unlisted_shards(path, io)?);
                 }
@@ -100,7 +140,7 @@ impl Dataset {
     }
 
     fn add_manifest(&mut self, path: &Path) -> Result<()> {
-        let m = Manifest::read(path, self.io)?;
+        let m = read_manifest(path, self.io)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         for shard in &m.shards {
             if !manifest::is_safe_relative(&shard.file) {
@@ -128,7 +168,7 @@ impl Dataset {
         }
         self.shards
             .first()
-            .and_then(|s| manifest::manifest_listing(s, self.io))
+            .and_then(|s| manifest_listing(s, self.io))
             .map(|m| m.record_type)
             .unwrap_or_default()
     }

@@ -9,6 +9,8 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 /// A `Result` whose error is [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -409,13 +411,13 @@ pub enum ErrorKind {
     CacheDamaged(String),
     /// A record that does not fit the feature spec.
     #[error("schema mismatch: {0}")]
-    RecordMismatch(crate::example::schema::SpecMismatch),
+    RecordMismatch(SpecMismatch),
     /// A store request failed (the URL is the location): access denied, not found,
     /// unreachable, throttled past the retries, an input changed during the run.
     #[error("{problem}: {detail}")]
     Store {
         /// The cause, as the line's fixed phrase says it.
-        problem: crate::store::StoreProblem,
+        problem: StoreProblem,
         /// What the store said, or the hint that helps (never a secret).
         detail: String,
     },
@@ -669,6 +671,103 @@ impl From<parquet::errors::ParquetError> for Error {
 impl From<arrow_schema::ArrowError> for Error {
     fn from(err: arrow_schema::ArrowError) -> Error {
         Error::new(ErrorKind::Arrow(err))
+    }
+}
+
+/// A feature's value type, as `tf.train.Feature` stores it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum FeatureKind {
+    /// `int64_list`
+    Int64,
+    /// `float_list`
+    Float,
+    /// `bytes_list`
+    Bytes,
+}
+
+impl fmt::Display for FeatureKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a record fails its feature spec: `verify --deep` and the pipeline check records
+/// with [`FeatureSpec::check_values`] and [`FeatureSpec::check_missing`] and report alike.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpecMismatch {
+    /// A feature the spec does not name (`verify --deep`; a parser ignores it, as
+    /// `tf.io.parse_example` does).
+    #[error("feature \"{feature}\" is not in the schema")]
+    Unknown {
+        /// The feature name.
+        feature: String,
+    },
+    /// A fixed-shape feature absent from the record.
+    #[error("feature \"{feature}\" is missing, the schema says every record has it (a VarLenFeature spec allows that)")]
+    Missing {
+        /// The feature name.
+        feature: String,
+    },
+    /// A feature with no value list at all.
+    #[error("feature \"{feature}\" holds no value list")]
+    Empty {
+        /// The feature name.
+        feature: String,
+    },
+    /// A value list of another kind.
+    #[error("feature \"{feature}\" is {found}, the schema says {expected}")]
+    Kind {
+        /// The feature name.
+        feature: String,
+        /// The kind in the record.
+        found: FeatureKind,
+        /// The kind in the spec.
+        expected: FeatureKind,
+    },
+    /// A number of values that does not fit the spec's fixed shape.
+    #[error("feature \"{feature}\" has {values} values, the schema's shape is {shape:?}")]
+    Shape {
+        /// The feature name.
+        feature: String,
+        /// Values in the record.
+        values: u64,
+        /// The spec's shape.
+        shape: Vec<u64>,
+    },
+}
+
+/// What went wrong talking to a store, as the one line says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreProblem {
+    /// 401/403.
+    AccessDenied,
+    /// No such bucket or key.
+    NotFound,
+    /// The endpoint refused, timed out or could not be resolved.
+    Unreachable,
+    /// Throttling (429, 503 SlowDown) that outlasted the retries.
+    Throttled,
+    /// The object's ETag is no longer the one the run started with.
+    Changed,
+    /// A conditional put found the object already there.
+    AlreadyExists,
+    /// Anything else the store said.
+    Other,
+}
+
+impl fmt::Display for StoreProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StoreProblem::AccessDenied => "access denied",
+            StoreProblem::NotFound => "not found",
+            StoreProblem::Unreachable => "cannot reach endpoint",
+            StoreProblem::Throttled => "throttled",
+            StoreProblem::Changed => "changed during the run",
+            StoreProblem::AlreadyExists => "already exists",
+            StoreProblem::Other => "store error",
+        })
     }
 }
 

@@ -237,7 +237,7 @@ pub fn finalize(
     io: store::IoOptions,
 ) -> Result<(Vec<FinalizedSet>, f64)> {
     let started = Instant::now();
-    let destination = store::destination::open(output, io)?;
+    let destination = store::destination_of(output, io)?;
     let out = &*destination;
     let prefixes: Vec<String> = match prefix {
         Some(p) => vec![p.to_owned()],

@@ -5,20 +5,18 @@
 //! scheduled jobs read: keys are only ever added, never renamed.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::{FeatureSpec, RecordType};
-use crate::store::IoOptions;
 use crate::tfrecord::Compression;
 
 /// The manifest format version we write.
 pub const MANIFEST_VERSION: u32 = 1;
-/// The suffix of a manifest file name.
-pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+pub use crate::shard::name::MANIFEST_SUFFIX;
 
 /// One input file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,14 +47,7 @@ pub struct ShardInfo {
     pub crc32c: String,
 }
 
-/// A file left out of an image conversion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Skipped {
-    /// Path relative to the input folder.
-    pub path: String,
-    /// Why.
-    pub reason: String,
-}
+pub use crate::source::images::Skipped;
 
 /// `{prefix}.manifest.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,14 +104,13 @@ impl Manifest {
         Compression::from_name(&self.compression)
     }
 
-    /// Reads and parses a manifest.
+    /// Parses a manifest's bytes (read from `path`, which errors name).
     ///
     /// # Errors
     ///
-    /// The file cannot be read or is not a manifest.
-    pub fn read(path: &Path, io: IoOptions) -> Result<Manifest> {
-        let bytes = crate::store::paths::read(path, io)?;
-        serde_json::from_slice(&bytes)
+    /// The bytes are not a manifest.
+    pub fn from_json(bytes: &[u8], path: &Path) -> Result<Manifest> {
+        serde_json::from_slice(bytes)
             .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(path))
     }
 
@@ -157,37 +147,6 @@ pub fn is_safe_relative(file: &str) -> bool {
         && path
             .components()
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
-}
-
-/// The manifests (`*.manifest.json`) in a folder, sorted by name.
-///
-/// # Errors
-///
-/// The folder cannot be listed.
-pub fn manifests_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir, io)?
-        .into_iter()
-        .filter(|p| {
-            let name = p.file_name().unwrap_or_default().to_string_lossy();
-            name.ends_with(MANIFEST_SUFFIX) && !name.starts_with('.')
-        })
-        .collect();
-    out.sort();
-    Ok(out)
-}
-
-/// The manifest in `file`'s folder that lists it, if any (for `--record-type auto`).
-pub fn manifest_listing(file: &Path, io: IoOptions) -> Option<Manifest> {
-    let dir = match file.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = file.file_name()?.to_string_lossy().into_owned();
-    manifests_in(dir, io)
-        .ok()?
-        .iter()
-        .filter_map(|p| Manifest::read(p, io).ok())
-        .find(|m| m.lists(&name))
 }
 
 /// The current time as RFC 3339 in UTC, to the second (`2026-11-29T09:25:19Z`).

@@ -278,7 +278,7 @@ pub(crate) fn verify(
     let mut manifests: Vec<PathBuf> = options.manifest.iter().cloned().collect();
     for path in &options.paths {
         if crate::store::paths::is_dir(path, options.io)? {
-            let found = manifest::manifests_in(path, options.io)?;
+            let found = crate::dataset::manifests_in(path, options.io)?;
             if found.is_empty() {
                 for shard in crate::dataset::unlisted_shards(path, options.io)? {
                     jobs.push(plain_job(shard, options));
@@ -290,7 +290,7 @@ pub(crate) fn verify(
         } else {
             let mut job = plain_job(path.clone(), options);
             // A shard listed by a manifest beside it is checked against its entry.
-            if let Some(m) = manifest::manifest_listing(path, options.io) {
+            if let Some(m) = crate::dataset::manifest_listing(path, options.io) {
                 let name = path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
@@ -306,7 +306,7 @@ pub(crate) fn verify(
     manifests.sort();
     manifests.dedup();
     for path in &manifests {
-        let m = Manifest::read(path, options.io)?;
+        let m = crate::dataset::read_manifest(path, options.io)?;
         plan_manifest(path, &m, options, &mut jobs, &mut problems)?;
     }
     let total_bytes: u64 = jobs

@@ -711,7 +711,7 @@ fn run(
         // Names TFDS cannot nest fail before anything is written.
         crate::tfds::check_features(&source.manifest(options, 0).features)?;
     }
-    let destination = store::destination::open(&options.output, options.io)?;
+    let destination = store::destination_of(&options.output, options.io)?;
     // A worker's part goes to a hidden folder that finalize reads; the output itself
     // must not hold a published set.
     let hidden: Vec<String> = prefixes

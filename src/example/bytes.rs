@@ -9,12 +9,13 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::tfrecord::mapped::SharedMap;
-
 /// Values at least this long are referenced in place, not copied.
 pub const REFERENCE_MIN: usize = 16 << 10;
 
-/// A mapped shard a value is referenced in.
+/// A mapped file a value is referenced in (a shard, mapped by the reader; the codec
+/// knows it only as bytes).
+pub type SharedMap = Arc<memmap2::Mmap>;
+
 type Buffer = SharedMap;
 
 /// Buffer index of the values copied into `copied`.

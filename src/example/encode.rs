@@ -83,8 +83,7 @@ struct Leaf {
     field_metadata: std::collections::HashMap<String, String>,
 }
 
-/// The Arrow field metadata key that marks a column made from Hive partition values.
-pub const PARTITION_METADATA: &str = "tfshard:partition";
+pub use crate::source::hive::PARTITION_METADATA;
 
 fn is_partition(metadata: &std::collections::HashMap<String, String>) -> bool {
     metadata.contains_key(PARTITION_METADATA)

@@ -11,69 +11,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::example::proto::{Feature, Features, Kind};
 use crate::example::{Record, RecordType};
 
-/// A feature's value type, as `tf.train.Feature` stores it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
-#[serde(rename_all = "lowercase")]
-pub enum FeatureKind {
-    /// `int64_list`
-    Int64,
-    /// `float_list`
-    Float,
-    /// `bytes_list`
-    Bytes,
-}
-
-impl std::fmt::Display for FeatureKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// How a record fails its feature spec: `verify --deep` and the pipeline check records
-/// with [`FeatureSpec::check_values`] and [`FeatureSpec::check_missing`] and report alike.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum SpecMismatch {
-    /// A feature the spec does not name (`verify --deep`; a parser ignores it, as
-    /// `tf.io.parse_example` does).
-    #[error("feature \"{feature}\" is not in the schema")]
-    Unknown {
-        /// The feature name.
-        feature: String,
-    },
-    /// A fixed-shape feature absent from the record.
-    #[error("feature \"{feature}\" is missing, the schema says every record has it (a VarLenFeature spec allows that)")]
-    Missing {
-        /// The feature name.
-        feature: String,
-    },
-    /// A feature with no value list at all.
-    #[error("feature \"{feature}\" holds no value list")]
-    Empty {
-        /// The feature name.
-        feature: String,
-    },
-    /// A value list of another kind.
-    #[error("feature \"{feature}\" is {found}, the schema says {expected}")]
-    Kind {
-        /// The feature name.
-        feature: String,
-        /// The kind in the record.
-        found: FeatureKind,
-        /// The kind in the spec.
-        expected: FeatureKind,
-    },
-    /// A number of values that does not fit the spec's fixed shape.
-    #[error("feature \"{feature}\" has {values} values, the schema's shape is {shape:?}")]
-    Shape {
-        /// The feature name.
-        feature: String,
-        /// Values in the record.
-        values: u64,
-        /// The spec's shape.
-        shape: Vec<u64>,
-    },
-}
+pub use crate::error::{FeatureKind, SpecMismatch};
 
 impl FeatureKind {
     /// `int64`, `float` or `bytes`.

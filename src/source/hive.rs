@@ -12,7 +12,10 @@ use arrow_array::{new_null_array, ArrayRef, Int64Array, StringArray};
 use arrow_schema::{DataType, Field};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::example::encode::PARTITION_METADATA;
+
+/// The Arrow field metadata key that marks a column made from Hive partition values
+/// (the encoder records such features as partitions).
+pub const PARTITION_METADATA: &str = "tfshard:partition";
 
 /// The value that stands for null in a partition path.
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";

@@ -10,8 +10,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 use crate::error::{Error, ErrorKind, ImageProblem, Result};
-use crate::manifest::Skipped;
+
+/// A file left out of an image conversion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Path relative to the input folder.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
 
 /// Extensions read by default (case-insensitive).
 pub(crate) const DEFAULT_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "gif", "bmp", "webp"];

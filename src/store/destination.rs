@@ -22,8 +22,6 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::progress::CancelToken;
 
-use super::{locate, IoOptions, Location};
-
 /// Where a run's output lives: a local folder or a store prefix. Names are relative to
 /// the output (`/`-separated; `""` is the output itself).
 pub(crate) trait Destination: Send + Sync {
@@ -101,18 +99,6 @@ pub(crate) trait Destination: Send + Sync {
     /// anything but `plan.hidden` names and `plan.overwrite` is off; an I/O or store
     /// error.
     fn stage(&self, plan: StagePlan) -> Result<Box<dyn Staging>>;
-}
-
-/// Opens the destination of an output path or URL; a store's requests run with `io`.
-///
-/// # Errors
-///
-/// An unsupported URL scheme.
-pub(crate) fn open(output: &Path, io: IoOptions) -> Result<Arc<dyn Destination>> {
-    Ok(match locate(output, io)? {
-        Location::Local(dir) => Arc::new(super::local::LocalDir::new(dir)),
-        Location::Remote(url) => Arc::new(super::object::ObjectPrefix::new(url)),
-    })
 }
 
 /// One output of a run: a prefix's shards and manifest, in folder `dir`.

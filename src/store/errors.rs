@@ -11,38 +11,7 @@ use object_store::client::{HttpError, HttpErrorKind};
 use super::url::ObjectUrl;
 use crate::error::{Error, ErrorKind};
 
-/// What went wrong talking to a store, as the one line says it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StoreProblem {
-    /// 401/403.
-    AccessDenied,
-    /// No such bucket or key.
-    NotFound,
-    /// The endpoint refused, timed out or could not be resolved.
-    Unreachable,
-    /// Throttling (429, 503 SlowDown) that outlasted the retries.
-    Throttled,
-    /// The object's ETag is no longer the one the run started with.
-    Changed,
-    /// A conditional put found the object already there.
-    AlreadyExists,
-    /// Anything else the store said.
-    Other,
-}
-
-impl fmt::Display for StoreProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            StoreProblem::AccessDenied => "access denied",
-            StoreProblem::NotFound => "not found",
-            StoreProblem::Unreachable => "cannot reach endpoint",
-            StoreProblem::Throttled => "throttled",
-            StoreProblem::Changed => "changed during the run",
-            StoreProblem::AlreadyExists => "already exists",
-            StoreProblem::Other => "store error",
-        })
-    }
-}
+pub use crate::error::StoreProblem;
 
 /// Replaces the values of the secret environment variables in `text` (an error from a
 /// store may quote a request): no secret is ever printed.
@@ -226,7 +195,7 @@ impl std::error::Error for HttpStatus {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::client::IoOptions;
+    use crate::store::settings::IoOptions;
     use crate::store::url::{locate, Location};
 
     fn url(s: &str) -> ObjectUrl {

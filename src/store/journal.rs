@@ -104,7 +104,7 @@ impl Journal {
             let Ok(bytes) = std::fs::read(&path) else {
                 break;
             };
-            if bytes.len() as u64 != s.bytes || crate::tfrecord::frame::crc32c(&bytes) != s.crc32c {
+            if bytes.len() as u64 != s.bytes || crc32c::crc32c(&bytes) != s.crc32c {
                 break;
             }
             let idx_path = s.idx.as_ref().map(|i| tmp.join(i));

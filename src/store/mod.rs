@@ -15,6 +15,7 @@
 //! each URL carries.
 
 mod client;
+mod copy;
 pub(crate) mod destination;
 mod errors;
 pub(crate) mod journal;
@@ -26,22 +27,23 @@ mod parquet;
 pub mod paths;
 mod read;
 mod records;
+mod settings;
 pub mod url;
 
 pub(crate) use self::client::{block_on, spawn};
-pub use self::client::{IoOptions, DEFAULT_IO_CONCURRENCY, DEFAULT_IO_TIMEOUT};
+pub(crate) use self::copy::copy_recorded;
+pub use self::copy::{copy_object_recorded, COPY_PART_BYTES, MAX_COPY_BYTES};
 pub(crate) use self::errors::is_problem;
 pub use self::errors::StoreProblem;
-pub(crate) use self::multipart::{abort_multipart, complete_multipart, copy_recorded, put_part};
-pub use self::multipart::{COPY_PART_BYTES, MAX_COPY_BYTES};
+pub(crate) use self::multipart::{abort_multipart, complete_multipart, put_part};
 pub(crate) use self::objects::{delete, get_range, list_async, list_dir_async, put_async};
 pub use self::objects::{delete_object, head, list, list_dir, put, read_all, Listed};
 pub(crate) use self::parquet::{RemoteChunks, RemoteParquet};
 pub use self::read::RemoteRead;
 pub(crate) use self::records::{
-    abort_recorded, abort_recorded_below, copy_object_recorded, create_recorded, kill_point,
-    upload_record,
+    abort_recorded, abort_recorded_below, create_recorded, kill_point, upload_record,
 };
+pub use self::settings::{IoOptions, DEFAULT_IO_CONCURRENCY, DEFAULT_IO_TIMEOUT};
 pub use self::url::{is_url, locate, Location, ObjectUrl, Scheme};
 
 /// An id unique among the runs (and attempts of one worker) that may race for one
@@ -56,4 +58,19 @@ pub(crate) fn attempt_id() -> String {
         .unwrap_or(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("run-{nanos:x}-{:x}-{n}", std::process::id())
+}
+
+/// Opens the destination of an output path or URL; a store's requests run with `io`.
+///
+/// # Errors
+///
+/// An unsupported URL scheme.
+pub(crate) fn destination_of(
+    output: &std::path::Path,
+    io: IoOptions,
+) -> crate::Result<std::sync::Arc<dyn destination::Destination>> {
+    Ok(match locate(output, io)? {
+        Location::Local(dir) => std::sync::Arc::new(local::LocalDir::new(dir)),
+        Location::Remote(url) => std::sync::Arc::new(object::ObjectPrefix::new(url)),
+    })
 }

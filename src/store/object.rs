@@ -321,8 +321,7 @@ impl RemoteOutput {
                 for entry in &journal.shards {
                     let url = s.run_dir(tmp).join(&entry.file);
                     let sound = super::read_all(&url).is_ok_and(|b| {
-                        b.len() as u64 == entry.bytes
-                            && crate::tfrecord::frame::crc32c(&b) == entry.crc32c
+                        b.len() as u64 == entry.bytes && crc32c::crc32c(&b) == entry.crc32c
                     });
                     if !sound || entry.idx.is_some() {
                         break;

@@ -4,8 +4,8 @@
 
 use super::client::block_on;
 use super::errors::{is_problem, StoreProblem};
-use super::multipart::{abort_multipart, copy_recorded, create_multipart};
-use super::objects::{delete, list_async, put_async, read_all_async};
+use super::multipart::{abort_multipart, create_multipart};
+use super::objects::{delete, list_async, read_all_async};
 use super::url::ObjectUrl;
 use crate::error::Result;
 
@@ -40,24 +40,6 @@ pub fn abort_recorded_below(dir: &ObjectUrl) -> Result<()> {
         }
         Ok(())
     })
-}
-
-/// [`copy_recorded`] for a caller that keeps no upload ids (blocking): a multipart
-/// copy's id is recorded in the object `record` while it runs ([`abort_recorded_below`]
-/// aborts it after a kill).
-///
-/// # Errors
-///
-/// A store error naming the URL.
-pub fn copy_object_recorded(from: &ObjectUrl, to: &ObjectUrl, record: &ObjectUrl) -> Result<()> {
-    block_on(copy_recorded(
-        from,
-        to,
-        async |id: String| put_async(record, upload_record(to, &id), false).await,
-        async |()| {
-            let _ = delete(record).await;
-        },
-    ))
 }
 
 /// Held from a multipart upload's creation until its id is recorded, and by the failure

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use object_store::path::Path as Key;
 
-use super::client::IoOptions;
+use super::settings::IoOptions;
 use crate::error::{Error, Result};
 
 /// A store's kind, by URL scheme.

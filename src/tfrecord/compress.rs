@@ -19,8 +19,7 @@ use super::deflate::{Chunks, DeflatePool, Format, CHUNK_BYTES, GZIP_OVERHEAD};
 use crate::error::{Error, ErrorKind, FrameDetail, FrameProblem};
 use crate::tfrecord::frame;
 
-/// The deflate level we write (zlib's default, as TensorFlow's writer uses).
-pub const LEVEL: u32 = 6;
+pub use super::deflate::LEVEL;
 
 /// How a record stream is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

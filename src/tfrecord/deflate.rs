@@ -20,7 +20,8 @@ use std::sync::Arc;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use flate2::{Compress, FlushCompress};
 
-use super::compress::LEVEL;
+/// The deflate level we write (zlib's default, as TensorFlow's writer uses).
+pub const LEVEL: u32 = 6;
 
 /// Uncompressed bytes per chunk. Fixed: the bytes on disk depend on it. 512 KiB was the
 /// fastest size measured for libdeflate at level 6 (the input and its hash tables stay
