@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use tfshard::tfrecord::{frame, RecordReader, RecordWriter};
+use tfshard::tfrecord::{RecordReader, RecordWriter};
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-data")
@@ -106,7 +106,7 @@ fn main() {
         });
         let data = std::fs::read(&path).unwrap();
         let crc = time(|| {
-            std::hint::black_box(frame::crc32c(&data));
+            std::hint::black_box(crc32c::crc32c(&data));
         });
         drop(data);
         let rate = |s: f64| bytes / s / 1e6;

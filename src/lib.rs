@@ -24,7 +24,7 @@
 //! let out = std::env::temp_dir().join(format!("tfshard-doc-{}", std::process::id()));
 //! // testdata/small.parquet: 2,000 rows (a float vector x, a label y, a string id, ...).
 //! let summary = Converter::parquet(vec!["testdata/small.parquet".into()])
-//!     .output(&out)
+//!     .with_output(&out)
 //!     .with_target_shard_bytes(100_000)
 //!     .build()?
 //!     .run(&NoProgress)?;
@@ -51,7 +51,7 @@ pub mod convert;
 pub mod dataset;
 pub mod error;
 pub mod example;
-pub mod failpoint;
+pub(crate) mod failpoint;
 pub mod finalize;
 mod hash;
 pub mod manifest;

@@ -130,7 +130,7 @@ fn problem(file: &Path, record: Option<u64>, offset: Option<u64>, text: String) 
 /// use tfshard::verify::Verifier;
 /// let out = std::env::temp_dir().join(format!("tfshard-doc-verify-{}", std::process::id()));
 /// Converter::parquet(vec!["testdata/small.parquet".into()])
-///     .output(&out)
+///     .with_output(&out)
 ///     .build()?
 ///     .run(&tfshard::progress::NoProgress)?;
 /// let report = Verifier::builder(vec![out.clone()])

@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(&input, data).expect("write the input");
     let output: PathBuf = dir.join("out");
     let result = Converter::parquet(vec![input])
-        .output(&output)
+        .with_output(&output)
         .with_threads(2)
         .build()
         .and_then(|converter| converter.run(&NoProgress));

@@ -9,10 +9,9 @@ use serde_json::json;
 
 use super::{output, CliError, CliResult, Common};
 use tfshard::convert::{
-    ConvertOptions, ConvertSummary, Converter, ImageOptions, Labels, OnError, ParquetDecoder,
-    Partitioning, ShuffleOptions, WorkerShare, DEFAULT_SHUFFLE_MEMORY,
+    ConvertSummary, Converter, ConverterBuilder, Labels, OnError, ParquetDecoder, Partitioning,
+    DEFAULT_SHUFFLE_MEMORY,
 };
-use tfshard::example::encode::EncodeOptions;
 use tfshard::example::RecordType;
 use tfshard::progress::CancelToken;
 use tfshard::tfrecord::Compression;
@@ -63,41 +62,35 @@ pub struct ImagesArgs {
 }
 
 impl ImagesArgs {
-    /// Resolves flags into library options.
-    pub fn to_options(&self) -> Result<(ConvertOptions, ImageOptions), CliError> {
-        let mut options = ConvertOptions::new(vec![self.dir.clone()], self.shard.output.clone());
-        self.shard.apply(&mut options)?;
+    /// Resolves flags into the library's builder.
+    pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
         if self.shard.shuffle.split_key.is_some() {
             return Err(CliError::Usage(
                 "--split-key names a Parquet column; images split by position".into(),
             ));
         }
-        options.threads = self.common.thread_count();
-        options.io = self.common.io()?;
-        let labels = match self.labels.as_str() {
-            "dirname" => Labels::DirName,
-            "none" => Labels::None,
-            file => Labels::Csv(PathBuf::from(file)),
-        };
-        let extensions: Vec<String> = match &self.extensions {
-            Some(given) => given
+        let mut builder = self
+            .shard
+            .apply(Converter::images(self.dir.clone()))?
+            .with_threads(self.common.thread_count())
+            .with_io(self.common.io()?)
+            .with_labels(match self.labels.as_str() {
+                "dirname" => Labels::DirName,
+                "none" => Labels::None,
+                file => Labels::Csv(PathBuf::from(file)),
+            })
+            .with_on_error(match self.on_error {
+                OnErrorFlag::Fail => OnError::Fail,
+                OnErrorFlag::Skip => OnError::Skip,
+            });
+        if let Some(given) = &self.extensions {
+            let extensions = given
                 .iter()
                 .map(|e| e.trim_start_matches('.').to_owned())
-                .collect(),
-            None => ImageOptions::default().extensions,
-        };
-        let on_error = match self.on_error {
-            OnErrorFlag::Fail => OnError::Fail,
-            OnErrorFlag::Skip => OnError::Skip,
-        };
-        Ok((
-            options,
-            ImageOptions {
-                labels,
-                extensions,
-                on_error,
-            },
-        ))
+                .collect();
+            builder = builder.with_extensions(extensions);
+        }
+        Ok(builder)
     }
 }
 
@@ -201,26 +194,28 @@ pub fn parse_splits(text: &str) -> Result<Vec<(String, f64)>, CliError> {
 }
 
 impl ShuffleFlags {
-    fn apply(&self, options: &mut ConvertOptions, prefix_given: bool) -> Result<(), CliError> {
-        options.seed = self.seed;
+    fn apply(
+        &self,
+        mut builder: ConverterBuilder,
+        output: &Path,
+        prefix_given: bool,
+    ) -> Result<ConverterBuilder, CliError> {
+        builder = builder.with_seed(self.seed);
         if self.shuffle {
             let memory_bytes = match &self.shuffle_memory {
                 Some(size) => parse_size(size)?,
                 None => DEFAULT_SHUFFLE_MEMORY,
             };
-            options.shuffle = Some(ShuffleOptions {
-                memory_bytes,
-                tmp_dir: self.tmp_dir.clone(),
-            });
-        } else if self.tmp_dir.is_some() && !tfshard::store::is_url(&options.output) {
+            builder = builder.with_shuffle(memory_bytes);
+        } else if self.tmp_dir.is_some() && !tfshard::store::is_url(output) {
             return Err(CliError::Usage(
                 "--tmp-dir holds --shuffle's temporary files (and, for a URL output, the shards \
                  before upload); it needs --shuffle or an output URL"
                     .into(),
             ));
         }
-        if tfshard::store::is_url(&options.output) {
-            options.staging_dir = self.tmp_dir.clone();
+        if let Some(dir) = &self.tmp_dir {
+            builder = builder.with_tmp_dir(dir.clone());
         }
         if let Some(split) = &self.split {
             if prefix_given {
@@ -228,10 +223,12 @@ impl ShuffleFlags {
                     "--split names the outputs; it cannot be used with --prefix".into(),
                 ));
             }
-            options.splits = Some(parse_splits(split)?);
+            builder = builder.with_splits(parse_splits(split)?);
         }
-        options.encode.split_key = self.split_key.clone();
-        Ok(())
+        if let Some(key) = &self.split_key {
+            builder = builder.with_split_key(key.clone());
+        }
+        Ok(builder)
     }
 }
 
@@ -345,60 +342,77 @@ pub fn tfds_dir(output: &Path, name: &str) -> PathBuf {
 }
 
 impl ShardFlags {
-    fn apply(&self, options: &mut ConvertOptions) -> Result<(), CliError> {
-        options.target_bytes = parse_size(&self.target_shard_size)?;
-        let prefix = self.prefix.clone().unwrap_or_else(|| "data".into());
-        options.max_records = self.max_records_per_shard;
-        options.min_shards = self.min_shards;
-        options.prefix = prefix;
-        self.shuffle.apply(options, self.prefix.is_some())?;
-        options.compression = match self.compression {
-            WriteCompression::None => Compression::None,
-            WriteCompression::Gzip => Compression::Gzip,
-            WriteCompression::Zlib => Compression::Zlib,
-        };
-        options.index = self.index;
-        options.overwrite = self.overwrite;
-        options.resume = self.resume;
-        if let Some(name) = &self.tfds {
-            options.output = tfds_dir(&options.output, name);
-            options.tfds = Some(name.clone());
+    fn apply(&self, builder: ConverterBuilder) -> Result<ConverterBuilder, CliError> {
+        let mut builder = builder
+            .with_target_shard_bytes(parse_size(&self.target_shard_size)?)
+            .with_compression(match self.compression {
+                WriteCompression::None => Compression::None,
+                WriteCompression::Gzip => Compression::Gzip,
+                WriteCompression::Zlib => Compression::Zlib,
+            })
+            .with_index(self.index)
+            .with_overwrite(self.overwrite)
+            .with_resume(self.resume);
+        if let Some(prefix) = &self.prefix {
+            builder = builder.with_prefix(prefix.clone());
         }
-        Ok(())
+        if let Some(n) = self.max_records_per_shard {
+            builder = builder.with_max_records_per_shard(n);
+        }
+        if let Some(n) = self.min_shards {
+            builder = builder.with_min_shards(n);
+        }
+        let output = match &self.tfds {
+            Some(name) => {
+                builder = builder.with_tfds(name.clone());
+                tfds_dir(&self.output, name)
+            }
+            None => self.output.clone(),
+        };
+        let builder = self
+            .shuffle
+            .apply(builder, &output, self.prefix.is_some())?;
+        Ok(builder.with_output(output))
     }
 }
 
 impl ParquetArgs {
-    /// Resolves flags into library options.
-    pub fn to_options(&self) -> Result<ConvertOptions, CliError> {
-        let mut options = ConvertOptions::new(self.inputs.clone(), self.shard.output.clone());
-        self.shard.apply(&mut options)?;
-        options.encode = EncodeOptions {
-            columns: self.columns.clone(),
-            exclude: self.exclude.clone(),
-            rename: parse_rename(&self.rename)?,
-            record_type: match self.record_type {
+    /// Resolves flags into the library's builder.
+    pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
+        let mut builder = self
+            .shard
+            .apply(Converter::parquet(self.inputs.clone()))?
+            .with_record_type(match self.record_type {
                 WriteRecordType::Example => RecordType::Example,
                 WriteRecordType::SequenceExample => RecordType::SequenceExample,
-            },
-            split_key: options.encode.split_key.clone(),
-        };
-        options.partition_base = self.partition_base.clone();
-        if let (Some(count), Some(index)) = (self.num_workers, self.worker_index) {
-            options.worker = Some(WorkerShare { count, index });
+            })
+            .with_partitioning(match self.partitioning {
+                PartitioningFlag::Auto => Partitioning::Auto,
+                PartitioningFlag::Hive => Partitioning::Hive,
+                PartitioningFlag::None => Partitioning::None,
+            })
+            .with_parquet_decoder(match self.parquet_decoder {
+                DecoderFlag::Auto => ParquetDecoder::Auto,
+                DecoderFlag::ArrowRs => ParquetDecoder::ArrowRs,
+            })
+            .with_threads(self.common.thread_count())
+            .with_io(self.common.io()?);
+        if let Some(columns) = &self.columns {
+            builder = builder.with_columns(columns.clone());
         }
-        options.partitioning = match self.partitioning {
-            PartitioningFlag::Auto => Partitioning::Auto,
-            PartitioningFlag::Hive => Partitioning::Hive,
-            PartitioningFlag::None => Partitioning::None,
-        };
-        options.parquet_decoder = match self.parquet_decoder {
-            DecoderFlag::Auto => ParquetDecoder::Auto,
-            DecoderFlag::ArrowRs => ParquetDecoder::ArrowRs,
-        };
-        options.threads = self.common.thread_count();
-        options.io = self.common.io()?;
-        Ok(options)
+        if !self.exclude.is_empty() {
+            builder = builder.with_exclude(self.exclude.clone());
+        }
+        if !self.rename.is_empty() {
+            builder = builder.with_rename(parse_rename(&self.rename)?);
+        }
+        if let Some(base) = &self.partition_base {
+            builder = builder.with_partition_base(base.clone());
+        }
+        if let (Some(count), Some(index)) = (self.num_workers, self.worker_index) {
+            builder = builder.with_worker(count, index);
+        }
+        Ok(builder)
     }
 }
 
@@ -479,9 +493,7 @@ impl ConvertCommand {
     pub fn run(self) -> CliResult {
         match self {
             ConvertCommand::Parquet(args) => {
-                let converter = Converter::parquet(vec![])
-                    .with_options(args.to_options()?)
-                    .build()?;
+                let converter = args.to_builder()?.build()?;
                 install_signal_handlers(&converter.options().cancel);
                 let bar = output::Bar::new(&args.common, "rows");
                 let result = converter.run(&bar);
@@ -489,11 +501,7 @@ impl ConvertCommand {
                 report(&args.common, &result?)
             }
             ConvertCommand::Images(args) => {
-                let (options, images) = args.to_options()?;
-                let converter = Converter::images(PathBuf::new())
-                    .with_options(options)
-                    .with_images(images)
-                    .build()?;
+                let converter = args.to_builder()?.build()?;
                 install_signal_handlers(&converter.options().cancel);
                 let bar = output::Bar::new(&args.common, "files");
                 let result = converter.run(&bar);

@@ -20,8 +20,10 @@ use crate::source::images::{self, ImageData, ImagePlan, Labels, OnError};
 /// Files read in parallel per step; their bytes are held until written in order.
 const IMAGE_CHUNK: usize = 64;
 
-/// What to do with an image folder.
+/// What to do with an image folder (set through [`super::ConverterBuilder`]'s
+/// `with_labels`, `with_extensions` and `with_on_error`).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ImageOptions {
     /// Where labels come from.
     pub labels: Labels,

@@ -14,7 +14,7 @@
 //! use tfshard::convert::Converter;
 //! let out = std::env::temp_dir().join(format!("tfshard-doc-convert-{}", std::process::id()));
 //! let summary = Converter::parquet(vec!["testdata/small.parquet".into()])
-//!     .output(&out)
+//!     .with_output(&out)
 //!     .with_target_shard_bytes(100_000)
 //!     .with_overwrite(true)
 //!     .build()?
@@ -82,8 +82,10 @@ fn check_prefix(option: &'static str, prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// What to convert and how.
+/// What to convert and how: what a [`Converter`] follows, set through its builder's
+/// setters and read back with [`Converter::options`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConvertOptions {
     /// Parquet files and folders, in the order given.
     pub inputs: Vec<PathBuf>,
@@ -155,6 +157,7 @@ pub enum ParquetDecoder {
 
 /// One worker's share of a run spread over `count` machines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerShare {
     /// Workers in all (N).
     pub count: u64,
@@ -187,6 +190,7 @@ impl WorkerShare {
 
 /// `--shuffle-memory` and `--tmp-dir`: they bound the shuffle, never change its output.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ShuffleOptions {
     /// Memory for sorting one bucket.
     pub memory_bytes: u64,
@@ -196,7 +200,7 @@ pub struct ShuffleOptions {
 
 impl ConvertOptions {
     /// Defaults for everything but the inputs and the output folder.
-    pub fn new(inputs: Vec<PathBuf>, output: PathBuf) -> ConvertOptions {
+    pub(crate) fn new(inputs: Vec<PathBuf>, output: PathBuf) -> ConvertOptions {
         ConvertOptions {
             inputs,
             output,
@@ -277,7 +281,7 @@ impl ConvertOptions {
     /// # Errors
     ///
     /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option.
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         let invalid = |option, reason: String| Err(Error::invalid_option(option, reason));
         if self.inputs.is_empty() {
             return invalid("inputs", "no input given".into());
@@ -509,6 +513,8 @@ enum Input {
 pub struct ConverterBuilder {
     options: ConvertOptions,
     input: Input,
+    /// The first setter that does not apply to the source (`build()` refuses it).
+    misapplied: Option<&'static str>,
 }
 
 /// A checked conversion, ready to run (see the module docs).
@@ -525,6 +531,7 @@ impl Converter {
         ConverterBuilder {
             options: ConvertOptions::new(inputs, PathBuf::new()),
             input: Input::Parquet,
+            misapplied: None,
         }
     }
 
@@ -534,6 +541,7 @@ impl Converter {
         ConverterBuilder {
             options: ConvertOptions::new(vec![dir.into()], PathBuf::new()),
             input: Input::Images(ImageOptions::default()),
+            misapplied: None,
         }
     }
 
@@ -565,24 +573,26 @@ impl Converter {
 }
 
 impl ConverterBuilder {
-    /// The output folder (required).
-    pub fn output(mut self, dir: impl AsRef<Path>) -> Self {
-        self.options.output = dir.as_ref().to_path_buf();
-        self
-    }
-
-    /// Replaces every option (the inputs and output included) at once: what the
-    /// command line resolves its flags into.
-    pub fn with_options(mut self, options: ConvertOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// How images are labelled and read (image converters only).
-    pub fn with_images(mut self, images: ImageOptions) -> Self {
-        if let Input::Images(current) = &mut self.input {
-            *current = images;
+    /// Records that `option` does not apply to this converter's source: `build()`
+    /// refuses it, rather than ignoring it.
+    fn only_for(mut self, images: bool, option: &'static str) -> Self {
+        let is_images = matches!(self.input, Input::Images(_));
+        if is_images != images && self.misapplied.is_none() {
+            self.misapplied = Some(option);
         }
+        self
+    }
+
+    fn images_mut(&mut self) -> Option<&mut ImageOptions> {
+        match &mut self.input {
+            Input::Images(images) => Some(images),
+            Input::Parquet => None,
+        }
+    }
+
+    /// The output folder or URL (required).
+    pub fn with_output(mut self, dir: impl AsRef<Path>) -> Self {
+        self.options.output = dir.as_ref().to_path_buf();
         self
     }
 
@@ -622,10 +632,42 @@ impl ConverterBuilder {
         self
     }
 
-    /// Columns, renames and record type (Parquet only).
-    pub fn with_encode(mut self, encode: EncodeOptions) -> Self {
-        self.options.encode = encode;
+    /// Also write a DALI `.idx` file per shard (uncompressed shards only).
+    pub fn with_index(mut self, index: bool) -> Self {
+        self.options.index = index;
         self
+    }
+
+    /// Keep only these columns (flattened names; a struct's name keeps its children).
+    /// Parquet only.
+    pub fn with_columns(mut self, columns: Vec<String>) -> Self {
+        self.options.encode.columns = Some(columns);
+        self.only_for(false, "columns")
+    }
+
+    /// Drop these columns, after `columns`. Parquet only.
+    pub fn with_exclude(mut self, columns: Vec<String>) -> Self {
+        self.options.encode.exclude = columns;
+        self.only_for(false, "exclude")
+    }
+
+    /// Rename features: `(old, new)` pairs, after selection. Parquet only.
+    pub fn with_rename(mut self, pairs: Vec<(String, String)>) -> Self {
+        self.options.encode.rename = pairs;
+        self.only_for(false, "rename")
+    }
+
+    /// `tf.train.Example` (default) or `tf.train.SequenceExample`. Parquet only.
+    pub fn with_record_type(mut self, record_type: RecordType) -> Self {
+        self.options.encode.record_type = record_type;
+        self.only_for(false, "record-type")
+    }
+
+    /// Assign splits by a stable hash of this column's value (with splits). Parquet
+    /// only.
+    pub fn with_split_key(mut self, column: impl Into<String>) -> Self {
+        self.options.encode.split_key = Some(column.into());
+        self.only_for(false, "split-key")
     }
 
     /// Threads of the run's pool (default: every core).
@@ -640,11 +682,78 @@ impl ConverterBuilder {
         self
     }
 
-    /// `(name, fraction)` splits, fractions summing to 1; the names replace the prefix.
-    pub fn with_splits(mut self, splits: Vec<(String, f64)>, seed: u64) -> Self {
-        self.options.splits = Some(splits);
+    /// Seed of the shuffle and of position-based splits (default 0).
+    pub fn with_seed(mut self, seed: u64) -> Self {
         self.options.seed = seed;
         self
+    }
+
+    /// `(name, fraction)` splits, fractions summing to 1; the names replace the prefix.
+    pub fn with_splits(mut self, splits: Vec<(String, f64)>) -> Self {
+        self.options.splits = Some(splits);
+        self
+    }
+
+    /// A global, seeded shuffle of the records, sorting with at most `memory_bytes` in
+    /// memory (see [`DEFAULT_SHUFFLE_MEMORY`]; the output does not depend on it).
+    pub fn with_shuffle(mut self, memory_bytes: u64) -> Self {
+        let tmp_dir = self.options.shuffle.take().and_then(|s| s.tmp_dir);
+        self.options.shuffle = Some(ShuffleOptions {
+            memory_bytes,
+            tmp_dir,
+        });
+        self
+    }
+
+    /// Where temporary files go: the shuffle's buckets, and a store output's shards
+    /// before upload (default: the output's hidden folder; `$TMPDIR` for a store).
+    pub fn with_tmp_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        let dir = dir.into();
+        if let Some(shuffle) = &mut self.options.shuffle {
+            shuffle.tmp_dir = Some(dir.clone());
+        }
+        self.options.staging_dir = Some(dir);
+        self
+    }
+
+    /// Also write the TensorFlow Datasets layout of this dataset name; the output
+    /// folder is then the dataset's version folder (`OUT/NAME/1.0.0`).
+    pub fn with_tfds(mut self, name: impl Into<String>) -> Self {
+        self.options.tfds = Some(name.into());
+        self
+    }
+
+    /// Count Hive `key=value` segments from this folder or URL (default: each folder
+    /// input). Parquet only.
+    pub fn with_partition_base(mut self, base: impl Into<PathBuf>) -> Self {
+        self.options.partition_base = Some(base.into());
+        self.only_for(false, "partition-base")
+    }
+
+    /// Hive partition features (default [`Partitioning::Auto`]). Parquet only.
+    pub fn with_partitioning(mut self, partitioning: Partitioning) -> Self {
+        self.options.partitioning = partitioning;
+        self.only_for(false, "partitioning")
+    }
+
+    /// Convert worker `index`'s share of `count` (its row groups) into a part that
+    /// `finalize` publishes with the others. Parquet only.
+    pub fn with_worker(mut self, count: u64, index: u64) -> Self {
+        self.options.worker = Some(WorkerShare { count, index });
+        self.only_for(false, "num-workers")
+    }
+
+    /// Reuse the shards an interrupted run finished, and keep this run's if it fails.
+    pub fn with_resume(mut self, resume: bool) -> Self {
+        self.options.resume = resume;
+        self
+    }
+
+    /// Which decoder reads Parquet columns (default [`ParquetDecoder::Auto`]). Parquet
+    /// only.
+    pub fn with_parquet_decoder(mut self, decoder: ParquetDecoder) -> Self {
+        self.options.parquet_decoder = decoder;
+        self.only_for(false, "parquet-decoder")
     }
 
     /// Store settings of every request the run makes (default [`store::IoOptions`]'s).
@@ -653,40 +762,57 @@ impl ConverterBuilder {
         self
     }
 
-    /// Which decoder reads Parquet columns (default [`ParquetDecoder::Auto`]).
-    pub fn with_parquet_decoder(mut self, decoder: ParquetDecoder) -> Self {
-        self.options.parquet_decoder = decoder;
-        self
+    /// Where image labels come from (default: class folders). Images only.
+    pub fn with_labels(mut self, labels: Labels) -> Self {
+        if let Some(images) = self.images_mut() {
+            images.labels = labels;
+        }
+        self.only_for(true, "labels")
     }
 
-    /// A global, seeded shuffle of the records.
-    pub fn with_shuffle(mut self, shuffle: ShuffleOptions, seed: u64) -> Self {
-        self.options.shuffle = Some(shuffle);
-        self.options.seed = seed;
-        self
+    /// Image file extensions to read, case-insensitive (default: the common ones).
+    /// Images only.
+    pub fn with_extensions(mut self, extensions: Vec<String>) -> Self {
+        if let Some(images) = self.images_mut() {
+            images.extensions = extensions;
+        }
+        self.only_for(true, "extensions")
     }
 
-    /// Checks every rule about the options ([`ConvertOptions::validate`], and
-    /// [`ImageOptions::validate`] for images) and starts the run's thread pool.
+    /// Stop at a file that is not a readable image (default), or skip it. Images only.
+    pub fn with_on_error(mut self, on_error: OnError) -> Self {
+        if let Some(images) = self.images_mut() {
+            images.on_error = on_error;
+        }
+        self.only_for(true, "on-error")
+    }
+
+    /// Checks every rule about the options and starts the run's thread pool.
     ///
     /// # Errors
     ///
-    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option (no output folder included), or
-    /// an I/O error when the pool's threads cannot start.
+    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option (no output
+    /// folder included; a setter that does not apply to the source), or an I/O error
+    /// when the pool's threads cannot start.
     pub fn build(self) -> Result<Converter> {
-        let ConverterBuilder { options, input } = self;
+        let ConverterBuilder {
+            options,
+            input,
+            misapplied,
+        } = self;
+        if let Some(option) = misapplied {
+            let source = match input {
+                Input::Parquet => "Parquet inputs; it applies to images only",
+                Input::Images(_) => "an image folder; it applies to Parquet inputs only",
+            };
+            return Err(Error::invalid_option(option, format!("not for {source}")));
+        }
         if options.output.as_os_str().is_empty() {
             return Err(Error::invalid_option("output", "no output folder given"));
         }
         options.validate()?;
         if let Input::Images(images) = &input {
             images.validate(&options)?;
-            if options.worker.is_some() {
-                return Err(Error::invalid_option(
-                    "num-workers",
-                    "workers share a table's row groups; an image folder converts on one machine",
-                ));
-            }
         }
         let pool = crate::progress::thread_pool(options.threads, "convert")?;
         Ok(Converter {
@@ -889,7 +1015,10 @@ mod tests {
         o.inputs.clear();
         assert_eq!(invalid(&o), "inputs");
         assert!(
-            Converter::parquet(vec![]).output("out").build().is_err(),
+            Converter::parquet(vec![])
+                .with_output("out")
+                .build()
+                .is_err(),
             "no panic"
         );
         for prefix in ["../x", "a/b", ".hidden", "", "a\\b"] {
@@ -939,31 +1068,60 @@ mod tests {
         assert!(o.validate().is_ok(), "0.8 + 0.1 + 0.1 is 1 within rounding");
     }
 
+    /// Issue #27: a setter that does not apply to the source is a `build()` error
+    /// naming it, never silently ignored.
     #[test]
-    fn the_image_converter_refuses_what_it_would_ignore() {
-        let build = |o: ConvertOptions, i: ImageOptions| -> &'static str {
-            let result = Converter::images("photos")
-                .with_options(o)
-                .with_images(i)
-                .build();
-            match result.unwrap_err().kind() {
+    fn each_converter_refuses_the_setters_of_the_other_source() {
+        let refused = |builder: ConverterBuilder| -> &'static str {
+            match builder.with_output("out").build().unwrap_err().kind() {
                 ErrorKind::InvalidOption { option, .. } => option,
                 other => panic!("{other}"),
             }
         };
-        let mut o = options();
-        o.inputs.push("second".into());
-        assert_eq!(build(o, ImageOptions::default()), "inputs");
-        let mut o = options();
-        o.encode.columns = Some(vec!["x".into()]);
-        assert_eq!(build(o, ImageOptions::default()), "columns");
-        let no_extensions = ImageOptions {
-            extensions: vec![],
-            ..ImageOptions::default()
-        };
-        assert_eq!(build(options(), no_extensions), "extensions");
-        let mut o = options();
-        o.output = PathBuf::new();
-        assert_eq!(build(o, ImageOptions::default()), "output");
+        let images = || Converter::images("photos");
+        let parquet = || Converter::parquet(vec!["in.parquet".into()]);
+        assert_eq!(refused(images().with_columns(vec!["x".into()])), "columns");
+        assert_eq!(refused(images().with_exclude(vec!["x".into()])), "exclude");
+        assert_eq!(refused(images().with_rename(vec![])), "rename");
+        assert_eq!(
+            refused(images().with_record_type(RecordType::SequenceExample)),
+            "record-type"
+        );
+        assert_eq!(refused(images().with_split_key("id")), "split-key");
+        assert_eq!(refused(images().with_partition_base("t")), "partition-base");
+        assert_eq!(
+            refused(images().with_partitioning(Partitioning::Hive)),
+            "partitioning"
+        );
+        assert_eq!(refused(images().with_worker(2, 0)), "num-workers");
+        assert_eq!(
+            refused(images().with_parquet_decoder(ParquetDecoder::ArrowRs)),
+            "parquet-decoder"
+        );
+        assert_eq!(refused(parquet().with_labels(Labels::None)), "labels");
+        assert_eq!(refused(parquet().with_extensions(vec![])), "extensions");
+        assert_eq!(refused(parquet().with_on_error(OnError::Skip)), "on-error");
+        // And each one's own setters build.
+        assert!(images()
+            .with_labels(Labels::None)
+            .with_on_error(OnError::Skip)
+            .with_output("out")
+            .build()
+            .is_ok());
+        assert!(parquet()
+            .with_columns(vec!["x".into()])
+            .with_worker(2, 1)
+            .with_output("out")
+            .build()
+            .is_ok());
+        assert_eq!(refused(images().with_extensions(vec![])), "extensions");
+        let no_output = Converter::images("photos").build().unwrap_err();
+        assert!(matches!(
+            no_output.kind(),
+            ErrorKind::InvalidOption {
+                option: "output",
+                ..
+            }
+        ));
     }
 }

@@ -3,7 +3,7 @@
 //! JSON; `schema` is the feature spec both directions share. Knows nothing of files.
 
 pub mod bytes;
-pub mod columnar;
+pub(crate) mod columnar;
 pub mod decode;
 pub mod encode;
 pub(crate) mod image;

@@ -2,10 +2,10 @@
 //! of what a record holds.
 
 pub mod compress;
-pub mod deflate;
-pub mod frame;
-pub mod mapped;
-pub mod ranges;
+pub(crate) mod deflate;
+pub(crate) mod frame;
+pub(crate) mod mapped;
+pub(crate) mod ranges;
 pub mod reader;
 pub mod writer;
 
@@ -13,6 +13,7 @@ use std::io::{self, BufReader, Read};
 use std::path::Path;
 
 pub use compress::Compression;
+pub use frame::append_record;
 pub use mapped::MappedRecords;
 pub use reader::RecordReader;
 pub use writer::RecordWriter;

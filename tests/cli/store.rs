@@ -1386,7 +1386,7 @@ fn two_runs_in_one_process_child() {
     let bucket = std::env::var("TFSHARD_TEST_BUCKET").expect("run by its parent test");
     let run = |name: &str, io: IoOptions| {
         tfshard::Converter::parquet(vec![root().join("testdata/small.parquet")])
-            .output(format!("s3://{bucket}/{name}"))
+            .with_output(format!("s3://{bucket}/{name}"))
             .with_target_shard_bytes(100_000)
             .with_io(io)
             .build()

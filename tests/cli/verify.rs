@@ -5,7 +5,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use tfshard::tfrecord::frame;
+use tfshard::tfrecord as frame;
 
 use crate::{golden, root, run, s, scratch, wait_for_failpoint};
 
