@@ -8,8 +8,9 @@ use serde::Serialize;
 use crate::error::Result;
 use crate::pipeline::{CacheReport, PipelineBuilder, PipelineOptions};
 
-/// What to measure.
+/// What to measure (set through [`BenchBuilder`]'s setters).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct BenchOptions {
     /// The pipeline.
     pub pipeline: PipelineOptions,
@@ -302,12 +303,80 @@ fn run(options: &PipelineOptions, step_time: Option<Duration>) -> Result<RunRepo
     })
 }
 
-/// Runs the benchmark.
+/// A benchmark of the reader, ready to run: `Bench::builder(pipeline)`, options,
+/// `build()`, `run()`.
 ///
-/// # Errors
-///
-/// Whatever stops the pipeline: a corrupt shard, a record that does not fit the spec.
-pub fn bench(options: &BenchOptions) -> Result<BenchReport> {
+/// ```no_run
+/// use tfshard::bench::Bench;
+/// use tfshard::pipeline::Pipeline;
+/// let report = Bench::builder(Pipeline::builder(vec!["out/".into()]).with_epochs(2))
+///     .with_compare(true)
+///     .build()?
+///     .run()?;
+/// println!("{:.0} records/s, {:?}x the sequential reader", report.run.records_per_sec, report.speedup);
+/// # Ok::<(), tfshard::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Bench {
+    options: BenchOptions,
+}
+
+/// Builds a [`Bench`].
+#[derive(Debug, Clone)]
+pub struct BenchBuilder {
+    options: BenchOptions,
+}
+
+impl Bench {
+    /// Measures the pipeline that `pipeline` builds.
+    pub fn builder(pipeline: PipelineBuilder) -> BenchBuilder {
+        BenchBuilder {
+            options: BenchOptions {
+                pipeline: pipeline.options().clone(),
+                step_time: None,
+                compare: false,
+            },
+        }
+    }
+
+    /// Runs the benchmark.
+    ///
+    /// # Errors
+    ///
+    /// Whatever stops the pipeline: a corrupt shard, a record that does not fit the spec.
+    pub fn run(&self) -> Result<BenchReport> {
+        bench(&self.options)
+    }
+}
+
+impl BenchBuilder {
+    /// A simulated training step after each batch (the report then says how much of
+    /// the consumer's time went to waiting for input).
+    pub fn with_step_time(mut self, step: Duration) -> Self {
+        self.options.step_time = Some(step);
+        self
+    }
+
+    /// Also run the sequential baseline, and report the speedup over it.
+    pub fn with_compare(mut self, compare: bool) -> Self {
+        self.options.compare = compare;
+        self
+    }
+
+    /// Checks the pipeline's options.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option.
+    pub fn build(self) -> Result<Bench> {
+        self.options.pipeline.validate()?;
+        Ok(Bench {
+            options: self.options,
+        })
+    }
+}
+
+fn bench(options: &BenchOptions) -> Result<BenchReport> {
     let pipelined = run(&options.pipeline, options.step_time)?;
     let baseline = if options.compare {
         let mut sequential = options.pipeline.clone();

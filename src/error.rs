@@ -693,7 +693,7 @@ impl fmt::Display for FeatureKind {
 }
 
 /// How a record fails its feature spec: `verify --deep` and the pipeline check records
-/// with [`FeatureSpec::check_values`] and [`FeatureSpec::check_missing`] and report alike.
+/// with `FeatureSpec::check_values` and `FeatureSpec::check_missing` and report alike.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SpecMismatch {

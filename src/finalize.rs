@@ -223,6 +223,109 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
     ))
 }
 
+/// What `finalize` published: one set per prefix.
+#[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
+pub struct FinalizeReport {
+    /// The output folder or URL.
+    pub output: PathBuf,
+    /// The sets, by prefix.
+    pub sets: Vec<FinalizedSet>,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+/// A checked `finalize`, ready to run: `Finalizer::builder(output)`, options, `build()`,
+/// `run()`.
+///
+/// ```no_run
+/// use tfshard::finalize::Finalizer;
+/// // After `convert ... --num-workers 4 --worker-index I` ran for I = 0..4:
+/// let report = Finalizer::builder("s3://bucket/out").build()?.run()?;
+/// println!("{} records", report.sets.iter().map(|s| s.records).sum::<u64>());
+/// # Ok::<(), tfshard::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Finalizer {
+    output: PathBuf,
+    prefix: Option<String>,
+    overwrite: bool,
+    io: store::IoOptions,
+}
+
+/// Builds a [`Finalizer`].
+#[derive(Debug, Clone)]
+pub struct FinalizerBuilder {
+    finalizer: Finalizer,
+}
+
+impl Finalizer {
+    /// Publishes the parts in `output` (a folder or a store URL).
+    pub fn builder(output: impl Into<PathBuf>) -> FinalizerBuilder {
+        FinalizerBuilder {
+            finalizer: Finalizer {
+                output: output.into(),
+                prefix: None,
+                overwrite: false,
+                io: store::IoOptions::default(),
+            },
+        }
+    }
+
+    /// Publishes (see the module docs).
+    ///
+    /// # Errors
+    ///
+    /// No parts; a missing or incomplete part (naming the worker indices); parts that
+    /// disagree; an existing set without overwrite; an I/O or store error. Nothing is
+    /// published unless every prefix's parts are complete.
+    pub fn run(&self) -> Result<FinalizeReport> {
+        let f = self;
+        let (sets, seconds) = finalize(&f.output, f.prefix.as_deref(), f.overwrite, f.io)?;
+        Ok(FinalizeReport {
+            output: f.output.clone(),
+            sets,
+            seconds,
+        })
+    }
+}
+
+impl FinalizerBuilder {
+    /// Only this prefix's parts (default: every prefix that has parts, all splits of
+    /// a `--split` run together).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.finalizer.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Replace a set already published under the prefix.
+    pub fn with_overwrite(mut self, overwrite: bool) -> Self {
+        self.finalizer.overwrite = overwrite;
+        self
+    }
+
+    /// Store settings of every request (default [`store::IoOptions`]'s).
+    pub fn with_io(mut self, io: store::IoOptions) -> Self {
+        self.finalizer.io = io;
+        self
+    }
+
+    /// Checks the options.
+    ///
+    /// # Errors
+    ///
+    /// [`InvalidOption`](crate::ErrorKind::InvalidOption): no output, or an unsupported
+    /// URL scheme.
+    pub fn build(self) -> Result<Finalizer> {
+        let f = self.finalizer;
+        if f.output.as_os_str().is_empty() {
+            return Err(Error::invalid_option("output", "no output folder given"));
+        }
+        store::locate(&f.output, f.io)?;
+        Ok(f)
+    }
+}
+
 /// Publishes the parts in `output` (every prefix that has parts, or `prefix` alone).
 ///
 /// # Errors
@@ -230,7 +333,7 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
 /// No parts; a missing or incomplete part (naming the worker indices); parts that
 /// disagree; an existing set without `overwrite`; an I/O or store error. Nothing is
 /// published unless every prefix's parts are complete.
-pub fn finalize(
+fn finalize(
     output: &Path,
     prefix: Option<&str>,
     overwrite: bool,

@@ -3,20 +3,32 @@
 //! Parquet tables and image folders in, size-targeted TFRecord shards out, and the
 //! tools to prove the shards sound and fast to read.
 //!
-//! Three front doors, each a builder that checks its options in `build()` so that a
-//! run fails only on its data: [`Converter`] (Parquet or images → shards and a
-//! manifest), [`Verifier`] (framing, CRCs, manifest, schema) and [`Pipeline`] (shards →
-//! columnar batches through interleave, shuffle, batch, parallel parse and prefetch).
+//! Every job has one shape: `Job::builder(required)` (for conversions, one
+//! constructor per source), `with_*` setters, `build()`, which checks every rule about
+//! the options so that a run fails only on its data, then `run(..)`. Store settings
+//! ([`store::IoOptions`]) are a value handed to each builder.
 //!
-//! The modules follow the data: `source` yields Arrow batches (or image files) in
-//! input order (fixed-size lists of numbers without nulls, the embeddings and feature
-//! vectors of ML tables, through a decoder of our own that checks their levels where
-//! they are encoded; everything else through arrow-rs); [`example`] is the `tf.train.Example` codec, both ways; [`convert`]
-//! routes the records into splits and `shard` frames them ([`tfrecord`]) into shards
-//! of a target size under hidden temporary names (compressed ones deflated in fixed
-//! chunks on every core, [`tfrecord::deflate`]), then commits every output with its
-//! [`manifest`]. Going the other way, [`dataset`] finds shards and their manifests,
-//! [`tfrecord`] reads frames, and [`pipeline`] and [`records`] decode them.
+//! | job | builder | returns |
+//! | --- | --- | --- |
+//! | convert | [`Converter::parquet`], [`Converter::images`] | [`ConvertSummary`] |
+//! | verify | [`Verifier::builder`] | [`VerifyReport`] (typed [`verify::Problem`]s) |
+//! | read | [`Pipeline::builder`] | an iterator of [`Batch`]es |
+//! | bench | [`bench::Bench::builder`] | [`bench::BenchReport`] |
+//! | finalize | [`finalize::Finalizer::builder`] | [`finalize::FinalizeReport`] |
+//! | inspect | [`records::Inspector::builder`] | each decoded record, to a closure |
+//! | schema | [`records::SchemaReader::builder`] | [`records::Schema`] |
+//!
+//! The modules follow the data, each floor importing only the ones below it: `error`
+//! (imports nothing of ours); `progress`, `failpoint`, `hash`; [`tfrecord`] (framing,
+//! reading, writing, compression: knows no store and no Arrow); [`store`] (URLs,
+//! clients, and the one `Destination` every output is staged in,
+//! placed and published through, on disk or in an object store); `source` (Arrow
+//! batches or image files in input order; fixed-size lists of numbers through a page
+//! decoder of our own, everything else through arrow-rs); [`example`] (the
+//! `tf.train.Example` codec, both ways) and `shard` (size targeting, the shuffle's
+//! buckets, names); [`manifest`]; then the jobs: [`convert`] (the only module that
+//! wires source, codec, shards and destination), [`finalize`], [`tfds`], [`dataset`]
+//! and [`records`] (finding and decoding shards), [`pipeline`], [`verify`], [`bench`](mod@bench).
 //!
 //! ```
 //! use tfshard::{Converter, NoProgress, Pipeline, Verifier};
@@ -40,6 +52,9 @@
 //!     assert!(batch.column("y").is_some()); // the label column
 //! }
 //! assert_eq!(rows, 2000);
+//!
+//! let schema = tfshard::records::SchemaReader::builder(vec![out.clone()]).build()?.run()?;
+//! assert!(schema.features.iter().any(|f| f.name == "x"));
 //! # std::fs::remove_dir_all(&out).unwrap();
 //! # Ok::<(), tfshard::Error>(())
 //! ```

@@ -12,6 +12,231 @@ use crate::example::{decode_record, Record, RecordType};
 use crate::store::IoOptions;
 use crate::tfrecord::{self, Compression, RecordReader, Source};
 
+/// How shards are read: their compression (`None`: by name, else content), record
+/// type (`None`: the manifest's, else Example) and store settings.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reading {
+    compression: Option<Compression>,
+    record_type: Option<RecordType>,
+    io: IoOptions,
+}
+
+/// `inspect`: every record of a shard, a folder or a manifest's set, decoded, in order:
+/// `Inspector::builder(path)`, options, `build()`, `run(f)`.
+///
+/// ```
+/// use tfshard::records::Inspector;
+/// let inspector = Inspector::builder("testdata/golden/examples.tfrecord")
+///     .with_limit(2)
+///     .build()?;
+/// let mut seen = 0;
+/// inspector.run(|record| {
+///     seen += 1;
+///     Ok(true) // false stops
+/// })?;
+/// assert_eq!(seen, 2);
+/// # Ok::<(), tfshard::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Inspector {
+    dataset: Dataset,
+    reading: Reading,
+    record_type: RecordType,
+    limit: Option<u64>,
+}
+
+/// Builds an [`Inspector`].
+#[derive(Debug, Clone)]
+pub struct InspectorBuilder {
+    path: PathBuf,
+    reading: Reading,
+    limit: Option<u64>,
+}
+
+impl Inspector {
+    /// The records of `path`: a shard file or object, a folder, or a manifest.
+    pub fn builder(path: impl Into<PathBuf>) -> InspectorBuilder {
+        InspectorBuilder {
+            path: path.into(),
+            reading: Reading::default(),
+            limit: None,
+        }
+    }
+
+    /// The record type the records are decoded as.
+    pub fn record_type(&self) -> RecordType {
+        self.record_type
+    }
+
+    /// Calls `f` with each record in order, until it returns `false` or the limit is
+    /// reached; returns how many it was given.
+    ///
+    /// # Errors
+    ///
+    /// A framing or decode error naming file, record and offset; or `f`'s error.
+    pub fn run(&self, mut f: impl FnMut(Record) -> Result<bool>) -> Result<u64> {
+        let limit = self.limit.unwrap_or(u64::MAX);
+        let mut given = 0u64;
+        for shard in &self.dataset.shards {
+            if given >= limit {
+                break;
+            }
+            let (compression, io) = (self.reading.compression, self.reading.io);
+            for_each_record(shard, compression, self.record_type, io, |record| {
+                given += 1;
+                Ok(f(record)? && given < limit)
+            })?;
+        }
+        Ok(given)
+    }
+}
+
+impl InspectorBuilder {
+    /// At most this many records.
+    pub fn with_limit(mut self, records: u64) -> Self {
+        self.limit = Some(records);
+        self
+    }
+
+    /// The shards' compression (default: by name, else by content).
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.reading.compression = Some(compression);
+        self
+    }
+
+    /// The record type (default: the manifest's, else Example).
+    pub fn with_record_type(mut self, record_type: RecordType) -> Self {
+        self.reading.record_type = Some(record_type);
+        self
+    }
+
+    /// Store settings of every request (default [`IoOptions`]'s).
+    pub fn with_io(mut self, io: IoOptions) -> Self {
+        self.reading.io = io;
+        self
+    }
+
+    /// Finds the shards.
+    ///
+    /// # Errors
+    ///
+    /// A path that does not exist, a folder with no manifest and no shard, a manifest
+    /// that cannot be read.
+    pub fn build(self) -> Result<Inspector> {
+        let dataset = Dataset::discover(std::slice::from_ref(&self.path), self.reading.io)?;
+        let record_type = self
+            .reading
+            .record_type
+            .unwrap_or_else(|| dataset.record_type());
+        Ok(Inspector {
+            dataset,
+            reading: self.reading,
+            record_type,
+            limit: self.limit,
+        })
+    }
+}
+
+/// `schema`: the feature spec of a set of shards, from their manifest or inferred from
+/// every record: `SchemaReader::builder(paths)`, options, `build()`, `run()`.
+///
+/// ```
+/// use tfshard::records::SchemaReader;
+/// let schema = SchemaReader::builder(vec!["testdata/golden/examples.tfrecord".into()])
+///     .build()?
+///     .run()?;
+/// assert!(!schema.features.is_empty());
+/// # Ok::<(), tfshard::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct SchemaReader {
+    dataset: Dataset,
+    reading: Reading,
+    record_type: RecordType,
+}
+
+/// Builds a [`SchemaReader`].
+#[derive(Debug, Clone)]
+pub struct SchemaReaderBuilder {
+    paths: Vec<PathBuf>,
+    reading: Reading,
+}
+
+/// What [`SchemaReader::run`] found.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Schema {
+    /// The record type.
+    pub record_type: RecordType,
+    /// The features, by name.
+    pub features: Vec<FeatureSpec>,
+}
+
+impl SchemaReader {
+    /// The spec of these shards, folders or manifests.
+    pub fn builder(paths: Vec<PathBuf>) -> SchemaReaderBuilder {
+        SchemaReaderBuilder {
+            paths,
+            reading: Reading::default(),
+        }
+    }
+
+    /// The manifest's spec when one manifest lists the shards, else the one inferred
+    /// from every record (files in parallel).
+    ///
+    /// # Errors
+    ///
+    /// A corrupt shard, or a feature with two kinds.
+    pub fn run(&self) -> Result<Schema> {
+        Ok(Schema {
+            record_type: self.record_type,
+            features: feature_spec(&self.dataset, self.reading.compression, self.record_type)?,
+        })
+    }
+}
+
+impl SchemaReaderBuilder {
+    /// The shards' compression (default: by name, else by content).
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.reading.compression = Some(compression);
+        self
+    }
+
+    /// The record type (default: the manifest's, else Example).
+    pub fn with_record_type(mut self, record_type: RecordType) -> Self {
+        self.reading.record_type = Some(record_type);
+        self
+    }
+
+    /// Store settings of every request (default [`IoOptions`]'s).
+    pub fn with_io(mut self, io: IoOptions) -> Self {
+        self.reading.io = io;
+        self
+    }
+
+    /// Finds the shards.
+    ///
+    /// # Errors
+    ///
+    /// No path; a path that does not exist, a folder with no manifest and no shard, a
+    /// manifest that cannot be read.
+    pub fn build(self) -> Result<SchemaReader> {
+        if self.paths.is_empty() {
+            return Err(crate::Error::invalid_option("paths", "give a path"));
+        }
+        let dataset = Dataset::discover(&self.paths, self.reading.io)?;
+        let record_type = self
+            .reading
+            .record_type
+            .unwrap_or_else(|| dataset.record_type());
+        Ok(SchemaReader {
+            dataset,
+            reading: self.reading,
+            record_type,
+        })
+    }
+}
+
 /// Resolves `--compression auto` for a shard (a file or an object) by its name and
 /// first bytes.
 ///
@@ -47,7 +272,7 @@ pub fn open(
 /// # Errors
 ///
 /// A framing or decode error naming file, record and offset; or `f`'s error.
-pub fn for_each_record(
+pub(crate) fn for_each_record(
     path: &Path,
     compression: Option<Compression>,
     record_type: RecordType,
@@ -74,7 +299,7 @@ pub fn for_each_record(
 /// # Errors
 ///
 /// A corrupt shard, or a feature with two kinds.
-pub fn feature_spec(
+pub(crate) fn feature_spec(
     dataset: &Dataset,
     compression: Option<Compression>,
     record_type: RecordType,
@@ -90,7 +315,7 @@ pub fn feature_spec(
 /// # Errors
 ///
 /// As [`feature_spec`].
-pub fn infer_spec(
+pub(crate) fn infer_spec(
     files: &[PathBuf],
     compression: Option<Compression>,
     record_type: RecordType,

@@ -20,7 +20,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::dataset::is_shard_file_name;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, FrameProblem, Result};
 use crate::example::proto::{Feature, Features, Kind};
 use crate::example::schema::{FeatureKind, FeatureSpec, Part, SpecInference, SpecMismatch};
 use crate::example::{decode_record, Record, RecordType};
@@ -30,8 +30,9 @@ use crate::shard::name::is_own_shard;
 use crate::store::IoOptions;
 use crate::tfrecord::{self, frame, Compression, HashingReader, RecordReader};
 
-/// What to verify.
+/// What to verify (set through [`VerifierBuilder`]'s setters).
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct VerifyOptions {
     /// Shards, folders (their manifests, or every shard file in them) and manifests.
     pub paths: Vec<PathBuf>,
@@ -47,19 +48,130 @@ pub struct VerifyOptions {
     pub io: IoOptions,
 }
 
-/// One thing wrong; the `verify --json` `problems` entries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, PartialOrd, Ord)]
+/// Which check a [`Problem`] failed; its [`phrase`](ProblemKind::phrase) starts the
+/// problem's text (the fixed phrases of `verify --json`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// A record's length does not match its CRC.
+    LengthCrc,
+    /// A record's data does not match its CRC.
+    DataCrc,
+    /// The file ends inside a record's length or its CRC.
+    TruncatedLength,
+    /// The file ends inside a record's data or its CRC.
+    TruncatedData,
+    /// Bytes after the last record that are not a record.
+    TrailingBytes,
+    /// Listed in the manifest, not there.
+    MissingShard,
+    /// There, a shard of the manifest's prefix, not listed.
+    UnlistedShard,
+    /// A size other than the manifest's.
+    SizeMismatch,
+    /// A record count other than the manifest's.
+    RecordCountMismatch,
+    /// A file CRC32C other than the manifest's.
+    Crc32cMismatch,
+    /// A manifest entry that leaves the manifest's folder (never opened).
+    UnsafePath,
+    /// A record that does not parse (`--deep`).
+    DecodeError,
+    /// A record that does not fit the schema, or records of two schemas (`--deep`).
+    SchemaMismatch,
+    /// The file cannot be opened or read.
+    Unreadable,
+}
+
+impl ProblemKind {
+    /// The fixed phrase that starts the problem's text.
+    pub fn phrase(self) -> &'static str {
+        match self {
+            ProblemKind::LengthCrc => FrameProblem::LengthCrc.phrase(),
+            ProblemKind::DataCrc => FrameProblem::DataCrc.phrase(),
+            ProblemKind::TruncatedLength => FrameProblem::TruncatedLength.phrase(),
+            ProblemKind::TruncatedData => FrameProblem::TruncatedData.phrase(),
+            ProblemKind::TrailingBytes => FrameProblem::TrailingBytes.phrase(),
+            ProblemKind::MissingShard => "missing shard",
+            ProblemKind::UnlistedShard => "unlisted shard",
+            ProblemKind::SizeMismatch => "size mismatch",
+            ProblemKind::RecordCountMismatch => "record count mismatch",
+            ProblemKind::Crc32cMismatch => "crc32c mismatch",
+            ProblemKind::UnsafePath => "unsafe path",
+            ProblemKind::DecodeError => "decode error",
+            ProblemKind::SchemaMismatch => "schema mismatch",
+            ProblemKind::Unreadable => "cannot read",
+        }
+    }
+
+    fn of_frame(problem: FrameProblem) -> ProblemKind {
+        match problem {
+            FrameProblem::LengthCrc => ProblemKind::LengthCrc,
+            FrameProblem::DataCrc => ProblemKind::DataCrc,
+            FrameProblem::TruncatedLength => ProblemKind::TruncatedLength,
+            FrameProblem::TruncatedData => ProblemKind::TruncatedData,
+            FrameProblem::TrailingBytes => ProblemKind::TrailingBytes,
+        }
+    }
+}
+
+/// One thing wrong: what (its [`kind`](Problem::kind) and the facts), and where (file,
+/// record, byte offset). Its `Display` is the line `verify` prints; the `verify --json`
+/// `problems` entries hold its fields, with `problem` its text. Problems order by file,
+/// record, offset, then text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Problem {
     /// The file (shard or manifest) as named on the command line or in the manifest.
     pub file: String,
     /// The record index within the shard.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub record: Option<u64>,
     /// The byte offset (of the decompressed stream for compressed shards).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
-    /// Starts with a fixed phrase (`data CRC mismatch`, `missing shard`, ...).
-    pub problem: String,
+    /// Which check failed.
+    pub kind: ProblemKind,
+    /// The facts behind it, after the phrase (may be empty).
+    pub detail: String,
+}
+
+impl Problem {
+    /// The problem's text: its phrase, then the facts (`data CRC mismatch: ...`).
+    pub fn text(&self) -> String {
+        if self.detail.is_empty() {
+            self.kind.phrase().to_owned()
+        } else {
+            format!("{}: {}", self.kind.phrase(), self.detail)
+        }
+    }
+}
+
+impl Ord for Problem {
+    fn cmp(&self, other: &Problem) -> std::cmp::Ordering {
+        let key = |p: &Problem| (p.file.clone(), p.record, p.offset, p.text());
+        key(self).cmp(&key(other))
+    }
+}
+
+impl PartialOrd for Problem {
+    fn partial_cmp(&self, other: &Problem) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Serialize for Problem {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("file", &self.file)?;
+        if let Some(record) = self.record {
+            map.serialize_entry("record", &record)?;
+        }
+        if let Some(offset) = self.offset {
+            map.serialize_entry("offset", &offset)?;
+        }
+        map.serialize_entry("problem", &self.text())?;
+        map.end()
+    }
 }
 
 impl std::fmt::Display for Problem {
@@ -71,7 +183,7 @@ impl std::fmt::Display for Problem {
         if let Some(o) = self.offset {
             write!(f, ", offset {o}")?;
         }
-        write!(f, ": {}", self.problem)
+        write!(f, ": {}", self.text())
     }
 }
 
@@ -113,13 +225,39 @@ struct Outcome {
     inference: Option<SpecInference>,
 }
 
-fn problem(file: &Path, record: Option<u64>, offset: Option<u64>, text: String) -> Problem {
+fn problem(
+    file: &Path,
+    record: Option<u64>,
+    offset: Option<u64>,
+    kind: ProblemKind,
+    detail: String,
+) -> Problem {
     Problem {
         file: file.display().to_string(),
         record,
         offset,
-        problem: text,
+        kind,
+        detail,
     }
+}
+
+/// The problem an error reading a shard makes: a frame check's own kind, a decode
+/// error, or the file cannot be read.
+fn problem_of(file: &Path, e: &crate::Error) -> Problem {
+    let (kind, detail) = match e.kind() {
+        ErrorKind::Frame { problem, detail } => {
+            (ProblemKind::of_frame(*problem), detail.to_string())
+        }
+        ErrorKind::Decode { .. } | ErrorKind::Malformed(_) => {
+            let text = e.kind().to_string();
+            let phrase = format!("{}: ", ProblemKind::DecodeError.phrase());
+            let detail = text.strip_prefix(&phrase).unwrap_or(&text).to_owned();
+            (ProblemKind::DecodeError, detail)
+        }
+        other => (ProblemKind::Unreadable, other.to_string()),
+    };
+    let loc = e.location();
+    problem(file, loc.record, loc.offset, kind, detail)
 }
 
 /// A checked verification, ready to run: `Verifier::builder(paths)`, options, `build()`,
@@ -190,12 +328,6 @@ impl Verifier {
 }
 
 impl VerifierBuilder {
-    /// Replaces every option at once (what the command line resolves its flags into).
-    pub fn with_options(mut self, options: VerifyOptions) -> Self {
-        self.options = options;
-        self
-    }
-
     /// Checks the shards against this manifest.
     pub fn with_manifest(mut self, manifest: PathBuf) -> Self {
         self.options.manifest = Some(manifest);
@@ -352,7 +484,8 @@ pub(crate) fn verify(
                             &job.path,
                             None,
                             None,
-                            format!("schema mismatch: {}", e.kind()),
+                            ProblemKind::SchemaMismatch,
+                            format!("{}", e.kind()),
                         ));
                     }
                 }
@@ -419,10 +552,8 @@ fn plan_manifest(
                 path,
                 None,
                 None,
-                format!(
-                    "unsafe path: {:?} leaves the manifest's folder; not opened",
-                    shard.file
-                ),
+                ProblemKind::UnsafePath,
+                format!("{:?} leaves the manifest's folder; not opened", shard.file),
             ));
             continue;
         }
@@ -433,7 +564,8 @@ fn plan_manifest(
                 &shard_path,
                 None,
                 None,
-                "missing shard: listed in the manifest but not on disk".into(),
+                ProblemKind::MissingShard,
+                "listed in the manifest but not on disk".into(),
             ));
             continue;
         }
@@ -457,7 +589,8 @@ fn plan_manifest(
                 file,
                 None,
                 None,
-                "unlisted shard: not in the manifest".into(),
+                ProblemKind::UnlistedShard,
+                "not in the manifest".into(),
             ));
         }
     }
@@ -468,8 +601,9 @@ fn plan_manifest(
             path,
             None,
             None,
+            ProblemKind::RecordCountMismatch,
             format!(
-                "record count mismatch: the shards list {records} records, the total says {}",
+                "the shards list {records} records, the total says {}",
                 m.records
             ),
         ));
@@ -479,10 +613,8 @@ fn plan_manifest(
             path,
             None,
             None,
-            format!(
-                "size mismatch: the shards list {bytes} bytes, the total says {}",
-                m.bytes
-            ),
+            ProblemKind::SizeMismatch,
+            format!("the shards list {bytes} bytes, the total says {}", m.bytes),
         ));
     }
     Ok(())
@@ -574,7 +706,8 @@ fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
             &job.path,
             None,
             None,
-            format!("cannot read: {}", crate::error::Error::from(e).kind()),
+            ProblemKind::Unreadable,
+            format!("{}", crate::error::Error::from(e).kind()),
         )),
         (Ok(_), None) => {}
     }
@@ -596,8 +729,9 @@ fn compare_crc(
             path,
             None,
             None,
+            ProblemKind::Crc32cMismatch,
             format!(
-                "crc32c mismatch: the file's CRC32C is {crc:08x}, the manifest lists {}",
+                "the file's CRC32C is {crc:08x}, the manifest lists {}",
                 listed.crc32c
             ),
         ));
@@ -614,8 +748,7 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
         None => match crate::records::detect_compression(path, job.io) {
             Ok(c) => c,
             Err(e) => {
-                out.problems
-                    .push(problem(path, None, None, e.kind().to_string()));
+                out.problems.push(problem_of(path, &e));
                 return out;
             }
         },
@@ -627,14 +760,14 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
                 path,
                 None,
                 None,
-                format!("cannot read: {}", e.kind()),
+                ProblemKind::Unreadable,
+                format!("{}", e.kind()),
             ));
             return out;
         }
     };
     if let Err(e) = crate::failpoint::hit("verify:opened") {
-        out.problems
-            .push(problem(path, None, None, e.kind().to_string()));
+        out.problems.push(problem_of(path, &e));
         return out;
     }
     // The hashing reader sits under the decompressor: it sees the bytes on disk.
@@ -665,12 +798,10 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
                 out.records += 1;
                 if deep {
                     match decode_record(bytes, job.record_type) {
-                        Err(e) => out.problems.push(problem(
-                            path,
-                            Some(index),
-                            Some(offset),
-                            e.kind().to_string(),
-                        )),
+                        Err(e) => {
+                            let e = e.with_record(index).with_offset(offset);
+                            out.problems.push(problem_of(path, &e))
+                        }
                         Ok(record) => {
                             if let Some(check) = &schema {
                                 if let Some(text) = check.check(&record) {
@@ -678,7 +809,8 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
                                         path,
                                         Some(index),
                                         Some(offset),
-                                        format!("schema mismatch: {text}"),
+                                        ProblemKind::SchemaMismatch,
+                                        text,
                                     ));
                                 }
                             }
@@ -688,7 +820,8 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
                                         path,
                                         Some(index),
                                         Some(offset),
-                                        format!("schema mismatch: {}", e.kind()),
+                                        ProblemKind::SchemaMismatch,
+                                        format!("{}", e.kind()),
                                     ));
                                     inference = None;
                                 }
@@ -698,13 +831,7 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
                 }
             }
             Err(e) => {
-                let loc = e.location();
-                let text = match e.kind() {
-                    ErrorKind::Frame { .. } => e.kind().to_string(),
-                    other => format!("cannot read: {other}"),
-                };
-                out.problems
-                    .push(problem(path, loc.record, loc.offset, text));
+                out.problems.push(problem_of(path, &e));
                 let recoverable = matches!(
                     e.kind(),
                     ErrorKind::Frame {
@@ -731,8 +858,9 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
                 path,
                 None,
                 None,
+                ProblemKind::SizeMismatch,
                 format!(
-                    "size mismatch: {disk_len} bytes on disk, the manifest lists {}",
+                    "{disk_len} bytes on disk, the manifest lists {}",
                     listed.bytes
                 ),
             ));
@@ -742,8 +870,9 @@ fn walk_shard(job: &Job, deep: bool, hashed_apart: bool) -> Outcome {
                 path,
                 None,
                 None,
+                ProblemKind::RecordCountMismatch,
                 format!(
-                    "record count mismatch: {} records, the manifest lists {}",
+                    "{} records, the manifest lists {}",
                     out.records, listed.records
                 ),
             ));
@@ -869,6 +998,37 @@ impl SchemaCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #27: problems are typed (kind and place); their text is their `Display`.
+    #[test]
+    fn problems_are_typed_with_their_place() {
+        let dir = std::env::temp_dir().join(format!("tfshard-typed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bytes = Vec::new();
+        for payload in [&b"first"[..], b"second", b"third"] {
+            crate::tfrecord::append_record(&mut bytes, payload);
+        }
+        // The second record's data: 12 bytes of header after the first's 21.
+        bytes[21 + 12] ^= 0x40;
+        let shard = dir.join("a.tfrecord");
+        std::fs::write(&shard, &bytes).unwrap();
+        let report = Verifier::builder(vec![shard.clone()])
+            .build()
+            .unwrap()
+            .run(&crate::NoProgress)
+            .unwrap();
+        assert!(!report.ok);
+        let [p] = report.problems.as_slice() else {
+            panic!("{:?}", report.problems)
+        };
+        assert_eq!(p.kind, ProblemKind::DataCrc);
+        assert_eq!((p.record, p.offset), (Some(1), Some(21)));
+        assert_eq!(p.file, shard.display().to_string());
+        assert!(p.to_string().ends_with(": record 1, offset 21: data CRC mismatch: the 6-byte payload does not match its CRC"), "{p}");
+        let json = serde_json::to_value(p).unwrap();
+        assert_eq!(json["problem"], p.text());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn file_crc_in_parallel_ranges_equals_one_pass() {

@@ -8,8 +8,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
-use tfshard::bench::{bench, BenchOptions, RunReport};
-use tfshard::pipeline::{PipelineBuilder, DEFAULT_BATCH_SIZE, DEFAULT_SHUFFLE_BUFFER};
+use tfshard::bench::{Bench, BenchBuilder, RunReport};
+use tfshard::pipeline::{Pipeline, DEFAULT_BATCH_SIZE, DEFAULT_SHUFFLE_BUFFER};
 
 /// Arguments of `bench`.
 #[derive(Args, Debug)]
@@ -181,7 +181,7 @@ fn print_run(out: &mut impl Write, title: &str, run: &RunReport) -> std::io::Res
 
 impl BenchArgs {
     /// Resolves flags into library options.
-    pub fn to_options(&self) -> Result<BenchOptions, CliError> {
+    pub fn to_builder(&self) -> Result<BenchBuilder, CliError> {
         if self.batch_size == 0 {
             return Err(CliError::Usage("--batch-size must be at least 1".into()));
         }
@@ -202,7 +202,7 @@ impl BenchArgs {
                 )));
             }
         }
-        let mut builder = PipelineBuilder::new(self.paths.clone())
+        let mut builder = Pipeline::builder(self.paths.clone())
             .with_threads(threads)
             .with_epochs(self.epochs)
             .with_shuffled_files(self.shuffle_buffer > 1)
@@ -235,18 +235,16 @@ impl BenchArgs {
             }
             builder = builder.with_cache(tfshard::pipeline::CacheMode::File(path.clone()));
         }
-        let step_time = self.step_time.as_deref().map(parse_duration).transpose()?;
-        Ok(BenchOptions {
-            pipeline: builder.options().clone(),
-            step_time,
-            compare: self.compare,
-        })
+        let mut bench = Bench::builder(builder).with_compare(self.compare);
+        if let Some(step) = self.step_time.as_deref().map(parse_duration).transpose()? {
+            bench = bench.with_step_time(step);
+        }
+        Ok(bench)
     }
 
     /// Runs and reports.
     pub fn run(&self) -> CliResult {
-        let options = self.to_options()?;
-        let report = bench(&options)?;
+        let report = self.to_builder()?.build()?.run()?;
         if self.common.json {
             output::print_json(&serde_json::to_value(&report).map_err(std::io::Error::other)?)?;
             return Ok(());

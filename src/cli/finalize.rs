@@ -32,12 +32,14 @@ impl FinalizeArgs {
             Some(name) => super::convert::tfds_dir(&self.output, name),
             None => self.output.clone(),
         };
-        let (sets, seconds) = tfshard::finalize::finalize(
-            &output,
-            self.prefix.as_deref(),
-            self.overwrite,
-            self.common.io()?,
-        )?;
+        let mut finalizer = tfshard::finalize::Finalizer::builder(&output)
+            .with_overwrite(self.overwrite)
+            .with_io(self.common.io()?);
+        if let Some(prefix) = &self.prefix {
+            finalizer = finalizer.with_prefix(prefix.clone());
+        }
+        let report = finalizer.build()?.run()?;
+        let (sets, seconds) = (report.sets, report.seconds);
         let records: u64 = sets.iter().map(|s| s.records).sum();
         let shards: u64 = sets.iter().map(|s| s.shards).sum();
         let bytes: u64 = sets.iter().map(|s| s.bytes).sum();

@@ -6,9 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{output, CliResult, Common, ReadFlags};
-use tfshard::dataset::Dataset;
 use tfshard::example::decode::push_json;
-use tfshard::records::for_each_record;
+use tfshard::records::Inspector;
 
 /// Arguments of `inspect`.
 #[derive(Args, Debug)]
@@ -28,38 +27,25 @@ pub struct InspectArgs {
 impl InspectArgs {
     /// Prints each record as one JSON object per line.
     pub fn run(&self) -> CliResult {
-        let dataset = Dataset::discover(std::slice::from_ref(&self.file), self.common.io()?)?;
-        let record_type = self
-            .read
-            .record_type
-            .resolve()
-            .unwrap_or_else(|| dataset.record_type());
+        let mut inspector = Inspector::builder(&self.file).with_io(self.common.io()?);
+        if let Some(limit) = self.limit {
+            inspector = inspector.with_limit(limit);
+        }
+        if let Some(c) = self.read.compression.resolve() {
+            inspector = inspector.with_compression(c);
+        }
+        if let Some(t) = self.read.record_type.resolve() {
+            inspector = inspector.with_record_type(t);
+        }
         let mut out = output::stdout();
         let mut line = String::new();
-        let mut printed = 0u64;
-        let limit = self.limit.unwrap_or(u64::MAX);
-        if limit == 0 {
-            return Ok(());
-        }
-        for shard in &dataset.shards {
-            for_each_record(
-                shard,
-                self.read.compression.resolve(),
-                record_type,
-                dataset.io,
-                |record| {
-                    line.clear();
-                    push_json(&mut line, &record);
-                    line.push('\n');
-                    out.write_all(line.as_bytes())?;
-                    printed += 1;
-                    Ok(printed < limit)
-                },
-            )?;
-            if printed >= limit {
-                break;
-            }
-        }
+        inspector.build()?.run(|record| {
+            line.clear();
+            push_json(&mut line, &record);
+            line.push('\n');
+            out.write_all(line.as_bytes())?;
+            Ok(true)
+        })?;
         out.flush()?;
         Ok(())
     }

@@ -5,9 +5,8 @@ use std::io::Write;
 use clap::{Args, ValueEnum};
 
 use super::{output, CliResult, Common, ReadFlags};
-use tfshard::dataset::Dataset;
 use tfshard::example::schema::to_python;
-use tfshard::records::feature_spec;
+use tfshard::records::SchemaReader;
 
 /// `--format`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,13 +35,15 @@ pub struct SchemaArgs {
 impl SchemaArgs {
     /// Prints the spec.
     pub fn run(&self) -> CliResult {
-        let dataset = Dataset::discover(&self.paths, self.common.io()?)?;
-        let record_type = self
-            .read
-            .record_type
-            .resolve()
-            .unwrap_or_else(|| dataset.record_type());
-        let spec = feature_spec(&dataset, self.read.compression.resolve(), record_type)?;
+        let mut reader = SchemaReader::builder(self.paths.clone()).with_io(self.common.io()?);
+        if let Some(c) = self.read.compression.resolve() {
+            reader = reader.with_compression(c);
+        }
+        if let Some(t) = self.read.record_type.resolve() {
+            reader = reader.with_record_type(t);
+        }
+        let schema = reader.build()?.run()?;
+        let (spec, record_type) = (schema.features, schema.record_type);
         let mut out = output::stdout();
         match self.format {
             Format::Json => {

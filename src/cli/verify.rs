@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
-use tfshard::verify::{Verifier, VerifyOptions};
+use tfshard::verify::{Verifier, VerifierBuilder};
 
 /// Arguments of `verify`.
 #[derive(Args, Debug)]
@@ -27,24 +27,27 @@ pub struct VerifyArgs {
 }
 
 impl VerifyArgs {
-    /// Resolves flags into library options.
-    pub fn to_options(&self) -> Result<VerifyOptions, CliError> {
-        Ok(VerifyOptions {
-            paths: self.paths.clone(),
-            manifest: self.manifest.clone(),
-            deep: self.deep,
-            compression: self.read.compression.resolve(),
-            record_type: self.read.record_type.resolve(),
-            io: self.common.io()?,
-        })
+    /// Resolves flags into the library's builder.
+    pub fn to_builder(&self) -> Result<VerifierBuilder, CliError> {
+        let mut builder = Verifier::builder(self.paths.clone())
+            .with_deep(self.deep)
+            .with_threads(self.common.thread_count())
+            .with_io(self.common.io()?);
+        if let Some(manifest) = &self.manifest {
+            builder = builder.with_manifest(manifest.clone());
+        }
+        if let Some(compression) = self.read.compression.resolve() {
+            builder = builder.with_compression(compression);
+        }
+        if let Some(record_type) = self.read.record_type.resolve() {
+            builder = builder.with_record_type(record_type);
+        }
+        Ok(builder)
     }
 
     /// Verifies; exit 1 when any problem is found.
     pub fn run(&self) -> CliResult {
-        let verifier = Verifier::builder(vec![])
-            .with_options(self.to_options()?)
-            .with_threads(self.common.thread_count())
-            .build()?;
+        let verifier = self.to_builder()?.build()?;
         let bar = output::Bar::new(&self.common, "bytes");
         let report = verifier.run(&bar);
         bar.clear();

@@ -85,15 +85,16 @@ const MAX_AUTO_CYCLE: usize = 8;
 /// The automatic prefetch depth grows to at most this many batches per worker.
 const MAX_AUTO_PREFETCH_PER_WORKER: usize = 8;
 
-/// Resolved settings of a pipeline.
+/// Resolved settings of a pipeline (set through [`PipelineBuilder`]'s setters).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct PipelineOptions {
     /// Paths as given: shards, folders, manifests.
     pub paths: Vec<PathBuf>,
     /// `None`: by extension, else content.
     pub compression: Option<Compression>,
     /// Map uncompressed files instead of reading them (no copy before parsing; the
-    /// files must not be truncated while read, see [`crate::tfrecord::mapped`]).
+    /// files must not be truncated while read, see `tfrecord::mapped`).
     pub mmap: bool,
     /// The feature spec; `None`: the manifest's, else inferred from the records.
     pub spec: Option<Vec<FeatureSpec>>,
@@ -129,6 +130,36 @@ pub struct PipelineOptions {
     pub io: IoOptions,
 }
 
+impl PipelineOptions {
+    /// Checks the rules that do not depend on the data: counts are at least 1, the
+    /// parse workers fit the threads.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let invalid = |option, reason: String| Err(crate::Error::invalid_option(option, reason));
+        if self.batch_size == 0 {
+            return invalid("batch-size", "must be at least 1".into());
+        }
+        if self.threads == 0 {
+            return invalid("threads", "must be at least 1".into());
+        }
+        for (option, value) in [
+            ("cycle-length", self.cycle_length),
+            ("parallelism", self.parallelism),
+            ("prefetch", self.prefetch),
+        ] {
+            if value == Some(0) {
+                return invalid(option, "must be at least 1".into());
+            }
+        }
+        if let Some(p) = self.parallelism.filter(|&p| p > self.threads) {
+            return invalid(
+                "parallelism",
+                format!("{p} exceeds the {} threads", self.threads),
+            );
+        }
+        Ok(())
+    }
+}
+
 /// Builds a [`Pipeline`].
 #[derive(Debug, Clone)]
 pub struct PipelineBuilder {
@@ -137,7 +168,7 @@ pub struct PipelineBuilder {
 
 impl PipelineBuilder {
     /// Every record of every epoch, deterministic, no shuffle, batches of 64.
-    pub fn new(paths: Vec<PathBuf>) -> PipelineBuilder {
+    pub(crate) fn new(paths: Vec<PathBuf>) -> PipelineBuilder {
         PipelineBuilder {
             options: PipelineOptions {
                 paths,
@@ -172,7 +203,7 @@ impl PipelineBuilder {
     }
 
     /// Sets the whole option set.
-    pub fn with_options(mut self, options: PipelineOptions) -> Self {
+    pub(crate) fn with_options(mut self, options: PipelineOptions) -> Self {
         self.options = options;
         self
     }
@@ -258,7 +289,7 @@ impl PipelineBuilder {
     }
 
     /// Caches what the first epoch parsed (`ds.map(parse).cache()`): later epochs, and
-    /// with a file later runs, skip reading and parsing (see [`cache`]).
+    /// with a file later runs, skip reading and parsing (see the `cache` module).
     pub fn with_cache(mut self, cache: CacheMode) -> Self {
         self.options.cache = Some(cache);
         self
@@ -278,6 +309,7 @@ impl PipelineBuilder {
     /// SequenceExample spec, or (when the spec is inferred) a corrupt shard.
     pub fn build(self) -> Result<Pipeline> {
         let o = self.options;
+        o.validate()?;
         let dataset = Dataset::discover(&o.paths, o.io)?;
         let record_type = dataset.record_type();
         let spec = match o.spec.clone() {

@@ -17,9 +17,9 @@ use super::records::{create_recorded, kill_point, upload_record};
 use super::url::{ObjectUrl, Scheme};
 use crate::error::{Error, ErrorKind, Result};
 
-/// [`copy_recorded`] for a caller that keeps no upload ids (blocking): a multipart
-/// copy's id is recorded in the object `record` while it runs ([`abort_recorded_below`]
-/// aborts it after a kill).
+/// `copy_recorded` for a caller that keeps no upload ids (blocking): a multipart copy's
+/// id is recorded in the object `record` while it runs (`abort_recorded_below` aborts it
+/// after a kill).
 ///
 /// # Errors
 ///

@@ -1,5 +1,5 @@
 //! Where data lives: a local path, or an object in a store (`s3://`, `gs://`, `az://`,
-//! `abfss://`), and where a run's output goes ([`destination`]).
+//! `abfss://`), and where a run's output goes (the `destination`).
 //!
 //! Local paths keep their native back-end (memory maps, fsync before rename). URLs go
 //! through arrow-rs `object_store`, configured from its documented environment
@@ -7,8 +7,9 @@
 //! [`url`] (the URL model), `client` (clients per bucket and settings, the runtime,
 //! permits, timeouts and retries), `errors` (typed classification), `objects`
 //! (listing, ranged reads pinned to an ETag, conditional puts, deletes), `multipart`
-//! (uploads and server-side copies), `records` (upload ids recorded for a later abort),
-//! and the [`destination`] with its two back-ends. Every call blocks the calling thread
+//! (uploads), `copy` (server-side copies), `records` (upload ids recorded for a later
+//! abort), `settings`, and the `destination` with its two back-ends, `local` and
+//! `object`. Every call blocks the calling thread
 //! on a small runtime of its own (started on first use), holds one of `--io-concurrency`
 //! permits while it runs, and gives up after `--io-timeout` with an error that names
 //! the URL and the cause ([`StoreProblem`]). Settings are values ([`IoOptions`]) that

@@ -5,7 +5,7 @@
 //! check that the stream really ended: a stream cut short is truncated data, and bytes
 //! after its end are trailing bytes. Writers compress fixed-size chunks at level 6
 //! (gzip: one member per chunk, mtime 0; zlib: one stream), each format through one
-//! pinned back-end, so output is deterministic (see [`deflate`](super::deflate)).
+//! pinned back-end, so output is deterministic (see `tfrecord::deflate`).
 
 use std::io::{self, BufRead, Read, Write};
 
@@ -253,8 +253,8 @@ impl<R: BufRead> Read for ZlibReader<R> {
 
 /// A writer that compresses (or not) what is written to it.
 ///
-/// gzip and zlib go through [`deflate`](super::deflate) in fixed-size chunks: on the
-/// calling thread ([`Encoder::new`]) or on a [`DeflatePool`] ([`Encoder::with_pool`]),
+/// gzip and zlib go through `tfrecord::deflate` in fixed-size chunks: on the calling
+/// thread ([`Encoder::new`]) or on a deflate pool ([`Encoder::with_pool`]),
 /// with the same bytes either way.
 pub struct Encoder<W: Write> {
     inner: W,
@@ -343,7 +343,7 @@ impl<W: Write> Write for Encoder<W> {
 }
 
 /// The most bytes that `input` uncompressed bytes can take on disk, written after a sync
-/// point in chunks of [`CHUNK_BYTES`], each with its framing, plus the stream's trailer.
+/// point in chunks of `CHUNK_BYTES`, each with its framing, plus the stream's trailer.
 /// libdeflate's worst case is 5 bytes per 5,000 (stored blocks) plus a header; zlib-rs's
 /// is tighter, plus a sync flush per chunk.
 pub fn compressed_bound(input: u64) -> u64 {
