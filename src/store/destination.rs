@@ -245,3 +245,206 @@ impl std::fmt::Debug for ShardHook {
         f.write_str("ShardHook")
     }
 }
+
+/// One conformance suite for every back-end: the same functions run against a local
+/// folder and against a store (moto's S3 server on 127.0.0.1), as each one must keep
+/// the protocol alike.
+#[cfg(test)]
+mod conformance {
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::shard::name::is_own_shard;
+
+    fn plan(overwrite: bool, staging: &Path) -> StagePlan {
+        StagePlan {
+            outputs: vec![StagedOutput {
+                dir: String::new(),
+                tmp: ".data.tfshard-tmp".into(),
+            }],
+            hidden: vec![".data.tfshard-tmp".into(), ".data.tfshard-parts".into()],
+            overwrite,
+            resume: false,
+            part: false,
+            staging_dir: Some(staging.to_path_buf()),
+        }
+    }
+
+    /// Writes `count` shards into the staging as the shard writer does (telling its
+    /// hook), and returns them with their bytes (a store's staging removes each file
+    /// once it is uploaded).
+    fn write_shards(staging: &dyn Staging, count: usize, seed: u8) -> Vec<(ClosedShard, Vec<u8>)> {
+        let hook = staging.hook(0);
+        (0..count)
+            .map(|i| {
+                let path = staging.folder(0).join(format!("{i:05}.tfrecord"));
+                let bytes: Vec<u8> = (0..1000 + i * 10).map(|b| b as u8 ^ seed).collect();
+                // Created, then announced, as the shard writer does.
+                std::fs::write(&path, &bytes).unwrap();
+                let mut report = hook.as_ref().map(|h| h.0.opened(&path));
+                if let Some(report) = report.as_mut() {
+                    report(bytes.len() as u64);
+                }
+                let shard = ClosedShard {
+                    path,
+                    idx_path: None,
+                    records: 1,
+                    bytes: bytes.len() as u64,
+                    crc32c: crc32c::crc32c(&bytes),
+                };
+                if let Some(h) = &hook {
+                    h.0.closed(&shard);
+                }
+                (shard, bytes)
+            })
+            .collect()
+    }
+
+    fn publication(shards: Vec<(ClosedShard, Vec<u8>)>) -> Publication {
+        let shards: Vec<ClosedShard> = shards.into_iter().map(|(s, _)| s).collect();
+        let names = (0..shards.len())
+            .map(|i| format!("data-{i:05}-of-{:05}.tfrecord", shards.len()))
+            .collect();
+        Publication {
+            shards,
+            names,
+            manifest: ("data.manifest.json".into(), b"{}\n".to_vec()),
+            own: is_own_shard,
+            prefix: "data".into(),
+        }
+    }
+
+    fn sorted(mut names: Vec<String>) -> Vec<String> {
+        names.sort();
+        names
+    }
+
+    /// Small files: written whole, read back, create-only refused when present.
+    pub(super) fn small_files(d: &dyn Destination) {
+        d.write("a/plan.json", b"one".to_vec(), false).unwrap();
+        assert!(d.exists("a/plan.json").unwrap());
+        assert_eq!(d.read("a/plan.json").unwrap(), b"one");
+        d.write("a/plan.json", b"two".to_vec(), false).unwrap();
+        assert_eq!(d.read("a/plan.json").unwrap(), b"two");
+        let refused = d.write("a/plan.json", b"three".to_vec(), true).unwrap_err();
+        assert!(
+            matches!(refused.kind(), ErrorKind::OutputExists)
+                || crate::store::is_problem(&refused, crate::store::StoreProblem::AlreadyExists),
+            "{refused}"
+        );
+        assert_eq!(d.read("a/plan.json").unwrap(), b"two");
+        d.place("a/plan.json", "a/moved.json", "a/uploads/moved.json")
+            .unwrap();
+        assert_eq!(d.read("a/moved.json").unwrap(), b"two");
+        d.delete_tree("a").unwrap();
+        assert!(!d.exists("a/moved.json").unwrap());
+        assert!(d.names("").unwrap().is_empty(), "{:?}", d.names(""));
+        d.delete("never-there").unwrap();
+    }
+
+    /// Stage, place, publish: the shards under their final names, the manifest last,
+    /// nothing hidden left behind.
+    pub(super) fn stage_place_publish(d: &dyn Destination, scratch: &Path) {
+        let mut staging = d.stage(plan(false, scratch)).unwrap();
+        let shards = write_shards(&*staging, 3, 7);
+        let bytes: Vec<Vec<u8>> = shards.iter().map(|(_, b)| b.clone()).collect();
+        let paths = staging
+            .commit(vec![publication(shards)], &CancelToken::new())
+            .unwrap();
+        drop(staging);
+        assert_eq!(paths, vec![d.display("data.manifest.json")]);
+        assert_eq!(
+            sorted(d.names("").unwrap()),
+            [
+                "data-00000-of-00003.tfrecord",
+                "data-00001-of-00003.tfrecord",
+                "data-00002-of-00003.tfrecord",
+                "data.manifest.json"
+            ]
+        );
+        for (i, b) in bytes.iter().enumerate() {
+            assert_eq!(
+                &d.read(&format!("data-{i:05}-of-00003.tfrecord")).unwrap(),
+                b
+            );
+        }
+        // A second run without overwrite finds the output taken.
+        let taken = d.stage(plan(false, scratch)).err().expect("not empty");
+        assert!(matches!(taken.kind(), ErrorKind::OutputExists), "{taken}");
+        // With overwrite, the stale third shard goes.
+        let mut staging = d.stage(plan(true, scratch)).unwrap();
+        let shards = write_shards(&*staging, 2, 9);
+        staging
+            .commit(vec![publication(shards)], &CancelToken::new())
+            .unwrap();
+        drop(staging);
+        assert_eq!(
+            sorted(d.names("").unwrap()),
+            [
+                "data-00000-of-00002.tfrecord",
+                "data-00001-of-00002.tfrecord",
+                "data.manifest.json"
+            ]
+        );
+        for name in d.names("").unwrap() {
+            d.delete(&name).unwrap();
+        }
+    }
+
+    /// A staging dropped before its commit leaves nothing: no shard, no manifest, no
+    /// temporary.
+    pub(super) fn abort_leaves_nothing(d: &dyn Destination, scratch: &Path) {
+        let staging = d.stage(plan(false, scratch)).unwrap();
+        write_shards(&*staging, 2, 3);
+        drop(staging);
+        assert!(d.names("").unwrap().is_empty(), "{:?}", d.names(""));
+        // A cancelled commit publishes nothing either.
+        let mut staging = d.stage(plan(false, scratch)).unwrap();
+        let shards = write_shards(&*staging, 2, 3);
+        let cancel = CancelToken::new();
+        cancel.cancel();
+        let stopped = staging
+            .commit(vec![publication(shards)], &cancel)
+            .unwrap_err();
+        assert!(
+            matches!(stopped.kind(), ErrorKind::Interrupted),
+            "{stopped}"
+        );
+        drop(staging);
+        assert!(d.names("").unwrap().is_empty(), "{:?}", d.names(""));
+    }
+
+    fn all(d: &dyn Destination, scratch: &Path) {
+        small_files(d);
+        stage_place_publish(d, scratch);
+        abort_leaves_nothing(d, scratch);
+    }
+
+    #[test]
+    fn the_local_destination_conforms() {
+        let root = std::env::temp_dir().join(format!("tfshard-conform-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let d = crate::store::destination_of(&root.join("out"), crate::store::IoOptions::new())
+            .unwrap();
+        all(&*d, &root.join("staging"));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn the_object_destination_conforms() {
+        let Some(endpoint) = crate::store::test_server::s3() else {
+            return;
+        };
+        let bucket = endpoint.bucket("conformance");
+        let d = crate::store::destination_of(
+            Path::new(&format!("s3://{bucket}/out")),
+            crate::store::IoOptions::new(),
+        )
+        .unwrap();
+        let scratch =
+            std::env::temp_dir().join(format!("tfshard-conform-s3-{}", std::process::id()));
+        all(&*d, &scratch);
+        // Local staging is the run's own and goes with it.
+        assert!(std::fs::read_dir(&scratch).map_or(true, |mut e| e.next().is_none()));
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+}

@@ -45,6 +45,10 @@ fn write_atomic(path: &Path, bytes: &[u8], create_only: bool) -> Result<()> {
     ));
     let write = || -> std::io::Result<()> {
         use std::io::Write;
+        if let Some(dir) = path.parent() {
+            // As on a store, where a name's folders need not exist.
+            fs::create_dir_all(dir)?;
+        }
         let mut f = fs::File::create(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;

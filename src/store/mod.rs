@@ -29,6 +29,8 @@ pub mod paths;
 mod read;
 mod records;
 mod settings;
+#[cfg(test)]
+pub(crate) mod test_server;
 pub mod url;
 
 pub(crate) use self::client::{block_on, spawn};
