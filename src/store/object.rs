@@ -220,6 +220,8 @@ struct Shared {
     closed: Mutex<Vec<ClosedShard>>,
     /// Uploads finished, by staged path (resumed shards start here).
     uploaded: Mutex<Vec<PathBuf>>,
+    /// Final names copied into place by a commit not finished yet: deleted if it fails.
+    placed: Mutex<Vec<ObjectUrl>>,
 }
 
 impl RemoteOutput {
@@ -259,6 +261,7 @@ impl RemoteOutput {
                 resume: Mutex::new(None),
                 closed: Mutex::new(Vec::new()),
                 uploaded: Mutex::new(Vec::new()),
+                placed: Mutex::new(Vec::new()),
             }),
             tasks: Default::default(),
             claimed: AtomicBool::new(false),
@@ -408,52 +411,72 @@ impl RemoteOutput {
                 Err(e) => return Err(e),
             }
         }
-        // 2. Every shard uploaded under the run's temporary folder.
-        block_on(async {
-            let mut waits = Vec::new();
-            for (tmp, publication) in outputs {
-                for (local, _) in publication.files() {
-                    waits.push(self.uploaded(tmp, local));
+        // 2-4. Every shard uploaded under the run's temporary folder, and copied to its
+        // final name. Where no published object bears a new name (an empty output, or
+        // an overwrite of a set of another count), a shard is copied as soon as its own
+        // upload is done, beside the uploads still running; otherwise every shard is
+        // uploaded first and the old manifests go before any copy, so that a reader of
+        // the old set never sees a new byte.
+        let files: Vec<(&str, &Path, String)> = outputs
+            .iter()
+            .flat_map(|(tmp, p)| p.files().map(move |(local, name)| (*tmp, local, name)))
+            .collect();
+        let pipelined = if s.overwrite {
+            let (objects, _) = list_dir(&s.out)?;
+            !objects
+                .iter()
+                .any(|o| files.iter().any(|(_, _, name)| o.url.file_name() == name))
+        } else {
+            true
+        };
+        block_on(futures_util::future::try_join_all(files.iter().map(
+            |(tmp, local, name)| async move {
+                self.uploaded(tmp, local).await?;
+                if pipelined {
+                    s.place(tmp, local, name).await?;
                 }
-            }
-            futures_util::future::try_join_all(waits).await
-        })?;
+                Ok::<(), Error>(())
+            },
+        )))?;
         cancel.check()?;
         crate::failpoint::hit("store:uploaded")?;
-        // 3-5. Old manifests go, new shards are copied into place, stale shards go.
+        // Old manifests go (the old sets are no longer published), the remaining copies
+        // are made, stale shards and the temporaries go.
         block_on(async {
             if s.overwrite {
                 for (_, publication) in outputs {
                     delete(&s.out.join(&publication.manifest.0)).await?;
                 }
             }
-            let mut pairs = Vec::new();
-            for (tmp, publication) in outputs {
-                for (local, name) in publication.files() {
-                    pairs.push((tmp, s.temporary(tmp, local), s.out.join(&name)));
-                }
+            if !pipelined {
+                futures_util::future::try_join_all(
+                    files
+                        .iter()
+                        .map(|(tmp, local, name)| s.place(tmp, local, name)),
+                )
+                .await?;
             }
-            futures_util::future::try_join_all(
-                pairs
-                    .iter()
-                    .map(|(tmp, from, to)| s.copy_into_place(tmp, from, to)),
-            )
-            .await?;
+            let mut doomed = Vec::new();
             if s.overwrite {
                 let (objects, _) = list_dir_async(&s.out).await?;
                 for (_, publication) in outputs {
-                    for o in &objects {
-                        if publication.is_stale(o.url.file_name()) {
-                            delete(&o.url).await?;
-                        }
-                    }
+                    doomed.extend(
+                        objects
+                            .iter()
+                            .filter(|o| publication.is_stale(o.url.file_name()))
+                            .map(|o| o.url.clone()),
+                    );
                 }
             }
             for (tmp, _) in outputs {
-                for o in list_async(&s.run_dir(tmp)).await? {
-                    delete(&o.url).await?;
-                }
+                doomed.extend(
+                    list_async(&s.run_dir(tmp))
+                        .await?
+                        .into_iter()
+                        .map(|o| o.url),
+                );
             }
+            futures_util::future::try_join_all(doomed.iter().map(delete)).await?;
             Ok::<(), Error>(())
         })?;
         crate::failpoint::hit("store:copied")?;
@@ -540,6 +563,19 @@ impl Shared {
     /// Removes a staged file once uploaded.
     fn staged_done(&self, local: &Path) {
         let _ = std::fs::remove_file(local);
+    }
+
+    /// Copies the upload of staged file `local` to its final `name`, and notes it as
+    /// placed (a commit that fails deletes it).
+    async fn place(&self, tmp: &str, local: &Path, name: &str) -> Result<()> {
+        let to = self.out.join(name);
+        self.copy_into_place(tmp, &self.temporary(tmp, local), &to)
+            .await?;
+        self.placed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(to);
+        Ok(())
     }
 
     /// Copies a shard's temporary to its final name on the server. A multipart copy
@@ -789,9 +825,14 @@ impl Drop for RemoteOutput {
                 }
                 std::mem::take(&mut *s.open_uploads.lock().unwrap_or_else(|p| p.into_inner()))
             });
+            let placed = std::mem::take(&mut *s.placed.lock().unwrap_or_else(|p| p.into_inner()));
             block_on(async {
                 for (url, id) in &uploads {
                     let _ = abort_multipart(url, id).await;
+                }
+                // A failed commit's copies: no final-named shard outlives it.
+                for url in &placed {
+                    let _ = delete(url).await;
                 }
             });
             let resumable = s.resume.lock().unwrap_or_else(|p| p.into_inner()).is_some();

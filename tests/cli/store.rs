@@ -689,6 +689,40 @@ fn a_killed_upload_is_aborted_by_the_next_overwrite_run() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// Issue #27: into an output holding none of the new names, each shard is copied to its
+/// final name as soon as its own upload is done; a commit that fails after such copies
+/// leaves no final-named shard (nor anything else) behind, and the next run publishes.
+#[test]
+fn a_failed_commit_removes_the_shards_it_copied_early() {
+    let s = need_server!();
+    let b = bucket(s, "early-copies");
+    let input = scratch("s3-early-in").join("blobs.parquet");
+    blob_table(&input, 24, 512 << 10);
+    let out = format!("s3://{b}/out");
+    let args = [
+        "convert",
+        "parquet",
+        input.to_str().unwrap(),
+        "-o",
+        &out,
+        "--target-shard-size",
+        "4MiB",
+    ];
+    let (code, err) = tfshard_with_failpoints(&s.endpoint, "store:uploaded=error", &args);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(client(&s.endpoint, &["ls", &b, "out/"]), "", "nothing left");
+    assert_eq!(client(&s.endpoint, &["uploads", &b]), "", "pending uploads");
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(
+        keys.lines().filter(|k| k.ends_with(".tfrecord")).count() > 1,
+        "{keys}"
+    );
+    let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
+    assert_eq!(code, 0, "{err}");
+}
+
 #[test]
 fn throttling_that_outlasts_the_retries_is_one_line() {
     let s = need_server!();
