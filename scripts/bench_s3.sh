@@ -31,23 +31,31 @@ json() { python3 -c "import json,sys; print(json.loads(sys.stdin.read())['$1'])"
 out_bytes=$("$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet --json | json bytes)
 # The same shards on disk, for boto3 to upload.
 "$bin" convert parquet "$data/standard-2000000" -o "$data/out-s3cmp" --overwrite --quiet
-conv=(); base=(); boto=(); benchr=(); getr=()
+conv=(); over=(); base=(); boto=(); benchr=(); getr=()
 for i in $(seq "$runs"); do
   t0=$(now); "$plain" get s3://bench/standard >/dev/null; "$plain" put s3://bench/plain/blob "$out_bytes" >/dev/null; t1=$(now)
   base+=("$(echo "$t1 - $t0" | bc -l)")
-  boto+=("$("$s3venv/bin/python" scripts/boto3_plain.py bench standard "$data/out-s3cmp" bench boto3 | json seconds)")
-  t0=$(now); "$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet; t1=$(now)
+  boto+=("$("$s3venv/bin/python" scripts/boto3_plain.py bench standard "$data/out-s3cmp" bench "boto3-$i" | json seconds)")
+  # A new output (a scheduled job's new folder), as boto3 writes new objects.
+  t0=$(now); "$bin" convert parquet s3://bench/standard -o "s3://bench/new-$i" --quiet; t1=$(now)
   conv+=("$(echo "$t1 - $t0" | bc -l)")
-  printf '  run %d: convert S3->S3 %.2f s; boto3 GET+PUT %.2f s (x%.2f); object_store GET+PUT %.2f s\n' \
-    "$i" "${conv[-1]}" "${boto[-1]}" "$(echo "${conv[-1]} / ${boto[-1]}" | bc -l)" "${base[-1]}"
+  # --overwrite of the same names: every upload finishes before the first copy.
+  t0=$(now); "$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet; t1=$(now)
+  over+=("$(echo "$t1 - $t0" | bc -l)")
+  printf '  run %d: convert S3->S3 %.2f s (--overwrite %.2f s); boto3 GET+PUT %.2f s; x%.2f (x%.2f); object_store GET+PUT %.2f s\n' \
+    "$i" "${conv[-1]}" "${over[-1]}" "${boto[-1]}" "$(echo "${conv[-1]} / ${boto[-1]}" | bc -l)" \
+    "$(echo "${over[-1]} / ${boto[-1]}" | bc -l)" "${base[-1]}"
   getr+=("$("$plain" get s3://bench/out | json bytes_per_sec)")
   benchr+=("$("$bin" bench s3://bench/out --epochs 1 --json --quiet | json bytes_per_sec)")
+  # moto keeps every object in memory: what this run added goes, untimed.
+  $s3 rm bench "new-$i/"; $s3 rm bench "boto3-$i/"
 done
 c=$(printf '%s\n' "${conv[@]}" | median); b=$(printf '%s\n' "${base[@]}" | median)
-o=$(printf '%s\n' "${boto[@]}" | median)
+v=$(printf '%s\n' "${over[@]}" | median); o=$(printf '%s\n' "${boto[@]}" | median)
 g=$(printf '%s\n' "${getr[@]}" | median); r=$(printf '%s\n' "${benchr[@]}" | median)
 printf 'convert S3->S3, standard table (%s MB of shards): %.2f s; boto3 (4 threads, 8 MiB parts) GET+PUT %.2f s; ratio %.2f (goal <= 1.5)\n' \
   "$((out_bytes / 1000000))" "$c" "$o" "$(echo "$c / $o" | bc -l)"
+printf '  with --overwrite of the same names %.2f s; ratio %.2f\n' "$v" "$(echo "$v / $o" | bc -l)"
 printf '  object_store alone GET+PUT %.2f s; ratio %.2f\n' "$b" "$(echo "$c / $b" | bc -l)"
 printf 'bench from S3: %.0f MB/s; plain GET of the shards %.0f MB/s; ratio %.2f (goal >= 0.8)\n' \
   "$(echo "$r / 1000000" | bc -l)" "$(echo "$g / 1000000" | bc -l)" "$(echo "$r / $g" | bc -l)"
@@ -61,8 +69,14 @@ printf 'peak RSS, convert S3->S3 %d MiB (with 16 MiB of upload parts); ratio %.2
   "$((rss_s3 / 1024))" "$(echo "$rss_s3 / $rss_disk" | bc -l)"
 printf '  the store copying the same shards for the plain client: %.2f s\n' \
   "$("$plain" copy s3://bench/out | json seconds)"
-# Where the S3->S3 time goes: stop the run after each phase (failure points).
+# Where the S3->S3 time goes (a new output): the run stopped after each phase by a
+# failure point. Reading and encoding end at convert:written (uploads stream beside
+# them); store:uploaded, every upload done (early copies beside the last ones);
+# store:copied, every copy made and the temporaries deleted; then the manifest.
 for phase in convert:written store:uploaded store:copied; do
-  t0=$(now); TFSHARD_FAILPOINTS="$phase=exit" "$bin" convert parquet s3://bench/standard -o s3://bench/out --overwrite --quiet || true; t1=$(now)
+  t0=$(now); TFSHARD_FAILPOINTS="$phase=exit" "$bin" convert parquet s3://bench/standard -o "s3://bench/phase-$phase" --quiet || true; t1=$(now)
   printf '  S3->S3 until %-15s %.2f s\n' "$phase" "$(echo "$t1 - $t0" | bc -l)"
+  $s3 rm bench "phase-$phase/"
 done
+t0=$(now); "$bin" convert parquet s3://bench/standard -o s3://bench/phase-all --quiet; t1=$(now)
+printf '  S3->S3 published          %.2f s\n' "$(echo "$t1 - $t0" | bc -l)"

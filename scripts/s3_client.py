@@ -46,6 +46,9 @@ def main(argv):
     elif cmd == "ls":
         for key in keys(s3, argv[1], argv[2] if len(argv) > 2 else ""):
             print(key)
+    elif cmd == "rm":
+        for key in list(keys(s3, argv[1], argv[2])):
+            s3.delete_object(Bucket=argv[1], Key=key)
     elif cmd == "etags":
         for key in keys(s3, argv[1], argv[2]):
             print(key, s3.head_object(Bucket=argv[1], Key=key)["ETag"].strip('"'))

@@ -21,6 +21,38 @@ struct Reading {
     io: IoOptions,
 }
 
+/// The setters of how shards are read, alike on every reading builder.
+macro_rules! reading_setters {
+    () => {
+        /// The shards' compression (default: by name, else by content).
+        pub fn with_compression(mut self, compression: Compression) -> Self {
+            self.reading.compression = Some(compression);
+            self
+        }
+
+        /// The record type (default: the manifest's, else Example).
+        pub fn with_record_type(mut self, record_type: RecordType) -> Self {
+            self.reading.record_type = Some(record_type);
+            self
+        }
+
+        /// Store settings of every request (default [`IoOptions`]'s).
+        pub fn with_io(mut self, io: IoOptions) -> Self {
+            self.reading.io = io;
+            self
+        }
+    };
+}
+
+impl Reading {
+    /// Finds the shards of `paths`, and the record type they are read as.
+    fn discover(&self, paths: &[PathBuf]) -> Result<(Dataset, RecordType)> {
+        let dataset = Dataset::discover(paths, self.io)?;
+        let record_type = self.record_type.unwrap_or_else(|| dataset.record_type());
+        Ok((dataset, record_type))
+    }
+}
+
 /// `inspect`: every record of a shard, a folder or a manifest's set, decoded, in order:
 /// `Inspector::builder(path)`, options, `build()`, `run(f)`.
 ///
@@ -98,23 +130,7 @@ impl InspectorBuilder {
         self
     }
 
-    /// The shards' compression (default: by name, else by content).
-    pub fn with_compression(mut self, compression: Compression) -> Self {
-        self.reading.compression = Some(compression);
-        self
-    }
-
-    /// The record type (default: the manifest's, else Example).
-    pub fn with_record_type(mut self, record_type: RecordType) -> Self {
-        self.reading.record_type = Some(record_type);
-        self
-    }
-
-    /// Store settings of every request (default [`IoOptions`]'s).
-    pub fn with_io(mut self, io: IoOptions) -> Self {
-        self.reading.io = io;
-        self
-    }
+    reading_setters!();
 
     /// Finds the shards.
     ///
@@ -123,11 +139,7 @@ impl InspectorBuilder {
     /// A path that does not exist, a folder with no manifest and no shard, a manifest
     /// that cannot be read.
     pub fn build(self) -> Result<Inspector> {
-        let dataset = Dataset::discover(std::slice::from_ref(&self.path), self.reading.io)?;
-        let record_type = self
-            .reading
-            .record_type
-            .unwrap_or_else(|| dataset.record_type());
+        let (dataset, record_type) = self.reading.discover(std::slice::from_ref(&self.path))?;
         Ok(Inspector {
             dataset,
             reading: self.reading,
@@ -196,23 +208,7 @@ impl SchemaReader {
 }
 
 impl SchemaReaderBuilder {
-    /// The shards' compression (default: by name, else by content).
-    pub fn with_compression(mut self, compression: Compression) -> Self {
-        self.reading.compression = Some(compression);
-        self
-    }
-
-    /// The record type (default: the manifest's, else Example).
-    pub fn with_record_type(mut self, record_type: RecordType) -> Self {
-        self.reading.record_type = Some(record_type);
-        self
-    }
-
-    /// Store settings of every request (default [`IoOptions`]'s).
-    pub fn with_io(mut self, io: IoOptions) -> Self {
-        self.reading.io = io;
-        self
-    }
+    reading_setters!();
 
     /// Finds the shards.
     ///
@@ -224,11 +220,7 @@ impl SchemaReaderBuilder {
         if self.paths.is_empty() {
             return Err(crate::Error::invalid_option("paths", "give a path"));
         }
-        let dataset = Dataset::discover(&self.paths, self.reading.io)?;
-        let record_type = self
-            .reading
-            .record_type
-            .unwrap_or_else(|| dataset.record_type());
+        let (dataset, record_type) = self.reading.discover(&self.paths)?;
         Ok(SchemaReader {
             dataset,
             reading: self.reading,
