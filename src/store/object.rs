@@ -421,14 +421,14 @@ impl RemoteOutput {
             .iter()
             .flat_map(|(tmp, p)| p.files().map(move |(local, name)| (*tmp, local, name)))
             .collect();
-        let pipelined = if s.overwrite {
-            let (objects, _) = list_dir(&s.out)?;
-            !objects
-                .iter()
-                .any(|o| files.iter().any(|(_, _, name)| o.url.file_name() == name))
-        } else {
-            true
-        };
+        let (objects, _) = list_dir(&s.out)?;
+        let exists = |name: &str| objects.iter().any(|o| o.url.file_name() == name);
+        if !s.overwrite && outputs.iter().any(|(_, p)| exists(&p.manifest.0)) {
+            // Another run published since this one found the output empty (and has
+            // released its claim): nothing of ours may touch its set.
+            return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
+        }
+        let pipelined = !files.iter().any(|(_, _, name)| exists(name));
         block_on(futures_util::future::try_join_all(files.iter().map(
             |(tmp, local, name)| async move {
                 self.uploaded(tmp, local).await?;

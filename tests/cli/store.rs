@@ -506,6 +506,67 @@ fn two_runs_racing_for_one_output_publish_once() {
     assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
 }
 
+/// Issue #27: a run that found the output empty, while another published there and
+/// released its claim, must not touch that set when it commits (its copies would land
+/// on the published names): it fails with the claim's line, and the set stays whole.
+#[test]
+fn a_run_that_finds_a_set_published_since_it_began_leaves_it_whole() {
+    let s = need_server!();
+    let b = bucket(s, "late");
+    let small = root().join("testdata/small.parquet");
+    let out = format!("s3://{b}/out");
+    let args = [
+        "convert",
+        "parquet",
+        small.to_str().unwrap(),
+        "-o",
+        &out,
+        "--target-shard-size",
+        "40KB",
+    ];
+    let gate = scratch("s3-late").join("gate");
+    let _ = std::fs::remove_file(&gate);
+    let late = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(args)
+        .envs(env(&s.endpoint))
+        .env("TMPDIR", scratch_tmp())
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("convert:written=wait:{}", gate.display()),
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut late = late;
+    wait_for_failpoint(&mut late, &gate, "the late run's records written");
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    // The published set (the late run's hidden temporaries aside, which go with it).
+    let visible = |listing: String| -> Vec<String> {
+        listing
+            .lines()
+            .filter(|k| !k.starts_with("out/."))
+            .map(str::to_owned)
+            .collect()
+    };
+    let published = visible(client(&s.endpoint, &["etags", &b, "out/"]));
+    assert!(published.len() > 2, "{published:?}");
+    std::fs::write(&gate, "").unwrap();
+    let output = late.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{err}");
+    assert!(err.contains("another run is publishing"), "{err}");
+    assert_eq!(
+        client(&s.endpoint, &["etags", &b, "out/"])
+            .lines()
+            .collect::<Vec<_>>(),
+        published
+    );
+    let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
+}
+
 /// A Parquet file of `rows` rows of `bytes` random bytes each (incompressible, so the
 /// shards are as large as the values).
 fn blob_table(path: &Path, rows: usize, bytes: usize) {
