@@ -697,7 +697,9 @@ impl ConverterBuilder {
     /// A global, seeded shuffle of the records, sorting with at most `memory_bytes` in
     /// memory (see [`DEFAULT_SHUFFLE_MEMORY`]; the output does not depend on it).
     pub fn with_shuffle(mut self, memory_bytes: u64) -> Self {
-        let tmp_dir = self.options.shuffle.take().and_then(|s| s.tmp_dir);
+        let tmp_dir = (self.options.shuffle.take())
+            .and_then(|s| s.tmp_dir)
+            .or_else(|| self.options.staging_dir.clone());
         self.options.shuffle = Some(ShuffleOptions {
             memory_bytes,
             tmp_dir,

@@ -116,9 +116,9 @@ fn millis(d: Duration) -> String {
 }
 
 tokio::task_local! {
-    /// The status of the last answer that was not a success, in the request running on
-    /// this task: `object_store` folds some statuses (429, 5xx) into a generic error,
-    /// and [`store_error`] classifies by this instead of by the error's words.
+    /// The status of the last answer in the request running on this task:
+    /// `object_store` folds some statuses (429, 5xx) into a generic error, and
+    /// [`store_error`] classifies by this instead of by the error's words.
     static LAST_STATUS: Cell<Option<u16>>;
 }
 
@@ -138,10 +138,9 @@ impl HttpService for StatusKeeping {
     {
         Box::pin(async move {
             let response = self.0.execute(req).await?;
-            let status = response.status();
-            if !status.is_success() {
-                let _ = LAST_STATUS.try_with(|s| s.set(Some(status.as_u16())));
-            }
+            // Every answer's, so that what is kept is the last one's.
+            let status = response.status().as_u16();
+            let _ = LAST_STATUS.try_with(|s| s.set(Some(status)));
             Ok(response)
         })
     }

@@ -60,22 +60,32 @@ pub(super) fn store_error(url: &ObjectUrl, e: &object_store::Error, status: Opti
     use object_store::Error as E;
     let whole = redact(&e.to_string());
     let cause = redact(&root_cause(e));
-    let status = status.or_else(|| find::<HttpStatus>(e).map(|s| s.status));
+    // The evidence, most direct first: object_store's own variant; our presigned
+    // request's answer; a request that got no answer; the status of the last answer
+    // the client saw in this request (object_store folds 429, 5xx and a listing's 404
+    // into a generic error).
     let problem = match e {
         E::NotFound { .. } => StoreProblem::NotFound,
         E::PermissionDenied { .. } | E::Unauthenticated { .. } => StoreProblem::AccessDenied,
         E::Precondition { .. } => StoreProblem::Changed,
         E::AlreadyExists { .. } => StoreProblem::AlreadyExists,
-        _ => match status {
-            Some(401 | 403) => StoreProblem::AccessDenied,
-            Some(404) => StoreProblem::NotFound,
-            // A copy source replaced since it was listed (x-amz-copy-source-if-match).
-            Some(412) => StoreProblem::Changed,
-            // S3's SlowDown and Azure's ServerBusy are 503s.
-            Some(429 | 503) => StoreProblem::Throttled,
-            Some(_) => StoreProblem::Other,
+        _ => match find::<HttpStatus>(e) {
+            Some(own) => match own.status {
+                401 | 403 => StoreProblem::AccessDenied,
+                404 => StoreProblem::NotFound,
+                // A copy source replaced since it was listed (x-amz-copy-source-if-match).
+                412 => StoreProblem::Changed,
+                status => of_status(status, own.code.as_deref()),
+            },
             None if no_answer(e) => StoreProblem::Unreachable,
-            None => StoreProblem::Other,
+            None => match status {
+                Some(401 | 403) => StoreProblem::AccessDenied,
+                // A listing's 404 comes generic (a missing bucket).
+                Some(404) => StoreProblem::NotFound,
+                Some(412) => StoreProblem::Changed,
+                Some(status) => of_status(status, xml_value(&whole, "Code")),
+                None => StoreProblem::Other,
+            },
         },
     };
     let timeout = url.io().timeout;
@@ -109,6 +119,17 @@ pub(super) fn store_error(url: &ObjectUrl, e: &object_store::Error, status: Opti
         detail: shorten(&detail),
     })
     .with_file(url.to_path())
+}
+
+/// A failed answer's problem by its status, or for an answer of 200 that carries an
+/// error (S3's copies and completions), by its XML `<Code>`.
+fn of_status(status: u16, code: Option<&str>) -> StoreProblem {
+    match (status, code) {
+        // S3's SlowDown and Azure's ServerBusy are 503s.
+        (429 | 503, _) | (200, Some("SlowDown" | "ServerBusy")) => StoreProblem::Throttled,
+        (408 | 504, _) | (_, Some("RequestTimeout")) => StoreProblem::Unreachable,
+        _ => StoreProblem::Other,
+    }
 }
 
 /// The first error of type `T` in `e`'s chain of causes.
@@ -246,6 +267,14 @@ mod tests {
             std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
         )));
         assert_eq!(problem(&refused, None), StoreProblem::Unreachable);
+        // Review of #27: a request that got no answer in the end is unreachable, whatever
+        // an earlier try was answered; our own answer outranks a kept status.
+        assert_eq!(problem(&refused, Some(503)), StoreProblem::Unreachable);
+        assert_eq!(problem(&ours(412, ""), Some(403)), StoreProblem::Changed);
+        assert_eq!(problem(&words, Some(404)), StoreProblem::NotFound);
+        assert_eq!(problem(&words, Some(504)), StoreProblem::Unreachable);
+        let busy = generic("<Error><Code>SlowDown</Code></Error>".into());
+        assert_eq!(problem(&busy, Some(200)), StoreProblem::Throttled);
         let detail = store_error(&url("s3://b/k"), &ours(404, "<Code>NoSuchKey</Code>"), None);
         assert!(
             detail.to_string().contains("the store says NoSuchKey"),

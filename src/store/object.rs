@@ -412,11 +412,11 @@ impl RemoteOutput {
             }
         }
         // 2-4. Every shard uploaded under the run's temporary folder, and copied to its
-        // final name. Where no published object bears a new name (an empty output, or
-        // an overwrite of a set of another count), a shard is copied as soon as its own
-        // upload is done, beside the uploads still running; otherwise every shard is
-        // uploaded first and the old manifests go before any copy, so that a reader of
-        // the old set never sees a new byte.
+        // final name. Into an output this run has claimed and found empty of its names,
+        // a shard is copied as soon as its own upload is done, beside the uploads still
+        // running; otherwise (--overwrite, a worker's part) every shard is uploaded first
+        // and the old manifests go before any copy, so that a reader of the old set
+        // never sees a new byte (an unclaimed run may publish those names meanwhile).
         let files: Vec<(&str, &Path, String)> = outputs
             .iter()
             .flat_map(|(tmp, p)| p.files().map(move |(local, name)| (*tmp, local, name)))
@@ -428,7 +428,7 @@ impl RemoteOutput {
             // released its claim): nothing of ours may touch its set.
             return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
         }
-        let pipelined = !files.iter().any(|(_, _, name)| exists(name));
+        let pipelined = !s.overwrite && !files.iter().any(|(_, _, name)| exists(name));
         block_on(futures_util::future::try_join_all(files.iter().map(
             |(tmp, local, name)| async move {
                 self.uploaded(tmp, local).await?;
@@ -492,6 +492,12 @@ impl RemoteOutput {
                 other => other?,
             }
             paths.push(url.to_path());
+            // Published: its shards are the manifest's now, never a failed commit's.
+            let names = publication.files().map(|(_, n)| n).collect::<Vec<_>>();
+            s.placed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|u| !names.iter().any(|n| n == u.file_name()));
         }
         self.committed.store(true, Ordering::SeqCst);
         if self.claimed.swap(false, Ordering::SeqCst) {
@@ -565,17 +571,17 @@ impl Shared {
         let _ = std::fs::remove_file(local);
     }
 
-    /// Copies the upload of staged file `local` to its final `name`, and notes it as
-    /// placed (a commit that fails deletes it).
+    /// Copies the upload of staged file `local` to its final `name`, noted as placed
+    /// before the copy starts (a commit that fails deletes it, even if the copy was cut
+    /// off with the server still finishing it).
     async fn place(&self, tmp: &str, local: &Path, name: &str) -> Result<()> {
         let to = self.out.join(name);
-        self.copy_into_place(tmp, &self.temporary(tmp, local), &to)
-            .await?;
         self.placed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push(to);
-        Ok(())
+            .push(to.clone());
+        self.copy_into_place(tmp, &self.temporary(tmp, local), &to)
+            .await
     }
 
     /// Copies a shard's temporary to its final name on the server. A multipart copy
