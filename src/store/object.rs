@@ -199,6 +199,24 @@ struct RemoteOutput {
 /// A staged file and the task uploading it.
 type Upload = (PathBuf, JoinHandle<Result<()>>);
 
+/// An upload task taken from the run's list while it is awaited; put back if the wait
+/// is dropped before the task ends.
+struct PutBack<'a> {
+    tasks: &'a Mutex<Vec<Upload>>,
+    task: Option<Upload>,
+}
+
+impl Drop for PutBack<'_> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            self.tasks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(task);
+        }
+    }
+}
+
 /// What the upload tasks share with the run.
 struct Shared {
     out: ObjectUrl,
@@ -374,12 +392,21 @@ impl RemoteOutput {
         let task = {
             let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
             match tasks.iter().position(|(p, _)| p == local) {
-                Some(i) => tasks.swap_remove(i).1,
-                None => self.shared.start_upload(tmp, local),
+                Some(i) => tasks.swap_remove(i),
+                None => (local.to_path_buf(), self.shared.start_upload(tmp, local)),
             }
         };
-        task.await
-            .map_err(|e| Error::from(std::io::Error::other(e)))?
+        // Awaited in place: if this wait is dropped midway (another upload failed), the
+        // task goes back to the list, where dropping the output waits for it before it
+        // aborts the uploads and deletes the temporaries.
+        let mut held = PutBack {
+            tasks: &self.tasks,
+            task: Some(task),
+        };
+        let (_, handle) = held.task.as_mut().expect("the task was set just above");
+        let done = handle.await;
+        held.task = None;
+        done.map_err(|e| Error::from(std::io::Error::other(e)))?
     }
 
     /// Publishes this folder's outputs (see the module docs): `outputs` pairs each

@@ -767,12 +767,17 @@ fn a_failed_commit_removes_the_shards_it_copied_early() {
         "-o",
         &out,
         "--target-shard-size",
-        "4MiB",
+        "9MiB",
     ];
-    let (code, err) = tfshard_with_failpoints(&s.endpoint, "store:uploaded=error", &args);
-    assert_eq!(code, 1, "{err}");
-    assert_eq!(client(&s.endpoint, &["ls", &b, "out/"]), "", "nothing left");
-    assert_eq!(client(&s.endpoint, &["uploads", &b]), "", "pending uploads");
+    // Failed after the early copies, and failed in one upload while the commit waits
+    // for the others (the waits dropped midway are waited for before the cleanup; the
+    // first 9 MiB shard is a multipart upload, where the failure point is).
+    for failpoint in ["store:uploaded=error", "store:uploading=error"] {
+        let (code, err) = tfshard_with_failpoints(&s.endpoint, failpoint, &args);
+        assert_eq!(code, 1, "{failpoint}: {err}");
+        assert_eq!(client(&s.endpoint, &["ls", &b, "out/"]), "", "{failpoint}");
+        assert_eq!(client(&s.endpoint, &["uploads", &b]), "", "{failpoint}");
+    }
     let (code, _, err) = tfshard_at(&s.endpoint, &args);
     assert_eq!(code, 0, "{err}");
     let keys = client(&s.endpoint, &["ls", &b, "out/"]);
