@@ -526,18 +526,7 @@ fn a_run_that_finds_a_set_published_since_it_began_leaves_it_whole() {
     ];
     let gate = scratch("s3-late").join("gate");
     let _ = std::fs::remove_file(&gate);
-    let late = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .args(args)
-        .envs(env(&s.endpoint))
-        .env("TMPDIR", scratch_tmp())
-        .env(
-            "TFSHARD_FAILPOINTS",
-            format!("convert:written=wait:{}", gate.display()),
-        )
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut late = late;
+    let mut late = tfshard_held(&s.endpoint, "convert:written", &gate, &args);
     wait_for_failpoint(&mut late, &gate, "the late run's records written");
     let (code, _, err) = tfshard_at(&s.endpoint, &args);
     assert_eq!(code, 0, "{err}");
@@ -606,8 +595,11 @@ fn sigterm_during_an_upload_leaves_nothing() {
     // The run stops right after its first multipart upload has started (and its id is
     // recorded); SIGTERM comes then.
     let gate = scratch("s3-sigterm-gate").join("go");
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .args([
+    let mut child = tfshard_held(
+        &s.endpoint,
+        "store:uploading",
+        &gate,
+        &[
             "convert",
             "parquet",
             input.to_str().unwrap(),
@@ -615,16 +607,8 @@ fn sigterm_during_an_upload_leaves_nothing() {
             &out,
             "--target-shard-size",
             "24MiB",
-        ])
-        .envs(env(&s.endpoint))
-        .env("TMPDIR", scratch_tmp())
-        .env(
-            "TFSHARD_FAILPOINTS",
-            format!("store:uploading=wait:{}", gate.display()),
-        )
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        ],
+    );
     wait_for_failpoint(&mut child, &gate, "an upload started");
     let pending = client(&s.endpoint, &["uploads", &b]).lines().count();
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -646,6 +630,22 @@ fn sigterm_during_an_upload_leaves_nothing() {
 }
 
 /// Runs tfshard with failure points set; returns (exit code, stderr).
+/// Starts tfshard against the S3 server at `endpoint`, to stop at failure point `point`
+/// until `gate` exists (`wait_for_failpoint` waits for it to get there).
+fn tfshard_held(endpoint: &str, point: &str, gate: &Path, args: &[&str]) -> Child {
+    Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(args)
+        .envs(env(endpoint))
+        .env("TMPDIR", scratch_tmp())
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("{point}=wait:{}", gate.display()),
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tfshard")
+}
+
 fn tfshard_with_failpoints(endpoint: &str, failpoints: &str, args: &[&str]) -> (i32, String) {
     let mut envs = env(endpoint);
     envs.push(("TFSHARD_FAILPOINTS", failpoints.to_owned()));
@@ -669,24 +669,10 @@ fn an_input_replaced_during_the_run_is_an_error() {
     );
     let gate = scratch("s3-replaced-gate").join("go");
     let out = scratch("s3-replaced-out");
-    let child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .args([
-            "convert",
-            "parquet",
-            &format!("s3://{b}/in"),
-            "-o",
-            out.to_str().unwrap(),
-        ])
-        .envs(env(&s.endpoint))
-        .env(
-            "TFSHARD_FAILPOINTS",
-            format!("convert:planned=wait:{}", gate.display()),
-        )
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let input = format!("s3://{b}/in");
+    let args = ["convert", "parquet", &input, "-o", out.to_str().unwrap()];
+    let mut child = tfshard_held(&s.endpoint, "convert:planned", &gate, &args);
     // The footers are read (and their ETags taken); now the object changes.
-    let mut child = child;
     wait_for_failpoint(&mut child, &gate, "the footers were read");
     let other = scratch("s3-replaced-other");
     let hive_file = std::fs::read_dir(root().join("testdata/hive/year=2020"))
