@@ -462,6 +462,12 @@ pub enum ErrorKind {
          nothing was published; rerun with --overwrite to replace it"
     )]
     OutputClaimed,
+    /// Another `finalize` holds the output's claim and is alive (it refreshes the claim).
+    #[error(
+        "another finalize is publishing to this output: nothing was done; run finalize again \
+         once it has ended (a claim not refreshed for 60 s, its holder killed, is taken over)"
+    )]
+    FinalizeClaimed,
     /// A Delta Lake or Iceberg table folder: its data files include removed ones.
     #[error(
         "this folder is {format} table ({marker}): its data files include removed ones, so \

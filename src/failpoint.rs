@@ -5,6 +5,7 @@
 //! `TFSHARD_FAILPOINTS="NAME=ACTION;NAME=ACTION"`, where ACTION is
 //!
 //! - `exit`: the process ends at once with code 137, as if killed (no cleanup runs);
+//! - `exit@N`: the same, the Nth time the run passes the point (a kill part way);
 //! - `error`: the run fails there with an injected I/O error;
 //! - `wait:PATH`: the first time the run passes the point, it creates `PATH.reached`,
 //!   then waits until `PATH` exists (the test does something at exactly this point, then
@@ -13,9 +14,12 @@
 //! The points: `convert:planned` (every input opened, nothing written yet),
 //! `shard:journaled` (a shard complete and journaled, with `--resume`),
 //! `commit:placed` (the shards renamed to their final names, no manifest yet),
-//! `finalize:planned` and `finalize:moved` (a part shard moved into place),
-//! `convert:written` (every shard written, nothing published), `store:uploading` (a
-//! multipart upload started and recorded, no part sent), `store:uploaded` (every
+//! `finalize:planned` (the output claimed, the plan recorded), `finalize:moved` (a part
+//! shard moved into place), `finalize:published` (the manifests written, the parts not
+//! yet deleted),
+//! `convert:written` (every shard written, nothing published), `store:created` (a
+//! multipart upload started, its id not yet recorded), `store:uploading` (a multipart
+//! upload started and recorded, no part sent), `store:uploaded` (every
 //! shard uploaded to a store, nothing copied), `store:parts-copied` (every part of a
 //! multipart copy copied, the upload not completed), `store:copied` (copied into place, no
 //! manifest yet), `verify:opened` (a shard opened and its size taken, no record read).
@@ -29,6 +33,7 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone)]
 enum Action {
     Exit,
+    ExitAt(u64),
     Error,
     Wait(PathBuf),
 }
@@ -45,6 +50,7 @@ fn points() -> &'static [(String, Action)] {
                 let action = match action {
                     "exit" => Action::Exit,
                     "error" => Action::Error,
+                    a if a.starts_with("exit@") => Action::ExitAt(a[5..].parse().ok()?),
                     a => Action::Wait(PathBuf::from(a.strip_prefix("wait:")?)),
                 };
                 Some((name.trim().to_owned(), action))
@@ -64,6 +70,22 @@ pub fn hit(name: &str) -> Result<()> {
     };
     match action {
         Action::Exit => std::process::exit(137),
+        Action::ExitAt(n) => {
+            static PASSES: std::sync::Mutex<Vec<(String, u64)>> = std::sync::Mutex::new(Vec::new());
+            let mut passes = PASSES.lock().unwrap_or_else(|p| p.into_inner());
+            let count = match passes.iter_mut().find(|(p, _)| p == name) {
+                Some((_, c)) => c,
+                None => {
+                    passes.push((name.to_owned(), 0));
+                    &mut passes.last_mut().expect("pushed just above").1
+                }
+            };
+            *count += 1;
+            if *count >= *n {
+                std::process::exit(137);
+            }
+            Ok(())
+        }
         Action::Error => Err(Error::from(std::io::Error::other(format!(
             "injected failure at {name}"
         )))),

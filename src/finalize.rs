@@ -6,16 +6,23 @@
 //!    checked against part 0: the tool version, options, record type, compression,
 //!    inputs (paths, sizes, ETags) and feature kinds and types must agree. A missing or
 //!    incomplete part is an error naming the worker indices; nothing is published.
+//! 0. The output is claimed, per prefix (`.{prefix}.tfshard-parts/finalizing`, a
+//!    conditional put), and the claim refreshed while the run lives: a second `finalize`
+//!    meanwhile fails, or reports the set already published when it finds it; a claim
+//!    not refreshed for [`CLAIM_STALE_AFTER`] (its holder was killed) is taken over.
 //! 2. A plan is recorded (`.{prefix}.tfshard-parts/finalize.json`: the moves and the
 //!    manifest), so that a rerun after a failure midway completes the same set.
 //! 3. With `--overwrite` the old manifest goes, then the old shards.
 //! 4. The part shards are renamed (copied, on a store) to their final names, in worker
 //!    order; shard data is never read: the manifest comes from the part manifests.
 //! 5. The manifests are written (every prefix's, after every prefix's shards: all
-//!    splits are one commit), then the parts folders are deleted.
+//!    splits are one commit); every multipart upload still recorded under the parts or
+//!    pending there (workers killed or duplicated) is aborted; the parts folders, claims
+//!    included, are deleted.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -39,8 +46,181 @@ pub struct FinalizedSet {
     pub shards: u64,
     /// Bytes on disk.
     pub bytes: u64,
-    /// Workers whose parts it joins.
+    /// Workers whose parts it joins (0 when another `finalize` had published the set).
     pub workers: u64,
+    /// Another `finalize` had published this set; this run found it and did nothing.
+    pub already_published: bool,
+}
+
+/// How long a `finalize` claim may go without a refresh before the next `finalize`
+/// takes it over (its holder was killed).
+pub const CLAIM_STALE_AFTER: Duration = Duration::from_secs(60);
+
+/// How often a running `finalize` refreshes its claims.
+const CLAIM_REFRESH_EVERY: Duration = Duration::from_secs(10);
+
+/// What a claim object holds: who holds it (a run id, its host and process), and when
+/// it last said it was alive (seconds since the Unix epoch, by the holder's clock).
+#[derive(Debug, Serialize, Deserialize)]
+struct ClaimNote {
+    holder: String,
+    refreshed: u64,
+    #[serde(default)]
+    host: String,
+    #[serde(default)]
+    pid: u32,
+}
+
+impl ClaimNote {
+    /// Whether the holder is gone: not refreshed for [`CLAIM_STALE_AFTER`], or a process
+    /// of this host that no longer exists (a rerun after a kill need not wait).
+    fn is_stale(&self) -> bool {
+        let silent = now_secs().saturating_sub(self.refreshed) >= CLAIM_STALE_AFTER.as_secs();
+        let dead_here = !self.host.is_empty()
+            && self.host == host_name()
+            && self.pid != 0
+            && !process_exists(self.pid);
+        silent || dead_here
+    }
+}
+
+/// This machine's host name ("" if it has none).
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer and its length are valid; the name is NUL-terminated within it.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Whether process `pid` exists on this host (one we may not signal exists too).
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    // SAFETY: signal 0 checks for existence and permission, and sends nothing.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    alive || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn claim_file(prefix: &str) -> String {
+    format!("{}/finalizing", name::parts_dir_name(prefix))
+}
+
+fn already_exists(e: &Error) -> bool {
+    matches!(e.kind(), ErrorKind::OutputExists)
+        || store::is_problem(e, store::StoreProblem::AlreadyExists)
+}
+
+/// The claims of one `finalize` run, refreshed by a thread until dropped; dropped
+/// before the run completes (it failed), they are released at once.
+struct Claims {
+    out: Arc<dyn Destination>,
+    files: Vec<String>,
+    holder: String,
+    stop: Option<mpsc::Sender<()>>,
+    refresher: Option<std::thread::JoinHandle<()>>,
+    /// The parts folders (claims with them) were deleted: nothing to release.
+    done: bool,
+}
+
+/// Why a prefix could not be claimed.
+enum Refused {
+    /// Another live `finalize` holds it.
+    Held,
+    /// Its set is published (the holder wrote the manifest).
+    Published,
+}
+
+impl Claims {
+    fn note(holder: &str) -> Vec<u8> {
+        serde_json::to_vec(&ClaimNote {
+            holder: holder.to_owned(),
+            refreshed: now_secs(),
+            host: host_name(),
+            pid: std::process::id(),
+        })
+        .expect("a claim note serializes")
+    }
+
+    /// Claims `prefix`: a conditional put, or, over a stale claim (its holder killed),
+    /// a takeover.
+    fn claim(&mut self, prefix: &str) -> Result<std::result::Result<(), Refused>> {
+        let file = claim_file(prefix);
+        let out = &*self.out;
+        match out.write(&file, Self::note(&self.holder), true) {
+            Ok(()) => {}
+            Err(e) if already_exists(&e) => {
+                let held = match out.read(&file) {
+                    Ok(bytes) => serde_json::from_slice::<ClaimNote>(&bytes).ok(),
+                    // Released meanwhile: its holder finished or failed.
+                    Err(e) if is_not_found(&e) => None,
+                    Err(e) => return Err(e),
+                };
+                let stale = held.as_ref().is_none_or(ClaimNote::is_stale);
+                if !stale {
+                    return Ok(Err(if is_published(out, prefix) {
+                        Refused::Published
+                    } else {
+                        Refused::Held
+                    }));
+                }
+                // Taken over: of two takers, the second put finds the first's claim.
+                out.delete(&file)?;
+                match out.write(&file, Self::note(&self.holder), true) {
+                    Ok(()) => {}
+                    Err(e) if already_exists(&e) => return Ok(Err(Refused::Held)),
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        self.files.push(file);
+        Ok(Ok(()))
+    }
+
+    /// Stops the refreshing (before the claims are deleted with the parts).
+    fn stop_refreshing(&mut self) {
+        drop(self.stop.take());
+        if let Some(t) = self.refresher.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Starts refreshing the claims taken, every [`CLAIM_REFRESH_EVERY`].
+    fn keep_alive(&mut self) {
+        let (tx, rx) = mpsc::channel::<()>();
+        let (out, files, holder) = (self.out.clone(), self.files.clone(), self.holder.clone());
+        self.stop = Some(tx);
+        self.refresher = Some(std::thread::spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(CLAIM_REFRESH_EVERY) {
+                for f in &files {
+                    // A missed refresh is retried at the next tick; the claim goes stale
+                    // only after several.
+                    let _ = out.write(f, Claims::note(&holder), false);
+                }
+            }
+        }));
+    }
+}
+
+impl Drop for Claims {
+    fn drop(&mut self) {
+        self.stop_refreshing();
+        if !self.done {
+            for f in &self.files {
+                let _ = self.out.delete(f);
+            }
+        }
+    }
 }
 
 /// The plan of one prefix, recorded before anything moves.
@@ -54,6 +234,44 @@ struct Plan {
 fn is_not_found(e: &Error) -> bool {
     store::is_problem(e, store::StoreProblem::NotFound)
         || matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// Whether `prefix`'s set is published by a `finalize`: its manifest is there and is the
+/// recorded plan's, or no plan and no part is left.
+fn is_published(out: &dyn Destination, prefix: &str) -> bool {
+    let rel = name::manifest_name(prefix);
+    let Ok(Ok(manifest)) = out
+        .read(&rel)
+        .map(|b| Manifest::from_json(&b, &out.display(&rel)))
+    else {
+        return false;
+    };
+    let parts_dir = name::parts_dir_name(prefix);
+    match out.read(&format!("{parts_dir}/finalize.json")) {
+        Ok(bytes) => serde_json::from_slice::<Plan>(&bytes)
+            .is_ok_and(|plan| plan.manifest.created == manifest.created),
+        Err(e) if is_not_found(&e) => out
+            .names(&parts_dir)
+            .unwrap_or_default()
+            .iter()
+            .all(|n| n == "finalizing"),
+        Err(_) => false,
+    }
+}
+
+/// The set another `finalize` published for `prefix`, from its manifest.
+fn published_set(out: &dyn Destination, prefix: &str) -> Result<FinalizedSet> {
+    let rel = name::manifest_name(prefix);
+    let manifest = Manifest::from_json(&out.read(&rel)?, &out.display(&rel))?;
+    Ok(FinalizedSet {
+        prefix: prefix.to_owned(),
+        manifest: out.display(&rel),
+        records: manifest.records,
+        shards: manifest.shards.len() as u64,
+        bytes: manifest.bytes,
+        workers: 0,
+        already_published: true,
+    })
 }
 
 /// Reads and checks every part of `prefix`; returns its plan (recorded, or new).
@@ -359,12 +577,65 @@ fn finalize(
         }
     };
     if prefixes.is_empty() {
+        // Another finalize may have published the set and removed its parts.
+        let published = match prefix {
+            Some(p) => vec![p.to_owned()],
+            None => out
+                .names("")?
+                .into_iter()
+                .filter_map(|n| n.strip_suffix(name::MANIFEST_SUFFIX).map(str::to_owned))
+                .collect(),
+        };
+        if !published.is_empty() && published.iter().all(|p| is_published(out, p)) {
+            let sets = published
+                .iter()
+                .map(|p| published_set(out, p))
+                .collect::<Result<_>>()?;
+            return Ok((sets, started.elapsed().as_secs_f64()));
+        }
         return Err(Error::new(ErrorKind::NoParts).with_file(output));
     }
+    // 0. Claimed, every prefix, before anything is read for the plan.
+    let mut claims = Claims {
+        out: destination.clone(),
+        files: Vec::new(),
+        holder: store::attempt_id(),
+        stop: None,
+        refresher: None,
+        done: false,
+    };
+    let mut refused = Vec::new();
+    for p in &prefixes {
+        if let Err(why) = claims.claim(p)? {
+            refused.push(why);
+        }
+    }
+    if !refused.is_empty() {
+        if refused.len() == prefixes.len()
+            && refused.iter().all(|r| matches!(r, Refused::Published))
+        {
+            let sets = prefixes
+                .iter()
+                .map(|p| published_set(out, p))
+                .collect::<Result<_>>()?;
+            return Ok((sets, started.elapsed().as_secs_f64()));
+        }
+        return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
+    }
+    claims.keep_alive();
     // 1-2. Every prefix planned (and checked) before anything moves.
     let mut plans = Vec::with_capacity(prefixes.len());
+    let mut published = Vec::new();
     for p in &prefixes {
-        let (plan, workers) = plan_prefix(out, p)?;
+        let (plan, workers) = match plan_prefix(out, p) {
+            Ok(planned) => planned,
+            // Published (its parts removed) between our listing and our claim.
+            Err(e) if matches!(e.kind(), ErrorKind::NoParts) && is_published(out, p) => {
+                published.push(published_set(out, p)?);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let plan_file = format!("{}/finalize.json", name::parts_dir_name(p));
         if !out.exists(&plan_file)? {
             let manifest_rel = name::manifest_name(p);
@@ -376,6 +647,16 @@ fn finalize(
             out.write(&plan_file, json, false)?;
         }
         plans.push((p.clone(), plan, workers));
+    }
+    if plans.is_empty() {
+        for p in &prefixes {
+            out.delete_tree(&name::parts_dir_name(p))?;
+        }
+        claims.done = true;
+        return Ok((published, started.elapsed().as_secs_f64()));
+    }
+    if !published.is_empty() {
+        return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
     }
     crate::failpoint::hit("finalize:planned")?;
     // 3-4. Old sets go (with --overwrite), part shards move into place.
@@ -391,7 +672,9 @@ fn finalize(
             }
         }
         let parts_dir = name::parts_dir_name(p);
-        out.abort_recorded(&format!("{parts_dir}/uploads"))?;
+        // A killed finalize's multipart copies to final names (recorded under the parts)
+        // go before the same copies are made again.
+        out.abort_uploads(&parts_dir)?;
         for (from, to) in &plan.moves {
             // A rerun: what a stopped finalize moved is already in place.
             if out.exists(from)? {
@@ -406,7 +689,9 @@ fn finalize(
             }
         }
     }
-    // 5. The manifests (the commit point), then the parts folders go.
+    // 5. The manifests (the commit point); then every upload left under the parts
+    // (killed or duplicated workers', a killed finalize's copies) is aborted, and the
+    // parts folders go, the claims with them.
     let mut sets = Vec::with_capacity(plans.len());
     for (p, plan, workers) in &plans {
         let mut manifest = plan.manifest.clone();
@@ -419,11 +704,18 @@ fn finalize(
             shards: manifest.shards.len() as u64,
             bytes: manifest.bytes,
             workers: *workers,
+            already_published: false,
         });
     }
+    crate::failpoint::hit("finalize:published")?;
+    for (p, _, _) in &plans {
+        out.abort_uploads(&name::parts_dir_name(p))?;
+    }
+    claims.stop_refreshing();
     for (p, _, _) in &plans {
         out.delete_tree(&name::parts_dir_name(p))?;
     }
+    claims.done = true;
     // 6. A TFDS dataset's files, from every manifest of it (the workers' manifests say
     // which dataset).
     let mut datasets: Vec<&str> = plans

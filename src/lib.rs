@@ -73,6 +73,7 @@ pub mod manifest;
 pub mod pipeline;
 pub mod progress;
 pub mod records;
+mod scratch;
 pub(crate) mod shard;
 pub(crate) mod source;
 pub mod store;

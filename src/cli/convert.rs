@@ -441,6 +441,9 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             "seconds": summary.seconds,
             "skipped": summary.skipped,
         });
+        if let Some(r) = summary.reused {
+            value["reused"] = json!({"shards": r.shards, "bytes": r.bytes});
+        }
         if !summary.splits.is_empty() {
             let splits: serde_json::Map<String, serde_json::Value> = summary
                 .splits
@@ -466,6 +469,14 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
         );
         if let Some(m) = &summary.manifest {
             println!("manifest: {}", m.display());
+        }
+        if let Some(r) = summary.reused {
+            println!(
+                "reused {} shard{} ({:.1} MB) that an earlier run had finished",
+                r.shards,
+                if r.shards == 1 { "" } else { "s" },
+                r.bytes as f64 / 1e6
+            );
         }
         for s in &summary.splits {
             println!(

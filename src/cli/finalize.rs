@@ -44,6 +44,7 @@ impl FinalizeArgs {
         let shards: u64 = sets.iter().map(|s| s.shards).sum();
         let bytes: u64 = sets.iter().map(|s| s.bytes).sum();
         let workers = sets.first().map_or(0, |s| s.workers);
+        let found = sets.iter().all(|s| s.already_published);
         if self.common.json {
             let single = sets.len() == 1;
             let mut value = json!({
@@ -55,6 +56,9 @@ impl FinalizeArgs {
                 "seconds": seconds,
                 "workers": workers,
             });
+            if found {
+                value["already_published"] = json!(true);
+            }
             if !single {
                 value["splits"] = sets
                     .iter()
@@ -69,7 +73,17 @@ impl FinalizeArgs {
             }
             output::print_json(&value)?;
         } else if !self.common.quiet {
-            for s in &sets {
+            for s in sets.iter().filter(|s| s.already_published) {
+                eprintln!(
+                    "already published by another finalize: {} records in {} shard{} ({:.1} MB): {}",
+                    s.records,
+                    s.shards,
+                    if s.shards == 1 { "" } else { "s" },
+                    s.bytes as f64 / 1e6,
+                    s.manifest.display()
+                );
+            }
+            for s in sets.iter().filter(|s| !s.already_published) {
                 eprintln!(
                     "finalized {} records in {} shard{} ({:.1} MB) from {} workers: {}",
                     s.records,

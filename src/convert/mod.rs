@@ -425,8 +425,20 @@ pub struct ConvertSummary {
     pub seconds: f64,
     /// Image files left out (`--on-error skip`).
     pub skipped: u64,
+    /// With `--resume`: the shards (and their bytes) an earlier run had finished, reused
+    /// as they were; `None` without `--resume`.
+    pub reused: Option<Reused>,
     /// With `--split`: each split's own summary, in the order given.
     pub splits: Vec<SplitSummary>,
+}
+
+/// What a `--resume` run reused of the run it continues (`convert --json` `reused`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reused {
+    /// Shards reused.
+    pub shards: u64,
+    /// Their bytes on disk.
+    pub bytes: u64,
 }
 
 /// One split's output; the `convert --json` `splits` values.
@@ -900,6 +912,15 @@ fn run(
             out.set_resumed(header, finished);
         }
     }
+    let reused = options.resume.then(|| {
+        let finished = outs
+            .iter()
+            .flat_map(|o| o.resume_state().map_or(&[][..], |(_, f)| f));
+        finished.fold(Reused::default(), |r, s| Reused {
+            shards: r.shards + 1,
+            bytes: r.bytes + s.bytes,
+        })
+    });
     progress.set_total(source.total_units());
     let mut report: &dyn Progress = progress;
     let (shards, ()) = route::write_outputs(options, &outs, source.estimated_bytes(), |router| {
@@ -988,6 +1009,7 @@ fn run(
         bytes: splits.iter().map(|s| s.bytes).sum(),
         seconds: started.elapsed().as_secs_f64(),
         skipped: source.skipped(),
+        reused,
         splits: if single { Vec::new() } else { splits },
     })
 }

@@ -141,8 +141,17 @@ pub(crate) fn write_outputs<T>(
             produce(&mut Router::new(options, &bounds, Sinks::Direct(writers)))
         });
     };
-    let root = match &shuffle.tmp_dir {
-        Some(dir) => dir.join(format!(".tfshard-shuffle-{}", std::process::id())),
+    // Under --tmp-dir, a locked scratch folder (a killed run's is removed by the next).
+    let scratch = match &shuffle.tmp_dir {
+        Some(dir) => Some(crate::scratch::Scratch::create(
+            dir,
+            "tfshard-shuffle",
+            &crate::store::attempt_id(),
+        )?),
+        None => None,
+    };
+    let root = match &scratch {
+        Some(s) => s.path().to_owned(),
         None => outs[0].tmp_dir().join("shuffle"),
     };
     let _guard = ScratchDir(root.clone());

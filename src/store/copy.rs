@@ -18,7 +18,7 @@ use super::url::{ObjectUrl, Scheme};
 use crate::error::{Error, ErrorKind, Result};
 
 /// `copy_recorded` for a caller that keeps no upload ids (blocking): a multipart copy's
-/// id is recorded in the object `record` while it runs (`abort_recorded_below` aborts it
+/// id is recorded in the object `record` while it runs (`abort_uploads_under` aborts it
 /// after a kill).
 ///
 /// # Errors
@@ -142,7 +142,7 @@ async fn multipart_copy(
         .map(|(i, range)| copy_part(b, from, to, &id, i, range, etag));
     let parts = futures_util::future::try_join_all(parts).await?;
     kill_point("store:parts-copied").await?;
-    complete_multipart(to, &id, parts).await
+    complete_multipart(to, &id, parts).await.map(drop)
 }
 
 /// What an S3 key is in an `x-amz-copy-source` header: URL-encoded, `/` kept.

@@ -76,20 +76,21 @@ pub(crate) trait Destination: Send + Sync {
 
     /// Moves file `from` to `to`: a rename, or on a store a server-side copy (the source
     /// stays until its folder is deleted). A multipart copy's upload id is recorded in
-    /// `record` while it runs, where [`Destination::abort_recorded`] finds it after a kill.
+    /// `record` while it runs, where [`Destination::abort_uploads`] finds it after a kill.
     ///
     /// # Errors
     ///
     /// An I/O or store error naming the target.
     fn place(&self, from: &str, to: &str, record: &str) -> Result<()>;
 
-    /// Aborts the uploads recorded directly in folder `rel` and deletes their records
-    /// (nothing to do on disk).
+    /// Aborts every upload under folder `rel`: those recorded in any `uploads/` folder
+    /// below it (their records deleted), and those the store lists as pending there (an
+    /// upload whose run was killed before it recorded it). Nothing to do on disk.
     ///
     /// # Errors
     ///
     /// A store error.
-    fn abort_recorded(&self, rel: &str) -> Result<()>;
+    fn abort_uploads(&self, rel: &str) -> Result<()>;
 
     /// Prepares a run's outputs for writing (see the module docs).
     ///

@@ -3,9 +3,10 @@
 //!
 //! It holds what the output depends on: the run's header (the options that change the
 //! output, the inputs with sizes and ETags, record type, compression) and every finished
-//! shard with its size and CRC32C. A rerun with `--resume` checks the header against its
-//! own (an error naming the first difference), checks each finished shard's size and
-//! CRC32C on disk, and hands the good ones to the shard writer, which then drops as many
+//! shard with its size and CRC32C (in a store, also its object's ETag). A rerun with
+//! `--resume` checks the header against its own (an error naming the first difference),
+//! checks each finished shard's size and CRC32C on disk (in a store: its size and ETag,
+//! without reading it back), and hands the good ones to the shard writer, which then drops as many
 //! records from the start of the stream as they hold and writes only the rest. The
 //! encoding statistics behind the manifest are recomputed: the rerun reads the inputs
 //! again, and writes no byte twice.
@@ -33,6 +34,10 @@ pub struct JournalShard {
     pub bytes: u64,
     /// CRC32C of the bytes on disk.
     pub crc32c: u32,
+    /// In a store: the uploaded object's ETag, which a rerun checks (with the size)
+    /// instead of reading the object back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
 }
 
 /// The journal of one output.
@@ -137,6 +142,7 @@ pub fn entry(shard: &ClosedShard) -> JournalShard {
         records: shard.records,
         bytes: shard.bytes,
         crc32c: shard.crc32c,
+        etag: None,
     }
 }
 

@@ -119,7 +119,7 @@ impl Destination for LocalDir {
         fs::rename(self.path(from), &target).map_err(io_at(&target))
     }
 
-    fn abort_recorded(&self, _rel: &str) -> Result<()> {
+    fn abort_uploads(&self, _rel: &str) -> Result<()> {
         Ok(())
     }
 

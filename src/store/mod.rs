@@ -39,13 +39,13 @@ pub use self::copy::{copy_object_recorded, COPY_PART_BYTES, MAX_COPY_BYTES};
 pub(crate) use self::errors::is_problem;
 pub use self::errors::StoreProblem;
 pub(crate) use self::multipart::{abort_multipart, complete_multipart, put_part};
-pub(crate) use self::objects::{delete, get_range, list_async, list_dir_async, put_async};
+pub(crate) use self::objects::{
+    delete, get_range, list_async, list_dir_async, put_async, put_tagged,
+};
 pub use self::objects::{delete_object, head, list, list_dir, put, read_all, Listed};
 pub(crate) use self::parquet::{RemoteChunks, RemoteParquet};
 pub use self::read::RemoteRead;
-pub(crate) use self::records::{
-    abort_recorded, abort_recorded_below, create_recorded, kill_point, upload_record,
-};
+pub(crate) use self::records::{abort_uploads_under, create_recorded, kill_point, upload_record};
 pub use self::settings::{IoOptions, DEFAULT_IO_CONCURRENCY, DEFAULT_IO_TIMEOUT};
 pub use self::url::{is_url, locate, Location, ObjectUrl, Scheme};
 

@@ -40,6 +40,7 @@ use super::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::CancelToken;
+use crate::scratch::Scratch;
 
 /// An output prefix in a store.
 pub(crate) struct ObjectPrefix {
@@ -101,8 +102,8 @@ impl Destination for ObjectPrefix {
         super::copy_object_recorded(&self.at(from), &self.at(to), &self.at(record))
     }
 
-    fn abort_recorded(&self, rel: &str) -> Result<()> {
-        super::abort_recorded_below(&self.at(rel))
+    fn abort_uploads(&self, rel: &str) -> Result<()> {
+        super::abort_uploads_under(&self.at(rel))
     }
 
     fn stage(&self, plan: StagePlan) -> Result<Box<dyn Staging>> {
@@ -194,6 +195,8 @@ struct RemoteOutput {
     tasks: Arc<Mutex<Vec<Upload>>>,
     claimed: AtomicBool,
     committed: AtomicBool,
+    /// The local staging folder, removed (after the uploads end) when this is dropped.
+    _scratch: Scratch,
 }
 
 /// A staged file and the task uploading it.
@@ -224,6 +227,9 @@ struct Shared {
     tmps: Vec<String>,
     run: String,
     overwrite: bool,
+    /// `--resume`: a failed run keeps its temporaries and journal for the next (also a
+    /// run refused for a journal that does not match it).
+    resumable: bool,
     staging: PathBuf,
     /// Multipart uploads started and not yet completed or aborted.
     open_uploads: Mutex<Vec<(ObjectUrl, String)>>,
@@ -238,6 +244,8 @@ struct Shared {
     closed: Mutex<Vec<ClosedShard>>,
     /// Uploads finished, by staged path (resumed shards start here).
     uploaded: Mutex<Vec<PathBuf>>,
+    /// The ETags of finished uploads, by staged path (journaled with `--resume`).
+    etags: Mutex<Vec<(PathBuf, String)>>,
     /// Final names copied into place by a commit not finished yet: deleted if it fails.
     placed: Mutex<Vec<ObjectUrl>>,
 }
@@ -263,15 +271,17 @@ impl RemoteOutput {
             super::attempt_id()
         };
         let base = plan.staging_dir.clone().unwrap_or_else(std::env::temp_dir);
-        // The local staging folder is always this process's own.
-        let staging = base.join(format!(".tfshard-staging-{}", super::attempt_id()));
-        std::fs::create_dir_all(&staging).map_err(|e| Error::from(e).with_file(&staging))?;
+        // The local staging folder is always this process's own, locked while it lives:
+        // a killed run's is removed by the next run staging in the same place.
+        let scratch = Scratch::create(&base, "tfshard-staging", &super::attempt_id())?;
+        let staging = scratch.path().to_owned();
         let output = RemoteOutput {
             shared: Arc::new(Shared {
                 out,
                 tmps,
                 run,
                 overwrite: plan.overwrite || plan.part,
+                resumable: plan.resume,
                 staging,
                 open_uploads: Mutex::new(Vec::new()),
                 parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
@@ -279,11 +289,13 @@ impl RemoteOutput {
                 resume: Mutex::new(None),
                 closed: Mutex::new(Vec::new()),
                 uploaded: Mutex::new(Vec::new()),
+                etags: Mutex::new(Vec::new()),
                 placed: Mutex::new(Vec::new()),
             }),
             tasks: Default::default(),
             claimed: AtomicBool::new(false),
             committed: AtomicBool::new(false),
+            _scratch: scratch,
         };
         if plan.overwrite && !plan.part && !plan.resume {
             // A killed run's leftovers: abort its recorded uploads, delete its objects.
@@ -328,7 +340,7 @@ impl RemoteOutput {
         let s = &self.shared;
         // Uploads the killed run started and never completed: abort them (their shards
         // are not in the journal, and go up again).
-        super::abort_recorded_below(&s.run_dir(tmp).join("uploads"))?;
+        super::abort_uploads_under(&s.run_dir(tmp))?;
         let journal_url = s.run_dir(tmp).join(JOURNAL);
         let mut finished = Vec::new();
         match super::read_all(&journal_url) {
@@ -341,9 +353,18 @@ impl RemoteOutput {
                 }
                 for entry in &journal.shards {
                     let url = s.run_dir(tmp).join(&entry.file);
-                    let sound = super::read_all(&url).is_ok_and(|b| {
-                        b.len() as u64 == entry.bytes && crc32c::crc32c(&b) == entry.crc32c
-                    });
+                    // The object the upload made (its ETag and size), or, journaled
+                    // without an ETag, its bytes read back.
+                    let sound = match &entry.etag {
+                        Some(etag) => super::head(&url).is_ok_and(|o| {
+                            o.size == entry.bytes
+                                && o.etag.as_deref().map(|e| e.trim_matches('"'))
+                                    == Some(etag.trim_matches('"'))
+                        }),
+                        None => super::read_all(&url).is_ok_and(|b| {
+                            b.len() as u64 == entry.bytes && crc32c::crc32c(&b) == entry.crc32c
+                        }),
+                    };
                     if !sound || entry.idx.is_some() {
                         break;
                     }
@@ -556,7 +577,13 @@ impl Shared {
         let (tmp, local) = (tmp.to_owned(), local.to_path_buf());
         super::spawn(async move {
             let target = this.temporary(&tmp, &local);
-            this.stream(&tmp, &local, &target, staged).await?;
+            let etag = this.stream(&tmp, &local, &target, staged).await?;
+            if let Some(etag) = etag {
+                this.etags
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((local.clone(), etag));
+            }
             this.staged_done(&local);
             this.uploaded
                 .lock()
@@ -580,10 +607,17 @@ impl Shared {
         let journal = {
             let closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
             let uploaded = self.uploaded.lock().unwrap_or_else(|p| p.into_inner());
+            let etags = self.etags.lock().unwrap_or_else(|p| p.into_inner());
             let shards = closed
                 .iter()
                 .take_while(|c| uploaded.contains(&c.path))
-                .map(journal::entry)
+                .map(|c| journal::JournalShard {
+                    etag: etags
+                        .iter()
+                        .find(|(p, _)| *p == c.path)
+                        .map(|(_, e)| e.clone()),
+                    ..journal::entry(c)
+                })
                 .collect();
             Journal { header, shards }
         };
@@ -659,15 +693,12 @@ impl Shared {
         })
     }
 
-    /// Aborts the uploads recorded under `tmp` and deletes every object there.
+    /// Aborts the uploads under `tmp` (recorded, or pending) and deletes every object
+    /// there.
     fn clear_tmp(&self, tmp: &ObjectUrl) -> Result<()> {
+        super::abort_uploads_under(tmp)?;
         let objects = list(tmp)?;
         block_on(async {
-            for o in &objects {
-                if o.url.parent().file_name() == "uploads" {
-                    super::abort_recorded(&o.url).await?;
-                }
-            }
             for o in &objects {
                 delete(&o.url).await?;
             }
@@ -683,19 +714,20 @@ impl Shared {
             written: size,
             closed: true,
         });
-        self.stream(tmp, local, target, rx).await
+        self.stream(tmp, local, target, rx).await.map(drop)
     }
 
     /// Uploads a staged file to `target` as it grows: each full part as soon as the file
     /// holds it (as many in flight as the run's part budget allows), the rest when the
     /// file is closed. A file that ends smaller than one part goes up in one request.
+    /// Returns the object's ETag.
     async fn stream(
         &self,
         tmp: &str,
         local: &Path,
         target: &ObjectUrl,
         mut staged: watch::Receiver<Staged>,
-    ) -> Result<()> {
+    ) -> Result<Option<String>> {
         let at = |e: std::io::Error| Error::from(e).with_file(local);
         let part = PART_BYTES as u64;
         let mut upload: Option<(String, ObjectUrl)> = None;
@@ -710,7 +742,7 @@ impl Shared {
             if closed && upload.is_none() && written < part {
                 // One request: S3 needs parts of 5 MiB but the last.
                 let bytes = std::fs::read(local).map_err(at)?;
-                return super::put_async(target, bytes, false).await;
+                return super::put_tagged(target, bytes, false).await;
             }
             while written >= sent + part || (closed && written > sent) {
                 if upload.is_none() {
@@ -744,8 +776,9 @@ impl Shared {
                     .map_err(|e| Error::from(std::io::Error::other(e)))??,
             );
         }
-        complete_multipart(target, &id, done).await?;
-        self.forget_upload(&id, &record).await
+        let etag = complete_multipart(target, &id, done).await?;
+        self.forget_upload(&id, &record).await?;
+        Ok(etag)
     }
 
     /// Sends bytes `range` of the staged file as part `index`, once a part buffer is
@@ -868,8 +901,7 @@ impl Drop for RemoteOutput {
                     let _ = delete(url).await;
                 }
             });
-            let resumable = s.resume.lock().unwrap_or_else(|p| p.into_inner()).is_some();
-            for tmp in s.tmps.iter().filter(|_| !resumable) {
+            for tmp in s.tmps.iter().filter(|_| !s.resumable) {
                 if let Ok(objects) = list(&s.run_dir(tmp)) {
                     block_on(async {
                         for o in &objects {
@@ -882,6 +914,5 @@ impl Drop for RemoteOutput {
                 let _ = block_on(delete(&self.claim_url()));
             }
         }
-        let _ = std::fs::remove_dir_all(&s.staging);
     }
 }

@@ -170,6 +170,15 @@ pub fn put(url: &ObjectUrl, bytes: Vec<u8>, create_only: bool) -> Result<()> {
 }
 
 pub(crate) async fn put_async(url: &ObjectUrl, bytes: Vec<u8>, create_only: bool) -> Result<()> {
+    put_tagged(url, bytes, create_only).await.map(drop)
+}
+
+/// [`put_async`], returning the object's ETag.
+pub(crate) async fn put_tagged(
+    url: &ObjectUrl,
+    bytes: Vec<u8>,
+    create_only: bool,
+) -> Result<Option<String>> {
     let b = bucket(url)?;
     let key = url.object_key()?;
     let options = PutOptions {
@@ -180,12 +189,12 @@ pub(crate) async fn put_async(url: &ObjectUrl, bytes: Vec<u8>, create_only: bool
         },
         ..Default::default()
     };
-    request(
+    let done = request(
         url,
         b.store.put_opts(&key, PutPayload::from(bytes), options),
     )
     .await?;
-    Ok(())
+    Ok(done.e_tag)
 }
 
 /// Deletes an object; a missing one is fine (blocking).

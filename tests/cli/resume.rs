@@ -74,9 +74,13 @@ fn a_kill_between_shards_then_resume_reuses_the_finished_ones() {
     let first = std::fs::metadata(tmp_shard(&out, 0)).unwrap().ino();
     // The next shard, cut short as a kill mid-write leaves it.
     std::fs::write(tmp_shard(&out, 1), b"partial").unwrap();
-    let (code, _, err) = run(args(&out, &["--resume"]));
+    let (code, stdout, err) = run(args(&out, &["--resume", "--json"]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(output(&out), want);
+    // Issue #28: it says what it reused (the one finished shard), and a plain run does not.
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let reused = serde_json::json!({"shards": 1, "bytes": want.0[0].1.len()});
+    assert_eq!(summary["reused"], reused, "{summary}");
     let placed = std::fs::metadata(out.join(want.0[0].0.as_str()))
         .unwrap()
         .ino();
@@ -107,9 +111,10 @@ fn a_damaged_finished_shard_is_written_again() {
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[100] ^= 1;
     std::fs::write(&path, bytes).unwrap();
-    let (code, _, err) = run(args(&out, &["--resume"]));
+    let (code, stdout, err) = run(args(&out, &["--resume"]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(output(&out), want);
+    assert!(stdout.contains("reused 0 shards (0.0 MB)"), "{stdout}");
 }
 
 #[test]

@@ -128,8 +128,8 @@ fn client(endpoint: &str, args: &[&str]) -> String {
 fn tfshard_env(envs: &[(&str, String)], args: &[&str]) -> (i32, String, String) {
     let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
         .args(args)
-        .envs(envs.iter().map(|(k, v)| (k, v)))
         .env("TMPDIR", scratch_tmp())
+        .envs(envs.iter().map(|(k, v)| (k, v)))
         .output()
         .expect("run tfshard");
     (
@@ -559,6 +559,11 @@ fn a_run_that_finds_a_set_published_since_it_began_leaves_it_whole() {
 /// A Parquet file of `rows` rows of `bytes` random bytes each (incompressible, so the
 /// shards are as large as the values).
 fn blob_table(path: &Path, rows: usize, bytes: usize) {
+    blob_table_in_groups(path, rows, bytes, rows);
+}
+
+/// [`blob_table`] in row groups of `group_rows` rows (workers split by row groups).
+fn blob_table_in_groups(path: &Path, rows: usize, bytes: usize, group_rows: usize) {
     use std::sync::Arc;
     let mut seed = 0x9e3779b97f4a7c15u64;
     let values: Vec<Vec<u8>> = (0..rows)
@@ -580,7 +585,10 @@ fn blob_table(path: &Path, rows: usize, bytes: usize) {
     )])
     .unwrap();
     let file = std::fs::File::create(path).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_max_row_group_row_count(Some(group_rows))
+        .build();
+    let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), Some(props)).unwrap();
     w.write(&batch).unwrap();
     w.close().unwrap();
 }
@@ -1183,6 +1191,207 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// Issue #28: a worker killed at each point of an upload (between its creation and its
+/// record, after its record, and by a real SIGKILL mid-upload), then rerun, then
+/// `finalize`: the bucket holds the published set and nothing else, no pending upload,
+/// and the set is one machine's, byte for byte.
+#[test]
+fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
+    let s = need_server!();
+    let input = scratch("s3-killed-worker-in").join("blobs.parquet");
+    // 40 rows of 512 KiB in 4 row groups: each worker's first shard is a multipart upload.
+    blob_table_in_groups(&input, 40, 512 << 10, 10);
+    let size = ["--target-shard-size", "9MiB"];
+    let local = scratch("s3-killed-worker-local");
+    let one = [
+        &[
+            "convert",
+            "parquet",
+            input.to_str().unwrap(),
+            "-o",
+            local.to_str().unwrap(),
+        ][..],
+        &size,
+    ]
+    .concat();
+    let (code, _, err) = tfshard_at(&s.endpoint, &one);
+    assert_eq!(code, 0, "{err}");
+    for (n, kill) in ["store:created", "store:uploading", "sigkill"]
+        .iter()
+        .enumerate()
+    {
+        let b = bucket(s, &format!("killed-worker-{n}"));
+        let out = format!("s3://{b}/out");
+        let worker = |i: &str| -> Vec<String> {
+            [
+                &["convert", "parquet", input.to_str().unwrap(), "-o", &out][..],
+                &size,
+                &["--num-workers", "2", "--worker-index", i],
+            ]
+            .concat()
+            .iter()
+            .map(|a| a.to_string())
+            .collect()
+        };
+        let first = worker("0");
+        let first: Vec<&str> = first.iter().map(String::as_str).collect();
+        if *kill == "sigkill" {
+            let gate = scratch("s3-killed-worker-gate").join("go");
+            let mut child = tfshard_held(&s.endpoint, "store:uploading", &gate, &first);
+            wait_for_failpoint(&mut child, &gate, "an upload started");
+            child.kill().unwrap();
+            assert_eq!(child.wait().unwrap().code(), None, "killed by a signal");
+        } else {
+            let (code, err) = tfshard_with_failpoints(&s.endpoint, &format!("{kill}=exit"), &first);
+            assert_eq!(code, 137, "{kill}: {err}");
+        }
+        assert_eq!(
+            client(&s.endpoint, &["uploads", &b]).lines().count(),
+            1,
+            "{kill}: the killed attempt's upload is pending"
+        );
+        for i in ["0", "1"] {
+            let args = worker(i);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (code, _, err) = tfshard_at(&s.endpoint, &args);
+            assert_eq!(code, 0, "{kill}: worker {i}: {err}");
+        }
+        // A worker's rerun leaves the other attempt's upload alone; finalize aborts it.
+        assert_eq!(
+            client(&s.endpoint, &["uploads", &b]).lines().count(),
+            1,
+            "{kill}"
+        );
+        let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
+        assert_eq!(code, 0, "{kill}: {err}");
+        assert_eq!(
+            client(&s.endpoint, &["uploads", &b]),
+            "",
+            "{kill}: pending uploads"
+        );
+        let keys = client(&s.endpoint, &["ls", &b, ""]);
+        assert!(
+            keys.lines().all(|k| k == "out/data.manifest.json"
+                || (k.starts_with("out/data-") && k.ends_with(".tfrecord"))),
+            "{kill}: {keys}"
+        );
+        let got = scratch(&format!("s3-killed-worker-got-{n}"));
+        client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+        assert_eq!(
+            crate::records_in_order(&got, "data"),
+            crate::records_in_order(&local, "data"),
+            "{kill}"
+        );
+        let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
+        assert_eq!(code, 0, "{kill}: {err}");
+    }
+}
+
+/// Issue #28: of two `finalize`s at once, one publishes; the other exits 1 naming the
+/// claim, or, once the set is published, exits 0 saying so.
+#[test]
+fn two_finalizes_at_once_publish_once() {
+    let s = need_server!();
+    let b = bucket(s, "two-finalizes");
+    let table = root().join("testdata/hive");
+    client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
+    let out = format!("s3://{b}/w");
+    for i in ["0", "1", "2"] {
+        let args = [
+            "convert",
+            "parquet",
+            &format!("s3://{b}/t"),
+            "-o",
+            &out,
+            "--target-shard-size",
+            "600B",
+            "--num-workers",
+            "3",
+            "--worker-index",
+            i,
+        ];
+        let (code, _, err) = tfshard_at(&s.endpoint, &args);
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+    // The first holds its claim with the plan recorded; the second is refused.
+    let gate = scratch("s3-two-finalizes-gate").join("go");
+    let mut first = tfshard_held(&s.endpoint, "finalize:planned", &gate, &["finalize", &out]);
+    wait_for_failpoint(&mut first, &gate, "the plan was recorded");
+    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("another finalize is publishing to this output") && err.lines().count() == 1,
+        "{err}"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let done = first.wait_with_output().unwrap();
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    // Published: a later one says so, and changes nothing.
+    let before = client(&s.endpoint, &["etags", &b, "w/"]);
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &["finalize", &out, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["already_published"], true, "{summary}");
+    assert_eq!(client(&s.endpoint, &["etags", &b, "w/"]), before);
+    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("already published by another finalize"),
+        "{err}"
+    );
+}
+
+/// Issue #28: a run killed with SIGKILL leaves its local staging folder; the next run
+/// staging in the same place removes it (its lock is free), and never a live run's.
+#[test]
+fn a_killed_runs_staging_is_removed_by_the_next_run() {
+    let s = need_server!();
+    let b = bucket(s, "staging");
+    let input = scratch("s3-staging-in").join("blobs.parquet");
+    blob_table(&input, 24, 512 << 10);
+    let tmp = scratch("s3-staging-tmp");
+    let staged = || -> Vec<String> {
+        std::fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".tfshard-staging-"))
+            .collect()
+    };
+    let gate = scratch("s3-staging-gate").join("go");
+    let out = format!("s3://{b}/a");
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(["convert", "parquet", input.to_str().unwrap(), "-o", &out])
+        .envs(env(&s.endpoint))
+        .env("TMPDIR", &tmp)
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("store:uploading=wait:{}", gate.display()),
+        )
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_failpoint(&mut child, &gate, "an upload started");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(staged().len(), 1, "the killed run's staging is left");
+    let out = format!("s3://{b}/b");
+    let (code, _, err) = tfshard_env(
+        &[
+            env(&s.endpoint),
+            vec![("TMPDIR", tmp.display().to_string())],
+        ]
+        .concat(),
+        &["convert", "parquet", input.to_str().unwrap(), "-o", &out],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(staged(), Vec::<String>::new());
+}
+
 // ---- Engines: the Spark and Ray recipes, converting from and to the bucket ----
 
 /// An engine's venv python: `TFSHARD_{SPARK,RAY}_VENV`, else `.venv-{spark,ray}`.
@@ -1200,6 +1409,34 @@ fn engine_python(engine: &str) -> Option<PathBuf> {
     None
 }
 
+/// A stand-in for `tfshard` that kills the first run of worker 0 with SIGKILL once its
+/// first multipart upload has started (a lost node, an OOM kill), and runs the rest as
+/// they are.
+fn killing_wrapper(dir: &Path) -> PathBuf {
+    let script = dir.join("tfshard-killing-first");
+    let body = format!(
+        r#"#!/bin/sh
+real='{real}'; dir='{dir}'
+case " $* " in *" --worker-index 0 "*) ;; *) exec "$real" "$@" ;; esac
+mkdir "$dir/first" 2>/dev/null || exec "$real" "$@"
+TFSHARD_FAILPOINTS="store:uploading=wait:$dir/gate" "$real" "$@" &
+pid=$!
+while [ ! -e "$dir/gate.reached" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+kill -9 "$pid"
+wait "$pid"
+"#,
+        real = assert_cmd::cargo::cargo_bin("tfshard").display(),
+        dir = dir.display()
+    );
+    std::fs::write(&script, body).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
+}
+
+/// Issue #28: the engine's recipe with 3 workers, the first attempt of worker 0 killed
+/// mid-upload: the engine retries it, `finalize` publishes one machine's set, and the
+/// bucket holds that set and nothing else (no pending upload, no hidden object).
 fn engine_recipe(engine: &str) {
     let s = need_server!();
     let Some(python) = engine_python(engine) else {
@@ -1207,22 +1444,28 @@ fn engine_recipe(engine: &str) {
         return;
     };
     let b = bucket(s, &format!("engine-{engine}"));
-    let table = root().join("testdata/hive");
+    let table = scratch(&format!("{engine}-table"));
+    // 40 rows of 512 KiB in 4 row groups: worker 0's first shard is a multipart upload.
+    blob_table_in_groups(&table.join("blobs.parquet"), 40, 512 << 10, 10);
     client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
+    let size = ["--target-shard-size", "9MiB"];
     let local = scratch(&format!("{engine}-local"));
     let (code, _, err) = tfshard_at(
         &s.endpoint,
         &[
-            "convert",
-            "parquet",
-            table.to_str().unwrap(),
-            "-o",
-            local.to_str().unwrap(),
-            "--target-shard-size",
-            "600B",
-        ],
+            &[
+                "convert",
+                "parquet",
+                table.to_str().unwrap(),
+                "-o",
+                local.to_str().unwrap(),
+            ][..],
+            &size,
+        ]
+        .concat(),
     );
     assert_eq!(code, 0, "{err}");
+    let kills = scratch(&format!("{engine}-kills"));
     let recipe = root().join(format!("examples/engines/{engine}_convert.py"));
     let out = Command::new(python)
         .arg(recipe)
@@ -1234,8 +1477,9 @@ fn engine_recipe(engine: &str) {
             "--local",
             "--tfshard",
         ])
-        .arg(assert_cmd::cargo::cargo_bin("tfshard"))
-        .args(["--", "--target-shard-size", "600B"])
+        .arg(killing_wrapper(&kills))
+        .arg("--")
+        .args(size)
         .envs(env(&s.endpoint))
         .env("TMPDIR", scratch_tmp())
         .env("SPARK_LOCAL_IP", "127.0.0.1")
@@ -1247,6 +1491,10 @@ fn engine_recipe(engine: &str) {
         "{engine}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(
+        kills.join("gate.reached").exists(),
+        "{engine}: worker 0's first attempt never got to its upload"
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout
         .lines()
@@ -1255,6 +1503,17 @@ fn engine_recipe(engine: &str) {
         .unwrap_or("{}");
     let summary: serde_json::Value = serde_json::from_str(last).unwrap();
     assert_eq!(summary["workers"], 3, "{summary}");
+    assert_eq!(
+        client(&s.endpoint, &["uploads", &b]),
+        "",
+        "{engine}: pending uploads"
+    );
+    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
+    assert!(
+        keys.lines().all(|k| k == "out/data.manifest.json"
+            || (k.starts_with("out/data-") && k.ends_with(".tfrecord"))),
+        "{engine}: {keys}"
+    );
     let got = scratch(&format!("{engine}-got"));
     client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
     assert_eq!(
@@ -1265,12 +1524,12 @@ fn engine_recipe(engine: &str) {
 }
 
 #[test]
-fn spark_recipe_equals_one_machine() {
+fn spark_recipe_retries_a_killed_worker_and_equals_one_machine() {
     engine_recipe("spark");
 }
 
 #[test]
-fn ray_recipe_equals_one_machine() {
+fn ray_recipe_retries_a_killed_worker_and_equals_one_machine() {
     engine_recipe("ray");
 }
 
@@ -1325,12 +1584,18 @@ fn resume_after_a_kill_on_s3() {
     );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("max_records_per_shard"), "{err}");
-    // The rerun finishes the job, byte for byte.
-    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    // The rerun finishes the job, byte for byte, and says what it reused: the shards
+    // journaled (the first, and those uploaded before the journal was written).
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &[&args[..], &["--json"]].concat());
     assert_eq!(code, 0, "{err}");
     let got = scratch("s3-resume-got");
     client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
     assert_eq!(files(&got), files(&local));
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let reused = summary["reused"]["shards"].as_u64().unwrap() as usize;
+    let bytes: usize = files(&got)[..reused].iter().map(|(_, b)| b.len()).sum();
+    assert!(reused >= 1, "{summary}");
+    assert_eq!(summary["reused"]["bytes"], bytes, "{summary}");
     let keys = client(&s.endpoint, &["ls", &b, "out/"]);
     assert!(!keys.contains("tfshard-tmp"), "{keys}");
     assert_eq!(client(&s.endpoint, &["uploads", &b]), "");

@@ -206,6 +206,99 @@ fn finalize_killed_midway_completes_on_rerun() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// Issue #28: a `finalize` killed midway leaves its claim. Held by a process of another
+/// host, it is respected while fresh (its holder may be alive), and taken over once stale
+/// (not refreshed for 60 s); the next one then completes the recorded plan. (A dead
+/// process of this host is seen at once: `finalize_killed_midway_completes_on_rerun`.)
+#[test]
+fn a_killed_finalizes_claim_goes_stale_and_is_taken_over() {
+    let one = scratch("workers-claim-one");
+    assert_eq!(convert(&one, &[]).0, 0);
+    let out = scratch("workers-claim");
+    for i in 0..3 {
+        let i = i.to_string();
+        assert_eq!(
+            convert(&out, &["--num-workers", "3", "--worker-index", &i]).0,
+            0
+        );
+    }
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .arg("finalize")
+        .arg(&out)
+        .env("TFSHARD_FAILPOINTS", "finalize:moved=exit")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(137));
+    let claim = out.join(".data.tfshard-parts/finalizing");
+    let mut note: Value = serde_json::from_slice(&std::fs::read(&claim).unwrap()).unwrap();
+    assert!(
+        note["holder"].is_string() && note["refreshed"].is_u64() && note["pid"].is_u64(),
+        "{note}"
+    );
+    // As if held by a finalize on another machine, refreshed just now.
+    note["host"] = "another-host".into();
+    std::fs::write(&claim, note.to_string()).unwrap();
+    let (code, _, err) = run(["finalize".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("another finalize is publishing to this output"),
+        "{err}"
+    );
+    assert!(!out.join("data.manifest.json").exists());
+    // As if 2 minutes had gone by without a refresh.
+    note["refreshed"] = (note["refreshed"].as_u64().unwrap() - 120).into();
+    std::fs::write(&claim, note.to_string()).unwrap();
+    let (code, _, err) = run(["finalize".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(records(&out, "data"), records(&one, "data"));
+    assert!(!out.join(".data.tfshard-parts").exists());
+    let (code, _, err) = run(["verify".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+}
+
+/// Issue #28: a `finalize` that finds the set's manifest written by the claim's holder
+/// (which is still removing the parts) reports the set published, exit 0.
+#[test]
+fn a_finalize_that_finds_the_set_published_says_so() {
+    let out = scratch("workers-published");
+    for i in 0..2 {
+        let i = i.to_string();
+        assert_eq!(
+            convert(&out, &["--num-workers", "2", "--worker-index", &i]).0,
+            0
+        );
+    }
+    let gate = scratch("workers-published-gate").join("go");
+    let mut holder = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .arg("finalize")
+        .arg(&out)
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("finalize:published=wait:{}", gate.display()),
+        )
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::wait_for_failpoint(&mut holder, &gate, "the manifest was written");
+    let (code, stdout, err) = run(["finalize".as_ref(), out.as_os_str(), "--json".as_ref()]);
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["already_published"], true, "{summary}");
+    assert_eq!(
+        summary["records"],
+        manifest(&out.join("data.manifest.json"))["records"]
+    );
+    std::fs::write(&gate, "").unwrap();
+    let done = holder.wait_with_output().unwrap();
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(!out.join(".data.tfshard-parts").exists());
+}
+
 #[test]
 fn splits_with_workers_finalize_together() {
     let one = scratch("workers-split-one");
