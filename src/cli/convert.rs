@@ -442,7 +442,8 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             "skipped": summary.skipped,
         });
         if let Some(r) = summary.reused {
-            value["reused"] = json!({"shards": r.shards, "bytes": r.bytes});
+            value["reused"] =
+                json!({"shards": r.shards, "bytes": r.bytes, "unread_records": r.unread_records});
         }
         if !summary.splits.is_empty() {
             let splits: serde_json::Map<String, serde_json::Value> = summary
@@ -472,10 +473,11 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
         }
         if let Some(r) = summary.reused {
             println!(
-                "reused {} shard{} ({:.1} MB) that an earlier run had finished",
+                "reused {} shard{} ({:.1} MB) that an earlier run had finished; {} of their records not read again",
                 r.shards,
                 if r.shards == 1 { "" } else { "s" },
-                r.bytes as f64 / 1e6
+                r.bytes as f64 / 1e6,
+                r.unread_records
             );
         }
         for s in &summary.splits {

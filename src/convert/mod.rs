@@ -439,6 +439,9 @@ pub struct Reused {
     pub shards: u64,
     /// Their bytes on disk.
     pub bytes: u64,
+    /// Of their records, those the rerun did not read again (it restarted its input
+    /// from a checkpoint; the rest it read and dropped).
+    pub unread_records: u64,
 }
 
 /// One split's output; the `convert --json` `splits` values.
@@ -509,6 +512,12 @@ pub(crate) trait Source {
     }
     /// Inputs left out (images with `--on-error skip`).
     fn skipped(&self) -> u64 {
+        0
+    }
+    /// `--resume`: restarts from a checkpoint a reused shard carries, if this source
+    /// made it and it fits; returns the records the source will not produce again (the
+    /// router and writer take the rest from there), or 0.
+    fn restart_from(&mut self, _checkpoint: &serde_json::Value) -> u64 {
         0
     }
 }
@@ -909,6 +918,12 @@ fn run(
                 "tfshard_version": env!("CARGO_PKG_VERSION"),
             });
             let finished = staging.resume(i, header.clone())?;
+            // One output: the source restarts after the last checkpoint the reused
+            // shards hold, instead of producing their records again.
+            let checkpoint = finished.last().and_then(|s| s.checkpoint.clone());
+            if let (Some(c), 1) = (checkpoint, prefixes.len()) {
+                out.set_skipped_by_producer(source.restart_from(&c));
+            }
             out.set_resumed(header, finished);
         }
     }
@@ -916,10 +931,15 @@ fn run(
         let finished = outs
             .iter()
             .flat_map(|o| o.resume_state().map_or(&[][..], |(_, f)| f));
-        finished.fold(Reused::default(), |r, s| Reused {
+        let reused = finished.fold(Reused::default(), |r, s| Reused {
             shards: r.shards + 1,
             bytes: r.bytes + s.bytes,
-        })
+            ..r
+        });
+        Reused {
+            unread_records: outs.iter().map(OutputDir::skipped_by_producer).sum(),
+            ..reused
+        }
     });
     progress.set_total(source.total_units());
     let mut report: &dyn Progress = progress;

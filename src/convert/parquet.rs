@@ -9,6 +9,11 @@
 //! thread count, memory stays at a few batches per worker whatever the input's size,
 //! and the first error in input order is the one reported. With one thread there are no
 //! workers: the run's thread decodes, encodes and writes in turn.
+//!
+//! With `--resume` (one output, no shuffle, no `--min-shards`), the end of each unit is
+//! a checkpoint journaled with the shards closed after it: the units done, the records,
+//! rows per input and the encoding statistics so far. A rerun starts after the last
+//! checkpoint its reused shards hold, instead of reading and encoding those units again.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -171,6 +176,24 @@ impl Budget {
     }
 }
 
+/// Whether units end in checkpoints: `--resume` with one output written directly (a
+/// shuffle, splits or `--min-shards` need every record again).
+fn checkpoints(options: &ConvertOptions) -> bool {
+    options.resume
+        && options.splits.is_none()
+        && options.shuffle.is_none()
+        && options.min_shards.is_none()
+}
+
+/// Where a resumed run restarts: after `units` units, which hold `records` records.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Checkpoint {
+    units: usize,
+    records: u64,
+    rows_per_input: Vec<u64>,
+    stats: EncodeStats,
+}
+
 /// One row group.
 #[derive(Debug, Clone, Copy)]
 struct Unit {
@@ -237,6 +260,8 @@ pub(crate) struct ParquetSource {
     /// The index in the whole run of this run's first record (rows before a worker's
     /// share).
     first_record: u64,
+    /// `--resume`: the checkpoint to restart from (its units are skipped).
+    restart: Option<Checkpoint>,
 }
 
 impl ParquetSource {
@@ -307,6 +332,7 @@ impl ParquetSource {
             pass: None,
             range,
             first_record,
+            restart: None,
         })
     }
 }
@@ -328,9 +354,37 @@ impl Source for ParquetSource {
         router: &mut Router,
         progress: &dyn Progress,
     ) -> Result<()> {
-        router.start_at(self.first_record);
+        let skipped = self.restart.as_ref().map_or(0, |c| c.records);
+        router.start_at(self.first_record + skipped);
+        progress.advance(skipped, 0);
         self.pass = Some(self.write_pass(options, router, progress)?);
         Ok(())
+    }
+
+    fn restart_from(&mut self, checkpoint: &serde_json::Value) -> u64 {
+        let Ok(c) = serde_json::from_value::<Checkpoint>(checkpoint.clone()) else {
+            return 0;
+        };
+        // Only a checkpoint that fits this run's plan exactly (the journal's header
+        // already matched: same inputs and options).
+        let Some(done) = self.units.get(..c.units) else {
+            return 0;
+        };
+        let rows: u64 = done
+            .iter()
+            .map(|u| self.inputs[u.input].row_group_rows()[u.row_group])
+            .sum();
+        let fits = rows == c.records
+            && c.stats.rows == c.records
+            && c.rows_per_input.iter().sum::<u64>() == c.records
+            && c.rows_per_input.len() <= self.inputs.len()
+            && c.stats.shapes.len() <= self.plan.new_stats().shapes.len();
+        if !fits {
+            return 0;
+        }
+        let records = c.records;
+        self.restart = Some(c);
+        records
     }
 
     fn worker_range(&self) -> Option<[u64; 2]> {
@@ -366,11 +420,36 @@ struct Pass {
 }
 
 impl Pass {
-    fn new(plan: &EncodePlan, inputs: usize) -> Pass {
-        Pass {
+    /// A pass over `inputs` inputs, from the start or from a checkpoint.
+    fn new(plan: &EncodePlan, inputs: usize, from: Option<&Checkpoint>) -> Pass {
+        let mut pass = Pass {
             stats: plan.new_stats(),
             rows_per_input: vec![0; inputs],
+        };
+        if let Some(c) = from {
+            pass.stats.merge(&c.stats);
+            for (mine, &rows) in pass.rows_per_input.iter_mut().zip(&c.rows_per_input) {
+                *mine += rows;
+            }
         }
+        pass
+    }
+
+    /// After unit `units` (counted in the whole plan) is written: with `--resume`, the
+    /// checkpoint the shards closed from now on carry.
+    fn unit_done(&self, units: usize, writer: &mut Router, options: &ConvertOptions) {
+        if !checkpoints(options) {
+            return;
+        }
+        writer.checkpoint(|| {
+            let c = Checkpoint {
+                units,
+                records: self.stats.rows,
+                rows_per_input: self.rows_per_input.clone(),
+                stats: self.stats.clone(),
+            };
+            serde_json::to_value(c).expect("a checkpoint serializes")
+        });
     }
 
     /// Writes a unit's encoded batch (in unit order) and counts it.
@@ -403,7 +482,8 @@ impl ParquetSource {
         if options.threads <= 1 {
             return self.write_inline(options, writer, progress);
         }
-        let (inputs, plan, units) = (&self.inputs[..], &self.plan, &self.units[..]);
+        let skip = self.restart.as_ref().map_or(0, |c| c.units);
+        let (inputs, plan, units) = (&self.inputs[..], &self.plan, &self.units[skip..]);
         let channels: Vec<(Sender<Message>, Receiver<Message>)> =
             units.iter().map(|_| bounded(CHANNEL_BATCHES)).collect();
         let (senders, receivers): (Vec<_>, Vec<_>) = channels.into_iter().unzip();
@@ -464,8 +544,16 @@ impl ParquetSource {
             }
             // The writer: drains the units in order. Dropping `receivers` when it returns
             // unblocks any worker still sending, so the scope can end.
-            let result =
-                Self::write_in_order(options, plan, units, receivers, writer, progress, &budget);
+            let start = Pass::new(plan, inputs.len(), self.restart.as_ref());
+            let result = Self::write_in_order(
+                options,
+                (start, skip),
+                units,
+                receivers,
+                writer,
+                progress,
+                &budget,
+            );
             stop.store(true, Ordering::Relaxed);
             budget.update(|q| q.stopped = true);
             dispatch.stop();
@@ -477,17 +565,17 @@ impl ParquetSource {
         })
     }
 
+    /// Writes the units' batches in order, from `pass` (which starts after `skip` units
+    /// of the plan).
     fn write_in_order(
         options: &ConvertOptions,
-        plan: &EncodePlan,
+        (mut pass, skip): (Pass, usize),
         units: &[Unit],
         receivers: Vec<Receiver<Message>>,
         writer: &mut Router,
         progress: &dyn Progress,
         budget: &Budget,
     ) -> Result<Pass> {
-        let input_count = units.iter().map(|u| u.input + 1).max().unwrap_or(0);
-        let mut pass = Pass::new(plan, input_count);
         for (u, (unit, rx)) in units.iter().zip(receivers).enumerate() {
             budget.update(|q| q.writer_unit = u);
             for message in rx {
@@ -495,6 +583,7 @@ impl ParquetSource {
                 pass.write(unit, &batch, &batch_stats, writer, options, progress)?;
                 budget.written(batch);
             }
+            pass.unit_done(skip + u + 1, writer, options);
         }
         Ok(pass)
     }
@@ -506,10 +595,11 @@ impl ParquetSource {
         writer: &mut Router,
         progress: &dyn Progress,
     ) -> Result<Pass> {
-        let (inputs, plan, units) = (&self.inputs[..], &self.plan, &self.units[..]);
-        let mut pass = Pass::new(plan, inputs.len());
+        let skip = self.restart.as_ref().map_or(0, |c| c.units);
+        let (inputs, plan, units) = (&self.inputs[..], &self.plan, &self.units[skip..]);
+        let mut pass = Pass::new(plan, inputs.len(), self.restart.as_ref());
         let mut encoded = EncodedBatch::default();
-        for unit in units {
+        for (u, unit) in units.iter().enumerate() {
             source::read_row_group(
                 &inputs[unit.input],
                 unit.row_group,
@@ -522,6 +612,7 @@ impl ParquetSource {
                     pass.write(unit, &encoded, &batch_stats, writer, options, progress)
                 },
             )?;
+            pass.unit_done(skip + u + 1, writer, options);
         }
         Ok(pass)
     }

@@ -63,6 +63,15 @@ impl<'a> Router<'a> {
         self.next_index = index;
     }
 
+    /// Notes the producer's restart point after the records routed so far (`--resume`),
+    /// for the shards closed from now on. Only one output written directly takes it: a
+    /// producer restarts only then.
+    pub(crate) fn checkpoint(&mut self, checkpoint: impl FnOnce() -> serde_json::Value) {
+        if let (Sinks::Direct(writers), 1) = (&mut self.sinks, self.bounds.len()) {
+            writers[0].set_checkpoint(checkpoint());
+        }
+    }
+
     /// Routes one framed record.
     pub(crate) fn put(&mut self, framed: &[u8], key: Option<u64>) -> Result<()> {
         let index = self.next_index;
@@ -236,9 +245,11 @@ fn write_shards<T>(
             .map(|(out, &plan)| {
                 let shard_options = shard_options(options, out, plan, &deflate);
                 match (plan, out.resume_state()) {
-                    (Plan::Fill, Some((_, finished))) => {
-                        ShardWriter::resuming(shard_options, finished.to_vec())
-                    }
+                    (Plan::Fill, Some((_, finished))) => ShardWriter::resuming(
+                        shard_options,
+                        finished.to_vec(),
+                        out.skipped_by_producer(),
+                    ),
                     _ => ShardWriter::new(shard_options),
                 }
             })

@@ -109,8 +109,9 @@ struct SplitKey {
     path: Vec<usize>,
 }
 
-/// Per-leaf statistics gathered while encoding, for the manifest's shapes.
-#[derive(Debug, Clone, Default)]
+/// Per-leaf statistics gathered while encoding, for the manifest's shapes (kept in a
+/// `--resume` journal's checkpoints).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct EncodeStats {
     /// Rows seen.
     pub rows: u64,

@@ -135,7 +135,7 @@ impl FeatureSpec {
 }
 
 /// Counts lengths as values go by, to decide whether a feature has a fixed shape.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ShapeStat {
     /// Records (or steps) in which the feature was present.
     pub present: u64,

@@ -30,6 +30,9 @@ pub struct OutputDir {
     /// `--resume`, once checked: the journal header of this run and the finished shards
     /// it reuses.
     resume_state: Option<(Arc<serde_json::Value>, Vec<ClosedShard>)>,
+    /// `--resume`: records of the finished shards that the producer skipped itself (it
+    /// restarted from a checkpoint), so the writer drops only the rest.
+    skipped_by_producer: u64,
 }
 
 impl OutputDir {
@@ -46,7 +49,18 @@ impl OutputDir {
             events,
             journals_locally,
             resume_state: None,
+            skipped_by_producer: 0,
         }
+    }
+
+    /// `--resume`: the producer restarted `records` records into the stream.
+    pub(crate) fn set_skipped_by_producer(&mut self, records: u64) {
+        self.skipped_by_producer = records;
+    }
+
+    /// Records of the finished shards the producer skipped itself.
+    pub(crate) fn skipped_by_producer(&self) -> u64 {
+        self.skipped_by_producer
     }
 
     /// `--resume`: the journal header of this run, and the finished shards (checked by

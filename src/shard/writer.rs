@@ -159,6 +159,9 @@ pub struct ShardWriter {
     syncs: Vec<std::thread::JoinHandle<Result<()>>>,
     /// Records at the start of the stream that resumed shards already hold: dropped.
     skip: u64,
+    /// The producer's latest restart point (`--resume`), attached to each shard closed
+    /// after it.
+    checkpoint: Option<serde_json::Value>,
 }
 
 fn io_at(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
@@ -176,15 +179,23 @@ impl ShardWriter {
             bytes_on_disk: 0,
             syncs: Vec::new(),
             skip: 0,
+            checkpoint: None,
         }
     }
 
     /// A writer that continues after `finished` shards of an earlier run (`--resume`):
-    /// the first records it is given, as many as those shards hold, are dropped, and the
-    /// next shard starts where they ended, so the output is the same.
-    pub fn resuming(options: ShardOptions, finished: Vec<ClosedShard>) -> ShardWriter {
+    /// the first records it is given, as many as those shards hold (but the `skipped`
+    /// that its producer skipped itself), are dropped, and the next shard starts where
+    /// they ended, so the output is the same.
+    pub fn resuming(
+        options: ShardOptions,
+        finished: Vec<ClosedShard>,
+        skipped: u64,
+    ) -> ShardWriter {
         let mut w = ShardWriter::new(options);
-        w.skip = finished.iter().map(|s| s.records).sum();
+        let held: u64 = finished.iter().map(|s| s.records).sum();
+        w.skip = held.saturating_sub(skipped);
+        w.checkpoint = finished.last().and_then(|s| s.checkpoint.clone());
         w.bytes_on_disk = finished.iter().map(|s| s.bytes).sum();
         w.closed = finished;
         w
@@ -279,6 +290,7 @@ impl ShardWriter {
             records: shard.records,
             bytes,
             crc32c: crc,
+            checkpoint: self.checkpoint.clone(),
         });
         if let Some(events) = &self.options.events {
             events
@@ -455,6 +467,12 @@ impl ShardWriter {
                 .map_err(|_| Error::from(io::Error::other("an fsync thread panicked")))??;
         }
         Ok(std::mem::take(&mut self.closed))
+    }
+
+    /// Notes the producer's restart point after the records given so far (`--resume`:
+    /// journaled with every shard closed from now on).
+    pub fn set_checkpoint(&mut self, checkpoint: serde_json::Value) {
+        self.checkpoint = Some(checkpoint);
     }
 
     /// Framed bytes of every record written.

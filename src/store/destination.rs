@@ -218,6 +218,10 @@ pub struct ClosedShard {
     pub bytes: u64,
     /// CRC32C of the bytes on disk.
     pub crc32c: u32,
+    /// `--resume`: where the producer of the records stood at the last point it could
+    /// restart from (a Parquet row group's end) whose records all lie in this shard or
+    /// earlier ones; journaled, so that a rerun skips reading what it reuses.
+    pub checkpoint: Option<serde_json::Value>,
 }
 
 /// What a shard writer tells about each shard as it writes it: a store's staging streams
@@ -291,6 +295,7 @@ mod conformance {
                     records: 1,
                     bytes: bytes.len() as u64,
                     crc32c: crc32c::crc32c(&bytes),
+                    checkpoint: None,
                 };
                 if let Some(h) = &hook {
                     h.0.closed(&shard);

@@ -38,6 +38,9 @@ pub struct JournalShard {
     /// instead of reading the object back.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    /// Where the records' producer can restart (see [`ClosedShard::checkpoint`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<serde_json::Value>,
 }
 
 /// The journal of one output.
@@ -122,6 +125,7 @@ impl Journal {
                 records: s.records,
                 bytes: s.bytes,
                 crc32c: s.crc32c,
+                checkpoint: s.checkpoint.clone(),
             });
         }
         good
@@ -143,6 +147,7 @@ pub fn entry(shard: &ClosedShard) -> JournalShard {
         bytes: shard.bytes,
         crc32c: shard.crc32c,
         etag: None,
+        checkpoint: shard.checkpoint.clone(),
     }
 }
 

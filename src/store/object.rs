@@ -379,6 +379,7 @@ impl RemoteOutput {
                         records: entry.records,
                         bytes: entry.bytes,
                         crc32c: entry.crc32c,
+                        checkpoint: entry.checkpoint.clone(),
                     });
                 }
             }

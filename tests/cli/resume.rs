@@ -79,7 +79,8 @@ fn a_kill_between_shards_then_resume_reuses_the_finished_ones() {
     assert_eq!(output(&out), want);
     // Issue #28: it says what it reused (the one finished shard), and a plain run does not.
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let reused = serde_json::json!({"shards": 1, "bytes": want.0[0].1.len()});
+    // (The first shard ends inside the first row group: no checkpoint to restart from.)
+    let reused = serde_json::json!({"shards": 1, "bytes": want.0[0].1.len(), "unread_records": 0});
     assert_eq!(summary["reused"], reused, "{summary}");
     let placed = std::fs::metadata(out.join(want.0[0].0.as_str()))
         .unwrap()
@@ -89,6 +90,39 @@ fn a_kill_between_shards_then_resume_reuses_the_finished_ones() {
         !out.join(".data.tfshard-tmp").exists(),
         "the journal outlived the commit"
     );
+}
+
+/// Issue #28: a rerun restarts its input after the last row group that the reused shards
+/// hold whole (a checkpoint journaled with them) instead of reading it again, and still
+/// writes the same bytes.
+#[test]
+fn a_resumed_run_skips_the_row_groups_its_reused_shards_hold() {
+    let want = reference("resume-skip");
+    // small.parquet: 2 row groups of 1000 rows. The first shard that ends at or past row
+    // 1000 is the first journaled with the end of row group 0 as its checkpoint.
+    let mut end = 0;
+    let first = want.1["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|s| {
+            end += s["records"].as_u64().unwrap();
+            end >= 1000
+        })
+        .unwrap();
+    assert!(first + 1 < want.0.len(), "a shard after it");
+    for threads in ["1", "2"] {
+        let out = scratch(&format!("resume-skip-{threads}"));
+        let extra = ["--resume", "--threads", threads];
+        let kill = format!("shard:journaled=exit@{}", first + 1);
+        assert_eq!(killed(&out, &extra, &kill), 137);
+        let (code, stdout, err) = run(args(&out, &[&extra[..], &["--json"]].concat()));
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(output(&out), want, "--threads {threads}");
+        let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(summary["reused"]["shards"], first as u64 + 1, "{summary}");
+        assert_eq!(summary["reused"]["unread_records"], 1000, "{summary}");
+    }
 }
 
 #[test]
