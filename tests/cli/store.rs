@@ -1192,9 +1192,10 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
 }
 
 /// Issue #28: a worker killed at each point of an upload (between its creation and its
-/// record, after its record, and by a real SIGKILL mid-upload), then rerun, then
-/// `finalize`: the bucket holds the published set and nothing else, no pending upload,
-/// and the set is one machine's, byte for byte.
+/// record, after its record, by a real SIGKILL mid-upload) and after it (every shard
+/// written, every upload done, every copy made), then rerun, then `finalize`: the bucket
+/// holds the published set and nothing else, no pending upload, and the set is one
+/// machine's, byte for byte.
 #[test]
 fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
     let s = need_server!();
@@ -1216,10 +1217,15 @@ fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
     .concat();
     let (code, _, err) = tfshard_at(&s.endpoint, &one);
     assert_eq!(code, 0, "{err}");
-    for (n, kill) in ["store:created", "store:uploading", "sigkill"]
-        .iter()
-        .enumerate()
-    {
+    let points = [
+        "store:created",
+        "store:uploading",
+        "sigkill",
+        "convert:written",
+        "store:uploaded",
+        "store:copied",
+    ];
+    for (n, kill) in points.iter().enumerate() {
         let b = bucket(s, &format!("killed-worker-{n}"));
         let out = format!("s3://{b}/out");
         let worker = |i: &str| -> Vec<String> {
@@ -1245,10 +1251,18 @@ fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
             let (code, err) = tfshard_with_failpoints(&s.endpoint, &format!("{kill}=exit"), &first);
             assert_eq!(code, 137, "{kill}: {err}");
         }
+        // Killed with an upload open, or later (its uploads complete, objects hidden).
+        let pending = usize::from(n < 3);
         assert_eq!(
             client(&s.endpoint, &["uploads", &b]).lines().count(),
-            1,
-            "{kill}: the killed attempt's upload is pending"
+            pending,
+            "{kill}: the killed attempt's uploads"
+        );
+        assert!(
+            client(&s.endpoint, &["ls", &b, ""])
+                .lines()
+                .all(|k| k.starts_with("out/.data.tfshard-parts/")),
+            "{kill}: only hidden objects"
         );
         for i in ["0", "1"] {
             let args = worker(i);
@@ -1259,7 +1273,7 @@ fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
         // A worker's rerun leaves the other attempt's upload alone; finalize aborts it.
         assert_eq!(
             client(&s.endpoint, &["uploads", &b]).lines().count(),
-            1,
+            pending,
             "{kill}"
         );
         let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
