@@ -73,24 +73,18 @@ impl FinalizeArgs {
             }
             output::print_json(&value)?;
         } else if !self.common.quiet {
-            for s in sets.iter().filter(|s| s.already_published) {
+            for s in &sets {
+                let (what, workers) = if s.already_published {
+                    ("already published by another finalize:", String::new())
+                } else {
+                    ("finalized", format!(" from {} workers", s.workers))
+                };
                 eprintln!(
-                    "already published by another finalize: {} records in {} shard{} ({:.1} MB): {}",
+                    "{what} {} records in {} shard{} ({:.1} MB){workers}: {}",
                     s.records,
                     s.shards,
                     if s.shards == 1 { "" } else { "s" },
                     s.bytes as f64 / 1e6,
-                    s.manifest.display()
-                );
-            }
-            for s in sets.iter().filter(|s| !s.already_published) {
-                eprintln!(
-                    "finalized {} records in {} shard{} ({:.1} MB) from {} workers: {}",
-                    s.records,
-                    s.shards,
-                    if s.shards == 1 { "" } else { "s" },
-                    s.bytes as f64 / 1e6,
-                    s.workers,
                     s.manifest.display()
                 );
             }

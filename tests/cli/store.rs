@@ -1124,6 +1124,28 @@ fn a_shard_above_the_copy_limit_is_copied_in_parts() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// Runs workers `order` of 3 over the Hive table in `s3://{b}/t` into `out` (600-byte
+/// shards).
+fn run_hive_workers(s: &Server, b: &str, out: &str, order: &[&str]) {
+    for i in order {
+        let args = [
+            "convert",
+            "parquet",
+            &format!("s3://{b}/t"),
+            "-o",
+            out,
+            "--target-shard-size",
+            "600B",
+            "--num-workers",
+            "3",
+            "--worker-index",
+            i,
+        ];
+        let (code, _, err) = tfshard_at(&s.endpoint, &args);
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+}
+
 #[test]
 fn workers_meet_in_the_bucket_and_finalize_there() {
     let s = need_server!();
@@ -1148,27 +1170,7 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
     );
     assert_eq!(code, 0, "{err}");
     let out = format!("s3://{b}/w");
-    for i in ["2", "0", "1"] {
-        let (code, _, err) = tfshard_at(
-            &s.endpoint,
-            &[
-                &[
-                    "convert",
-                    "parquet",
-                    &format!("s3://{b}/t"),
-                    "-o",
-                    &out,
-                    "--num-workers",
-                    "3",
-                    "--worker-index",
-                    i,
-                ][..],
-                &size,
-            ]
-            .concat(),
-        );
-        assert_eq!(code, 0, "worker {i}: {err}");
-    }
+    run_hive_workers(s, &b, &out, &["2", "0", "1"]);
     // A finalize killed after its first copy, then rerun.
     let (code, err) =
         tfshard_with_failpoints(&s.endpoint, "finalize:moved=exit", &["finalize", &out]);
@@ -1189,6 +1191,29 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
     );
     let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
     assert_eq!(code, 0, "{err}");
+}
+
+/// Checks that bucket `b` holds nothing under `out/` but the set published there (no
+/// pending upload, no hidden object), with one machine's records (those in `local`), in order.
+fn only_the_set(s: &Server, b: &str, local: &Path, scratch_name: &str, what: &str) {
+    assert_eq!(
+        client(&s.endpoint, &["uploads", b]),
+        "",
+        "{what}: pending uploads"
+    );
+    let keys = client(&s.endpoint, &["ls", b, "out/"]);
+    assert!(
+        keys.lines().all(|k| k == "out/data.manifest.json"
+            || (k.starts_with("out/data-") && k.ends_with(".tfrecord"))),
+        "{what}: {keys}"
+    );
+    let got = scratch(scratch_name);
+    client(&s.endpoint, &["get-dir", b, "out", got.to_str().unwrap()]);
+    assert_eq!(
+        crate::records_in_order(&got, "data"),
+        crate::records_in_order(local, "data"),
+        "{what}: records differ from one machine's"
+    );
 }
 
 /// Issue #28: a worker killed at each point of an upload (between its creation and its
@@ -1277,24 +1302,7 @@ fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
         );
         let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
         assert_eq!(code, 0, "{kill}: {err}");
-        assert_eq!(
-            client(&s.endpoint, &["uploads", &b]),
-            "",
-            "{kill}: pending uploads"
-        );
-        let keys = client(&s.endpoint, &["ls", &b, ""]);
-        assert!(
-            keys.lines().all(|k| k == "out/data.manifest.json"
-                || (k.starts_with("out/data-") && k.ends_with(".tfrecord"))),
-            "{kill}: {keys}"
-        );
-        let got = scratch(&format!("s3-killed-worker-got-{n}"));
-        client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
-        assert_eq!(
-            crate::records_in_order(&got, "data"),
-            crate::records_in_order(&local, "data"),
-            "{kill}"
-        );
+        only_the_set(s, &b, &local, &format!("s3-killed-worker-got-{n}"), kill);
         let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
         assert_eq!(code, 0, "{kill}: {err}");
     }
@@ -1309,23 +1317,7 @@ fn two_finalizes_at_once_publish_once() {
     let table = root().join("testdata/hive");
     client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
     let out = format!("s3://{b}/w");
-    for i in ["0", "1", "2"] {
-        let args = [
-            "convert",
-            "parquet",
-            &format!("s3://{b}/t"),
-            "-o",
-            &out,
-            "--target-shard-size",
-            "600B",
-            "--num-workers",
-            "3",
-            "--worker-index",
-            i,
-        ];
-        let (code, _, err) = tfshard_at(&s.endpoint, &args);
-        assert_eq!(code, 0, "worker {i}: {err}");
-    }
+    run_hive_workers(s, &b, &out, &["0", "1", "2"]);
     // The first holds its claim with the plan recorded; the second is refused.
     let gate = scratch("s3-two-finalizes-gate").join("go");
     let mut first = tfshard_held(&s.endpoint, "finalize:planned", &gate, &["finalize", &out]);
@@ -1516,24 +1508,7 @@ fn engine_recipe(engine: &str) {
         .unwrap_or("{}");
     let summary: serde_json::Value = serde_json::from_str(last).unwrap();
     assert_eq!(summary["workers"], 3, "{summary}");
-    assert_eq!(
-        client(&s.endpoint, &["uploads", &b]),
-        "",
-        "{engine}: pending uploads"
-    );
-    let keys = client(&s.endpoint, &["ls", &b, "out/"]);
-    assert!(
-        keys.lines().all(|k| k == "out/data.manifest.json"
-            || (k.starts_with("out/data-") && k.ends_with(".tfrecord"))),
-        "{engine}: {keys}"
-    );
-    let got = scratch(&format!("{engine}-got"));
-    client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
-    assert_eq!(
-        crate::records_in_order(&got, "data"),
-        crate::records_in_order(&local, "data"),
-        "{engine}: records differ from one machine's"
-    );
+    only_the_set(s, &b, &local, &format!("{engine}-got"), engine);
 }
 
 #[test]
