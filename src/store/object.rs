@@ -16,7 +16,8 @@
 //!    recorded like the others'; on Azure, waiting until each copy has completed);
 //! 5. with `--overwrite`, deletes the prefix's stale shards;
 //! 6. deletes the temporaries, then writes each manifest (a conditional put without
-//!    `--overwrite`) — the commit point — and releases the claim.
+//!    `--overwrite`) — the commit point — and releases the claim; a claimed run then
+//!    clears what killed runs left in the temporary folders (their uploads aborted).
 //!
 //! On any failure or interrupt before the manifests, dropping the staging aborts the
 //! uploads it started and deletes its temporaries (and its claim).
@@ -246,6 +247,8 @@ struct Shared {
     uploaded: Mutex<Vec<PathBuf>>,
     /// The ETags of finished uploads, by staged path (journaled with `--resume`).
     etags: Mutex<Vec<(PathBuf, String)>>,
+    /// Shards in the journal last written, by output (`tmp`); held while one is written.
+    journaled: tokio::sync::Mutex<Vec<(String, usize)>>,
     /// Final names copied into place by a commit not finished yet: deleted if it fails.
     placed: Mutex<Vec<ObjectUrl>>,
 }
@@ -290,6 +293,7 @@ impl RemoteOutput {
                 closed: Mutex::new(Vec::new()),
                 uploaded: Mutex::new(Vec::new()),
                 etags: Mutex::new(Vec::new()),
+                journaled: tokio::sync::Mutex::new(Vec::new()),
                 placed: Mutex::new(Vec::new()),
             }),
             tasks: Default::default(),
@@ -551,6 +555,12 @@ impl RemoteOutput {
         self.committed.store(true, Ordering::SeqCst);
         if self.claimed.swap(false, Ordering::SeqCst) {
             let _ = block_on(delete(&self.claim_url()));
+            // Published: what killed runs left in the temporary folders (their recorded
+            // or pending uploads, their objects) is no one's now. A run racing this one
+            // fails at its claim whatever it finds. (Best effort: the set is published.)
+            for tmp in &s.tmps {
+                let _ = s.clear_tmp(&s.out.join(tmp));
+            }
         }
         Ok(paths)
     }
@@ -605,12 +615,19 @@ impl Shared {
         else {
             return Ok(());
         };
+        // One journal write at a time, each holding more shards than the last: a put
+        // never lands a shorter journal over a longer one, nor an empty first one.
+        let mut journaled = self.journaled.lock().await;
         let journal = {
             let closed = self.closed.lock().unwrap_or_else(|p| p.into_inner());
             let uploaded = self.uploaded.lock().unwrap_or_else(|p| p.into_inner());
             let etags = self.etags.lock().unwrap_or_else(|p| p.into_inner());
+            let mine = |c: &&ClosedShard| {
+                c.path.parent().and_then(Path::file_name) == Some(std::ffi::OsStr::new(tmp))
+            };
             let shards = closed
                 .iter()
+                .filter(mine)
                 .take_while(|c| uploaded.contains(&c.path))
                 .map(|c| journal::JournalShard {
                     etag: etags
@@ -622,9 +639,18 @@ impl Shared {
                 .collect();
             Journal { header, shards }
         };
+        let written = journaled.iter_mut().find(|(t, _)| t == tmp);
+        let before = written.as_ref().map_or(0, |(_, n)| *n);
+        if journal.shards.len() <= before {
+            return Ok(());
+        }
         let bytes =
             serde_json::to_vec(&journal).map_err(|e| Error::from(std::io::Error::other(e)))?;
         super::put_async(&self.run_dir(tmp).join(JOURNAL), bytes, false).await?;
+        match written {
+            Some((_, n)) => *n = journal.shards.len(),
+            None => journaled.push((tmp.to_owned(), journal.shards.len())),
+        }
         crate::failpoint::hit("shard:journaled")
     }
 

@@ -703,6 +703,37 @@ fn an_input_replaced_during_the_run_is_an_error() {
     assert!(!out.join("data.manifest.json").exists());
 }
 
+/// Issue #28: a plain rerun into the output a killed run left (hidden objects, an upload
+/// it never recorded) publishes, then clears what the killed run left: the bucket holds
+/// the set and nothing else.
+#[test]
+fn a_rerun_that_publishes_clears_what_a_killed_run_left() {
+    let s = need_server!();
+    let b = bucket(s, "rerun-clears");
+    let input = scratch("s3-rerun-clears-in").join("blobs.parquet");
+    blob_table(&input, 24, 512 << 10);
+    let local = scratch("s3-rerun-clears-local");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            "convert",
+            "parquet",
+            input.to_str().unwrap(),
+            "-o",
+            local.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let out = format!("s3://{b}/out");
+    let args = ["convert", "parquet", input.to_str().unwrap(), "-o", &out];
+    let (code, err) = tfshard_with_failpoints(&s.endpoint, "store:created=exit", &args);
+    assert_eq!(code, 137, "{err}");
+    assert_eq!(client(&s.endpoint, &["uploads", &b]).lines().count(), 1);
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    only_the_set(s, &b, &local, "s3-rerun-clears-got", "rerun");
+}
+
 #[test]
 fn a_killed_upload_is_aborted_by_the_next_overwrite_run() {
     let s = need_server!();
