@@ -65,7 +65,7 @@ rss_s3=$(rss s3://bench/standard -o s3://bench/out)
 rss_disk=$(rss "$data/standard-2000000" -o "$data/out-s3cmp")
 printf 'peak RSS, convert S3->disk (the Parquet reader) %d MiB; disk->disk %d MiB; ratio %.2f (goal <= 1.5)\n' \
   "$((rss_read / 1024))" "$((rss_disk / 1024))" "$(echo "$rss_read / $rss_disk" | bc -l)"
-printf 'peak RSS, convert S3->S3 %d MiB (with 16 MiB of upload parts); ratio %.2f\n' \
+printf 'peak RSS, convert S3->S3 %d MiB (parts streamed from the staged files); ratio %.2f\n' \
   "$((rss_s3 / 1024))" "$(echo "$rss_s3 / $rss_disk" | bc -l)"
 printf '  the store copying the same shards for the plain client: %.2f s\n' \
   "$("$plain" copy s3://bench/out | json seconds)"

@@ -808,8 +808,9 @@ impl Shared {
         Ok(etag)
     }
 
-    /// Sends bytes `range` of the staged file as part `index`, once a part buffer is
-    /// free. Buffers are anonymous maps, returned to the system when the part is sent.
+    /// Sends bytes `range` of the staged file as part `index`, once one of the run's
+    /// parts in flight is free: streamed from the file on S3, else through a buffer (an
+    /// anonymous map, returned to the system when the part is sent).
     fn send_part(
         &self,
         file: &Arc<std::fs::File>,
@@ -828,6 +829,9 @@ impl Shared {
         );
         super::spawn(async move {
             let _permit = parts.acquire().await.expect("never closed");
+            if super::streams_parts(&target) {
+                return super::put_part_streamed(&target, &id, index, file, range).await;
+            }
             let at = |e: std::io::Error| Error::from(e).with_file(&local);
             let mut buf =
                 memmap2::MmapMut::map_anon((range.end - range.start) as usize).map_err(at)?;
