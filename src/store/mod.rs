@@ -47,7 +47,9 @@ pub(crate) use self::objects::{
 pub use self::objects::{delete_object, head, list, list_dir, put, read_all, Listed};
 pub(crate) use self::parquet::{RemoteChunks, RemoteParquet};
 pub use self::read::RemoteRead;
-pub(crate) use self::records::{abort_uploads_under, create_recorded, kill_point, upload_record};
+pub(crate) use self::records::{
+    abort_pending_in, abort_uploads_under, create_recorded, kill_point, upload_record,
+};
 pub use self::settings::{IoOptions, DEFAULT_IO_CONCURRENCY, DEFAULT_IO_TIMEOUT};
 pub use self::url::{is_url, locate, Location, ObjectUrl, Scheme};
 

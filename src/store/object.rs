@@ -13,7 +13,9 @@
 //! 3. with `--overwrite`, deletes the old manifests;
 //! 4. copies each shard server-side to its final `-of-N` name, all at once (on S3 a
 //!    shard above 5 GiB, CopyObject's limit, as a multipart copy of ranges, its upload id
-//!    recorded like the others'; on Azure, waiting until each copy has completed);
+//!    recorded like the others'; on Azure, waiting until each copy has completed); a
+//!    shard whose upload starts only now (no hook streamed it: `--min-shards`) went up
+//!    under its final name, and completing that upload takes the place of the copy;
 //! 5. with `--overwrite`, deletes the prefix's stale shards;
 //! 6. deletes the temporaries, then writes each manifest (a conditional put without
 //!    `--overwrite`) — the commit point — and releases the claim; a claimed run then
@@ -251,6 +253,9 @@ struct Shared {
     journaled: tokio::sync::Mutex<Vec<(String, usize)>>,
     /// Final names copied into place by a commit not finished yet: deleted if it fails.
     placed: Mutex<Vec<ObjectUrl>>,
+    /// Shards uploaded under their final names (their upload started at the commit, when
+    /// the names are known), by staged path: completed in place of a copy.
+    finals: Mutex<Vec<(PathBuf, Final)>>,
 }
 
 impl RemoteOutput {
@@ -295,6 +300,7 @@ impl RemoteOutput {
                 etags: Mutex::new(Vec::new()),
                 journaled: tokio::sync::Mutex::new(Vec::new()),
                 placed: Mutex::new(Vec::new()),
+                finals: Mutex::new(Vec::new()),
             }),
             tasks: Default::default(),
             claimed: AtomicBool::new(false),
@@ -403,8 +409,9 @@ impl RemoteOutput {
         s.out.join(&s.tmps[0]).join("publishing")
     }
 
-    /// Waits for the upload of `local` (starting it if no hook did).
-    async fn uploaded(&self, tmp: &str, local: &Path) -> Result<()> {
+    /// Waits for the upload of `local` (starting it if no hook did: then under its final
+    /// `name`, left open for [`Shared::place`] to complete).
+    async fn uploaded(&self, tmp: &str, local: &Path, name: &str) -> Result<()> {
         if self
             .shared
             .uploaded
@@ -419,7 +426,10 @@ impl RemoteOutput {
             let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
             match tasks.iter().position(|(p, _)| p == local) {
                 Some(i) => tasks.swap_remove(i),
-                None => (local.to_path_buf(), self.shared.start_upload(tmp, local)),
+                None => (
+                    local.to_path_buf(),
+                    self.shared.start_final_upload(tmp, local, name),
+                ),
             }
         };
         // Awaited in place: if this wait is dropped midway (another upload failed), the
@@ -484,7 +494,7 @@ impl RemoteOutput {
         let pipelined = !s.overwrite && !files.iter().any(|(_, _, name)| exists(name));
         block_on(futures_util::future::try_join_all(files.iter().map(
             |(tmp, local, name)| async move {
-                self.uploaded(tmp, local).await?;
+                self.uploaded(tmp, local, name).await?;
                 if pipelined {
                     s.place(tmp, local, name).await?;
                 }
@@ -668,6 +678,16 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(to.clone());
+        let uploaded = {
+            let mut finals = self.finals.lock().unwrap_or_else(|p| p.into_inner());
+            let at = finals.iter().position(|(p, _)| p == local);
+            at.map(|i| finals.swap_remove(i).1)
+        };
+        if let Some(f) = uploaded {
+            // Uploaded under its final name: completing it is the placing.
+            complete_multipart(&f.target, &f.id, f.parts).await?;
+            return self.forget_upload(&f.id, &f.record).await;
+        }
         self.copy_into_place(tmp, &self.temporary(tmp, local), &to)
             .await
     }
@@ -709,6 +729,64 @@ impl Shared {
         delete(record).await
     }
 
+    /// Uploads staged file `local` under its final `name` (a multipart upload, recorded
+    /// like every other, its parts sent, left open: [`Shared::place`] completes it, so
+    /// the name shows nothing until the commit places it).
+    fn start_final_upload(
+        self: &Arc<Self>,
+        tmp: &str,
+        local: &Path,
+        name: &str,
+    ) -> JoinHandle<Result<()>> {
+        let this = self.clone();
+        let (tmp, local, target) = (tmp.to_owned(), local.to_path_buf(), self.out.join(name));
+        super::spawn(async move {
+            let at = |e: std::io::Error| Error::from(e).with_file(&local);
+            let size = std::fs::metadata(&local).map_err(at)?.len();
+            if size == 0 {
+                // No part to send (an empty shard): a temporary, copied as before.
+                let temporary = this.temporary(&tmp, &local);
+                this.upload(&tmp, &local, &temporary).await?;
+                this.staged_done(&local);
+                return Ok(());
+            }
+            let file = Arc::new(std::fs::File::open(&local).map_err(at)?);
+            let (id, record) = super::create_recorded(&target, async |id: &str| {
+                this.record_upload(&tmp, &target, id).await
+            })
+            .await?;
+            super::kill_point("store:uploading").await?;
+            let part = PART_BYTES as u64;
+            // The last part may be of any size.
+            let ranges: Vec<_> = (0..size)
+                .step_by(part as usize)
+                .map(|s| s..(s + part).min(size))
+                .collect();
+            let sent = ranges
+                .into_iter()
+                .enumerate()
+                .map(|(i, range)| this.send_part(&file, &local, &target, &id, i, range));
+            let mut parts = Vec::new();
+            for p in sent.collect::<Vec<_>>() {
+                parts.push(
+                    p.await
+                        .map_err(|e| Error::from(std::io::Error::other(e)))??,
+                );
+            }
+            this.finals.lock().unwrap_or_else(|p| p.into_inner()).push((
+                local.clone(),
+                Final {
+                    target,
+                    id,
+                    record,
+                    parts,
+                },
+            ));
+            this.staged_done(&local);
+            Ok(())
+        })
+    }
+
     fn start_upload(self: &Arc<Self>, tmp: &str, local: &Path) -> JoinHandle<Result<()>> {
         let this = self.clone();
         let (tmp, local) = (tmp.to_owned(), local.to_path_buf());
@@ -720,10 +798,12 @@ impl Shared {
         })
     }
 
-    /// Aborts the uploads under `tmp` (recorded, or pending) and deletes every object
-    /// there.
+    /// Aborts the uploads under `tmp` (recorded, or pending) and those pending under a
+    /// final name in the output (a killed commit's, before it recorded them), and deletes
+    /// every object in `tmp`.
     fn clear_tmp(&self, tmp: &ObjectUrl) -> Result<()> {
         super::abort_uploads_under(tmp)?;
+        super::abort_pending_in(&self.out)?;
         let objects = list(tmp)?;
         block_on(async {
             for o in &objects {
@@ -840,6 +920,15 @@ impl Shared {
             put_part(&target, &id, index, bytes).await
         })
     }
+}
+
+/// A shard uploaded under its final name, not completed yet.
+struct Final {
+    target: ObjectUrl,
+    id: String,
+    /// Its upload record.
+    record: ObjectUrl,
+    parts: Vec<object_store::multipart::PartId>,
 }
 
 /// How much of a staged shard is on disk, and whether it is complete.

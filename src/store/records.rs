@@ -49,6 +49,23 @@ pub fn abort_uploads_under(dir: &ObjectUrl) -> Result<()> {
     })
 }
 
+/// Aborts the uploads pending directly in folder `dir` (not below it; on S3): shards a
+/// killed commit was uploading under their final names.
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn abort_pending_in(dir: &ObjectUrl) -> Result<()> {
+    block_on(async {
+        for (target, id) in pending_uploads(dir).await? {
+            if target.parent().key().trim_end_matches('/') == dir.key().trim_end_matches('/') {
+                abort_multipart(&target, &id).await?;
+            }
+        }
+        Ok(())
+    })
+}
+
 /// Held from a multipart upload's creation until its id is recorded, and by the failure
 /// points that stand for a kill: uploads and copies run side by side, and a test's kill
 /// must not fall between another one's two requests. (A real kill can: that upload is

@@ -752,6 +752,79 @@ fn parts_streamed_from_the_file_equal_object_stores_own_upload() {
     assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
 }
 
+/// Issue #27: where a shard's final name is known when its upload starts (`--min-shards`
+/// cuts the output into a count fixed before its shards are written), the shard goes up
+/// under that name and is completed at the commit: no temporary, no copy (a multipart
+/// object's ETag ends in `-PARTS`; a copy's does not). Into a new output and with
+/// `--overwrite`, the same bytes as on disk.
+#[test]
+fn shards_whose_names_are_known_are_uploaded_under_them() {
+    let s = need_server!();
+    let b = bucket(s, "final-names");
+    let input = scratch("s3-final-names-in").join("blobs.parquet");
+    blob_table(&input, 24, 512 << 10);
+    let flags = ["--min-shards", "3"];
+    let local = scratch("s3-final-names-local");
+    let (code, _, err) = tfshard_at(
+        &s.endpoint,
+        &[
+            &[
+                "convert",
+                "parquet",
+                input.to_str().unwrap(),
+                "-o",
+                local.to_str().unwrap(),
+            ][..],
+            &flags,
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let out = format!("s3://{b}/out");
+    for extra in [&[][..], &["--overwrite"][..]] {
+        let args = [
+            &["convert", "parquet", input.to_str().unwrap(), "-o", &out][..],
+            &flags,
+            extra,
+        ]
+        .concat();
+        let (code, _, err) = tfshard_at(&s.endpoint, &args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        let etags = client(&s.endpoint, &["etags", &b, "out/"]);
+        let shards: Vec<&str> = etags.lines().filter(|l| l.contains(".tfrecord")).collect();
+        assert_eq!(shards.len(), 3, "{etags}");
+        assert!(
+            shards.iter().all(|l| l.ends_with("-1")),
+            "{extra:?}: {etags}"
+        );
+        let got = scratch("s3-final-names-got");
+        client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+        assert_eq!(files(&got), files(&local), "{extra:?}");
+        assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
+        assert!(!client(&s.endpoint, &["ls", &b, "out/"]).contains("tfshard-tmp"));
+    }
+    // Killed with such an upload open, recorded or not yet: the rerun with --overwrite
+    // aborts it (by its record, or found pending under its final name).
+    for kill in ["store:uploading", "store:created"] {
+        let out = format!("s3://{b}/killed-{}", &kill[6..]);
+        let args = [
+            &["convert", "parquet", input.to_str().unwrap(), "-o", &out][..],
+            &flags,
+        ]
+        .concat();
+        let (code, err) = tfshard_with_failpoints(&s.endpoint, &format!("{kill}=exit"), &args);
+        assert_eq!(code, 137, "{kill}: {err}");
+        let pending = client(&s.endpoint, &["uploads", &b]);
+        assert!(
+            pending.starts_with(&format!("killed-{}/data-0000", &kill[6..])),
+            "{kill}: {pending}"
+        );
+        let (code, _, err) = tfshard_at(&s.endpoint, &[&args[..], &["--overwrite"]].concat());
+        assert_eq!(code, 0, "{kill}: {err}");
+        assert_eq!(client(&s.endpoint, &["uploads", &b]), "", "{kill}");
+    }
+}
+
 /// Issue #28: a plain rerun into the output a killed run left (hidden objects, an upload
 /// it never recorded) publishes, then clears what the killed run left: the bucket holds
 /// the set and nothing else.
