@@ -244,22 +244,7 @@ fn s3_to_s3_disk_to_s3_and_s3_to_disk_write_the_same_shards() {
     let small = ["--target-shard-size", "2KiB"];
 
     // The reference: disk to disk.
-    let local = scratch("s3-local");
-    let (code, _, err) = tfshard_at(
-        &s.endpoint,
-        &[
-            &[
-                "convert",
-                "parquet",
-                table.to_str().unwrap(),
-                "-o",
-                local.to_str().unwrap(),
-            ][..],
-            &small,
-        ]
-        .concat(),
-    );
-    assert_eq!(code, 0, "{err}");
+    let local = on_disk(s, &table, "s3-local", &small);
     let want = files(&local);
     assert!(want.len() > 1, "several shards");
 
@@ -713,22 +698,7 @@ fn parts_streamed_from_the_file_equal_object_stores_own_upload() {
     let input = scratch("s3-streamed-in").join("blobs.parquet");
     blob_table(&input, 40, 512 << 10);
     let size = ["--target-shard-size", "17MiB"];
-    let local = scratch("s3-streamed-local");
-    let (code, _, err) = tfshard_at(
-        &s.endpoint,
-        &[
-            &[
-                "convert",
-                "parquet",
-                input.to_str().unwrap(),
-                "-o",
-                local.to_str().unwrap(),
-            ][..],
-            &size,
-        ]
-        .concat(),
-    );
-    assert_eq!(code, 0, "{err}");
+    let local = on_disk(s, &input, "s3-streamed-local", &size);
     for (name, stream) in [("streamed", "1"), ("buffered", "0")] {
         let out = format!("s3://{b}/{name}");
         let mut envs = env(&s.endpoint);
@@ -764,22 +734,7 @@ fn shards_whose_names_are_known_are_uploaded_under_them() {
     let input = scratch("s3-final-names-in").join("blobs.parquet");
     blob_table(&input, 24, 512 << 10);
     let flags = ["--min-shards", "3"];
-    let local = scratch("s3-final-names-local");
-    let (code, _, err) = tfshard_at(
-        &s.endpoint,
-        &[
-            &[
-                "convert",
-                "parquet",
-                input.to_str().unwrap(),
-                "-o",
-                local.to_str().unwrap(),
-            ][..],
-            &flags,
-        ]
-        .concat(),
-    );
-    assert_eq!(code, 0, "{err}");
+    let local = on_disk(s, &input, "s3-final-names-local", &flags);
     let out = format!("s3://{b}/out");
     for extra in [&[][..], &["--overwrite"][..]] {
         let args = [
@@ -1310,22 +1265,7 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
     let table = root().join("testdata/hive");
     client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
     let size = ["--target-shard-size", "600B"];
-    let local = scratch("s3-workers-local");
-    let (code, _, err) = tfshard_at(
-        &s.endpoint,
-        &[
-            &[
-                "convert",
-                "parquet",
-                table.to_str().unwrap(),
-                "-o",
-                local.to_str().unwrap(),
-            ][..],
-            &size,
-        ]
-        .concat(),
-    );
-    assert_eq!(code, 0, "{err}");
+    let local = on_disk(s, &table, "s3-workers-local", &size);
     let out = format!("s3://{b}/w");
     run_hive_workers(s, &b, &out, &["2", "0", "1"]);
     // A finalize killed after its first copy, then rerun.
@@ -1348,6 +1288,26 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
     );
     let (code, _, err) = tfshard_at(&s.endpoint, &["verify", &out]);
     assert_eq!(code, 0, "{err}");
+}
+
+/// Converts `input` into the fresh scratch folder `name` with `flags`: the reference a
+/// store run must equal.
+fn on_disk(s: &Server, input: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let local = scratch(name);
+    let args = [
+        &[
+            "convert",
+            "parquet",
+            input.to_str().unwrap(),
+            "-o",
+            local.to_str().unwrap(),
+        ][..],
+        flags,
+    ]
+    .concat();
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    local
 }
 
 /// Checks that bucket `b` holds nothing under `out/` but the set published there (no
@@ -1611,22 +1571,7 @@ fn engine_recipe(engine: &str) {
     blob_table_in_groups(&table.join("blobs.parquet"), 40, 512 << 10, 10);
     client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
     let size = ["--target-shard-size", "9MiB"];
-    let local = scratch(&format!("{engine}-local"));
-    let (code, _, err) = tfshard_at(
-        &s.endpoint,
-        &[
-            &[
-                "convert",
-                "parquet",
-                table.to_str().unwrap(),
-                "-o",
-                local.to_str().unwrap(),
-            ][..],
-            &size,
-        ]
-        .concat(),
-    );
-    assert_eq!(code, 0, "{err}");
+    let local = on_disk(s, &table, &format!("{engine}-local"), &size);
     let kills = scratch(&format!("{engine}-kills"));
     let recipe = root().join(format!("examples/engines/{engine}_convert.py"));
     let out = Command::new(python)
