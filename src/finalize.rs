@@ -69,6 +69,10 @@ struct ClaimNote {
     host: String,
     #[serde(default)]
     pid: u32,
+    /// The holder's boot and PID namespace: its pid means something here only if both
+    /// are ours (a container with the host's name has pids of its own).
+    #[serde(default)]
+    pids: String,
 }
 
 impl ClaimNote {
@@ -78,6 +82,8 @@ impl ClaimNote {
         let silent = now_secs().saturating_sub(self.refreshed) >= CLAIM_STALE_AFTER.as_secs();
         let dead_here = !self.host.is_empty()
             && self.host == host_name()
+            && !self.pids.is_empty()
+            && self.pids == pid_space()
             && self.pid != 0
             && !process_exists(self.pid);
         silent || dead_here
@@ -93,6 +99,17 @@ fn host_name() -> String {
     }
     let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
     String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// This boot's id and this process's PID namespace ("" if either is unknown).
+fn pid_space() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
+    let (boot, ns) = (boot.trim(), ns.to_string_lossy());
+    if boot.is_empty() || ns.is_empty() {
+        return String::new();
+    }
+    format!("{boot}/{ns}")
 }
 
 /// Whether process `pid` exists on this host (one we may not signal exists too).
@@ -147,6 +164,7 @@ impl Claims {
             refreshed: now_secs(),
             host: host_name(),
             pid: std::process::id(),
+            pids: pid_space(),
         })
         .expect("a claim note serializes")
     }
@@ -649,6 +667,7 @@ fn finalize(
         plans.push((p.clone(), plan, workers));
     }
     if plans.is_empty() {
+        claims.stop_refreshing();
         for p in &prefixes {
             out.delete_tree(&name::parts_dir_name(p))?;
         }

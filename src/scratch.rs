@@ -27,13 +27,19 @@ impl Scratch {
     ///
     /// An I/O error naming the folder.
     pub(crate) fn create(base: &Path, stem: &str, unique: &str) -> Result<Scratch> {
-        sweep(base, stem);
         let path = base.join(format!(".{stem}-{unique}"));
+        // Made and locked under a name no sweep takes, then renamed into place: a sweep
+        // never finds it unlocked.
+        let making = base.join(format!(".{stem}~{unique}"));
         let at = |e: std::io::Error| Error::from(e).with_file(&path);
-        fs::create_dir_all(&path).map_err(at)?;
-        let lock = fs::File::create(path.join(LOCK)).map_err(at)?;
-        if !try_lock(&lock) {
-            return Err(at(std::io::Error::last_os_error()));
+        fs::create_dir_all(&making).map_err(at)?;
+        let lock = fs::File::create(making.join(LOCK)).map_err(at)?;
+        // Where the file system has no flock (some network mounts), the folder is still
+        // removed when the run ends, but a killed run's stays: no sweep there.
+        let locked = try_lock(&lock);
+        fs::rename(&making, &path).map_err(at)?;
+        if locked {
+            sweep(base, stem);
         }
         Ok(Scratch { path, _lock: lock })
     }

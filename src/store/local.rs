@@ -39,9 +39,11 @@ impl LocalDir {
 /// Writes `bytes` to `path` through a synced temporary beside it; with `create_only`,
 /// the temporary is linked into place, which fails if anything is there.
 fn write_atomic(path: &Path, bytes: &[u8], create_only: bool) -> Result<()> {
+    // Unique: two writers of one name (two runs' claims) never share a temporary.
     let tmp = path.with_file_name(format!(
-        ".{}.tfshard-write",
-        path.file_name().unwrap_or_default().to_string_lossy()
+        ".{}.{}.tfshard-write",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        super::attempt_id()
     ));
     let write = || -> std::io::Result<()> {
         use std::io::Write;

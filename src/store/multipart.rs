@@ -194,8 +194,15 @@ pub(crate) async fn pending_uploads(prefix: &ObjectUrl) -> Result<Vec<(ObjectUrl
     loop {
         let mut query = vec![
             ("uploads", String::new()),
-            // The folder's keys, not its neighbours' (`out/a` is no prefix of `out/ab`).
-            ("prefix", format!("{}/", prefix.key().trim_end_matches('/'))),
+            // The folder's keys, not its neighbours' (`out/a` is no prefix of `out/ab`);
+            // the bucket's root, every key.
+            (
+                "prefix",
+                match prefix.key().trim_end_matches('/') {
+                    "" => String::new(),
+                    key => format!("{key}/"),
+                },
+            ),
         ];
         if let Some((key, id)) = &markers {
             query.push(("key-marker", key.clone()));

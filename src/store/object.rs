@@ -240,9 +240,10 @@ struct Shared {
     parts: Arc<Semaphore>,
     /// Set when the run fails or is interrupted: uploads stop at their next part.
     stop: AtomicBool,
-    /// `--resume`: the journal header, once set; the run's temporaries then live under
-    /// a fixed name, and what they hold is journaled as shards finish uploading.
-    resume: Mutex<Option<serde_json::Value>>,
+    /// `--resume`: each output's journal header (by `tmp`), once set; the run's
+    /// temporaries then live under a fixed name, and what they hold is journaled as
+    /// shards finish uploading.
+    resume: Mutex<Vec<(String, serde_json::Value)>>,
     /// Shards closed by the writer (their sizes and CRCs), by staged path.
     closed: Mutex<Vec<ClosedShard>>,
     /// Uploads finished, by staged path (resumed shards start here).
@@ -294,7 +295,7 @@ impl RemoteOutput {
                 open_uploads: Mutex::new(Vec::new()),
                 parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
                 stop: AtomicBool::new(false),
-                resume: Mutex::new(None),
+                resume: Mutex::new(Vec::new()),
                 closed: Mutex::new(Vec::new()),
                 uploaded: Mutex::new(Vec::new()),
                 etags: Mutex::new(Vec::new()),
@@ -383,6 +384,13 @@ impl RemoteOutput {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push(path.clone());
+                    if let Some(etag) = &entry.etag {
+                        // Journaled again with the shards this run adds.
+                        s.etags
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push((path.clone(), etag.clone()));
+                    }
                     finished.push(ClosedShard {
                         path,
                         idx_path: None,
@@ -400,7 +408,10 @@ impl RemoteOutput {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(finished.iter().cloned());
-        *s.resume.lock().unwrap_or_else(|p| p.into_inner()) = Some(header);
+        s.resume
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((tmp.to_owned(), header));
         Ok(finished)
     }
 
@@ -463,7 +474,11 @@ impl RemoteOutput {
                 Ok(()) => self.claimed.store(true, Ordering::SeqCst),
                 Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
                     // A resumable run killed while publishing left its claim: ours.
-                    let resuming = s.resume.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+                    let resuming = !s
+                        .resume
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_empty();
                     let holder = super::read_all(&self.claim_url()).ok();
                     if resuming && holder.is_some_and(|h| h[..] == *s.run.as_bytes()) {
                         self.claimed.store(true, Ordering::SeqCst);
@@ -617,12 +632,14 @@ impl Shared {
     /// With `--resume`: records in the store the shards uploaded so far, from the first
     /// on without a gap (the rerun reuses exactly those).
     async fn journal(&self, tmp: &str) -> Result<()> {
-        let Some(header) = self
+        let header = self
             .resume
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
-        else {
+            .iter()
+            .find(|(t, _)| t == tmp)
+            .map(|(_, h)| h.clone());
+        let Some(header) = header else {
             return Ok(());
         };
         // One journal write at a time, each holding more shards than the last: a put
@@ -803,7 +820,16 @@ impl Shared {
     /// every object in `tmp`.
     fn clear_tmp(&self, tmp: &ObjectUrl) -> Result<()> {
         super::abort_uploads_under(tmp)?;
-        super::abort_pending_in(&self.out)?;
+        // This output's shard names only (`{prefix}-…-of-…`, the prefix from the
+        // temporary folder's name `.{prefix}.tfshard-tmp`): other prefixes' commits and
+        // uploads may be running beside this one.
+        let prefix = tmp.file_name();
+        let prefix = prefix.strip_prefix('.').unwrap_or(prefix);
+        let prefix = prefix.strip_suffix(".tfshard-tmp").unwrap_or(prefix);
+        super::abort_pending_in(&self.out, |name| {
+            name.strip_prefix(prefix)
+                .is_some_and(|rest| rest.starts_with('-') && rest.contains("-of-"))
+        })?;
         let objects = list(tmp)?;
         block_on(async {
             for o in &objects {

@@ -49,16 +49,18 @@ pub fn abort_uploads_under(dir: &ObjectUrl) -> Result<()> {
     })
 }
 
-/// Aborts the uploads pending directly in folder `dir` (not below it; on S3): shards a
-/// killed commit was uploading under their final names.
+/// Aborts the uploads pending directly in folder `dir` (not below it; on S3) whose names
+/// `ours` accepts: shards a killed commit was uploading under their final names.
 ///
 /// # Errors
 ///
 /// A store error naming the URL.
-pub fn abort_pending_in(dir: &ObjectUrl) -> Result<()> {
+pub fn abort_pending_in(dir: &ObjectUrl, ours: impl Fn(&str) -> bool) -> Result<()> {
     block_on(async {
         for (target, id) in pending_uploads(dir).await? {
-            if target.parent().key().trim_end_matches('/') == dir.key().trim_end_matches('/') {
+            let here =
+                target.parent().key().trim_end_matches('/') == dir.key().trim_end_matches('/');
+            if here && ours(target.file_name()) {
                 abort_multipart(&target, &id).await?;
             }
         }
