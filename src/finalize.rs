@@ -292,6 +292,11 @@ fn published_set(out: &dyn Destination, prefix: &str) -> Result<FinalizedSet> {
     })
 }
 
+/// The sets other `finalize`s published for `prefixes`.
+fn published_sets(out: &dyn Destination, prefixes: &[String]) -> Result<Vec<FinalizedSet>> {
+    prefixes.iter().map(|p| published_set(out, p)).collect()
+}
+
 /// Reads and checks every part of `prefix`; returns its plan (recorded, or new).
 fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
     let parts_dir = name::parts_dir_name(prefix);
@@ -605,11 +610,10 @@ fn finalize(
                 .collect(),
         };
         if !published.is_empty() && published.iter().all(|p| is_published(out, p)) {
-            let sets = published
-                .iter()
-                .map(|p| published_set(out, p))
-                .collect::<Result<_>>()?;
-            return Ok((sets, started.elapsed().as_secs_f64()));
+            return Ok((
+                published_sets(out, &published)?,
+                started.elapsed().as_secs_f64(),
+            ));
         }
         return Err(Error::new(ErrorKind::NoParts).with_file(output));
     }
@@ -632,11 +636,10 @@ fn finalize(
         if refused.len() == prefixes.len()
             && refused.iter().all(|r| matches!(r, Refused::Published))
         {
-            let sets = prefixes
-                .iter()
-                .map(|p| published_set(out, p))
-                .collect::<Result<_>>()?;
-            return Ok((sets, started.elapsed().as_secs_f64()));
+            return Ok((
+                published_sets(out, &prefixes)?,
+                started.elapsed().as_secs_f64(),
+            ));
         }
         return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
     }

@@ -1236,6 +1236,13 @@ fn a_shard_above_the_copy_limit_is_copied_in_parts() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// Puts the Hive test table in `s3://{b}/t`; returns its local folder.
+fn hive_in_bucket(s: &Server, b: &str) -> PathBuf {
+    let table = root().join("testdata/hive");
+    client(&s.endpoint, &["put-dir", table.to_str().unwrap(), b, "t"]);
+    table
+}
+
 /// Runs workers `order` of 3 over the Hive table in `s3://{b}/t` into `out` (600-byte
 /// shards).
 fn run_hive_workers(s: &Server, b: &str, out: &str, order: &[&str]) {
@@ -1262,8 +1269,7 @@ fn run_hive_workers(s: &Server, b: &str, out: &str, order: &[&str]) {
 fn workers_meet_in_the_bucket_and_finalize_there() {
     let s = need_server!();
     let b = bucket(s, "workers");
-    let table = root().join("testdata/hive");
-    client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
+    let table = hive_in_bucket(s, &b);
     let size = ["--target-shard-size", "600B"];
     let local = on_disk(s, &table, "s3-workers-local", &size);
     let out = format!("s3://{b}/w");
@@ -1431,8 +1437,7 @@ fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
 fn two_finalizes_at_once_publish_once() {
     let s = need_server!();
     let b = bucket(s, "two-finalizes");
-    let table = root().join("testdata/hive");
-    client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "t"]);
+    hive_in_bucket(s, &b);
     let out = format!("s3://{b}/w");
     run_hive_workers(s, &b, &out, &["0", "1", "2"]);
     // The first holds its claim with the plan recorded; the second is refused.

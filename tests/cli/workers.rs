@@ -26,6 +26,31 @@ fn convert(out: &Path, extra: &[&str]) -> (i32, String) {
     (code, err)
 }
 
+/// Runs all `n` workers into `out`, in order, with `extra` flags.
+fn run_workers(out: &Path, n: u64, extra: &[&str]) {
+    for i in 0..n {
+        let (n, i) = (n.to_string(), i.to_string());
+        let args = [
+            &["--num-workers", n.as_str(), "--worker-index", i.as_str()][..],
+            extra,
+        ]
+        .concat();
+        let (code, err) = convert(out, &args);
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+}
+
+/// A `finalize` of `out` killed after its first move (exit 137, as if killed).
+fn finalize_killed_after_a_move(out: &Path) {
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .arg("finalize")
+        .arg(out)
+        .env("TFSHARD_FAILPOINTS", "finalize:moved=exit")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(137));
+}
+
 fn manifest(path: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
@@ -181,23 +206,8 @@ fn finalize_killed_midway_completes_on_rerun() {
     let one = scratch("workers-kill-one");
     assert_eq!(convert(&one, &[]).0, 0);
     let out = scratch("workers-kill");
-    for i in 0..3 {
-        assert_eq!(
-            convert(
-                &out,
-                &["--num-workers", "3", "--worker-index", &i.to_string()]
-            )
-            .0,
-            0
-        );
-    }
-    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .arg("finalize")
-        .arg(&out)
-        .env("TFSHARD_FAILPOINTS", "finalize:moved=exit")
-        .status()
-        .unwrap();
-    assert_eq!(status.code(), Some(137));
+    run_workers(&out, 3, &[]);
+    finalize_killed_after_a_move(&out);
     assert!(!out.join("data.manifest.json").exists());
     let (code, _, err) = run(["finalize".as_ref(), out.as_os_str()]);
     assert_eq!(code, 0, "{err}");
@@ -215,20 +225,8 @@ fn a_killed_finalizes_claim_goes_stale_and_is_taken_over() {
     let one = scratch("workers-claim-one");
     assert_eq!(convert(&one, &[]).0, 0);
     let out = scratch("workers-claim");
-    for i in 0..3 {
-        let i = i.to_string();
-        assert_eq!(
-            convert(&out, &["--num-workers", "3", "--worker-index", &i]).0,
-            0
-        );
-    }
-    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .arg("finalize")
-        .arg(&out)
-        .env("TFSHARD_FAILPOINTS", "finalize:moved=exit")
-        .status()
-        .unwrap();
-    assert_eq!(status.code(), Some(137));
+    run_workers(&out, 3, &[]);
+    finalize_killed_after_a_move(&out);
     let claim = out.join(".data.tfshard-parts/finalizing");
     let mut note: Value = serde_json::from_slice(&std::fs::read(&claim).unwrap()).unwrap();
     assert!(
@@ -261,13 +259,7 @@ fn a_killed_finalizes_claim_goes_stale_and_is_taken_over() {
 #[test]
 fn a_finalize_that_finds_the_set_published_says_so() {
     let out = scratch("workers-published");
-    for i in 0..2 {
-        let i = i.to_string();
-        assert_eq!(
-            convert(&out, &["--num-workers", "2", "--worker-index", &i]).0,
-            0
-        );
-    }
+    run_workers(&out, 2, &[]);
     let gate = scratch("workers-published-gate").join("go");
     let mut holder = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
         .arg("finalize")
