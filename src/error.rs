@@ -468,17 +468,12 @@ pub enum ErrorKind {
          once it has ended (a claim not refreshed for 60 s, its holder killed, is taken over)"
     )]
     FinalizeClaimed,
-    /// A Delta Lake or Iceberg table folder: its data files include removed ones.
-    #[error(
-        "this folder is {format} table ({marker}): its data files include removed ones, so \
-         converting the folder would duplicate or resurrect rows; export a snapshot to \
-         Parquet first (e.g. deltalake's DeltaTable.to_pyarrow_dataset())"
-    )]
-    TableFormat {
-        /// `a Delta Lake` or `an Iceberg`.
-        format: &'static str,
-        /// What gave it away (`_delta_log/`, `metadata/*.metadata.json`).
-        marker: &'static str,
+    /// A Delta Lake table that cannot be read as asked: not a table, a version that does
+    /// not exist, a corrupt log, a reader feature we cannot honour, a missing data file.
+    #[error("{detail}")]
+    DeltaTable {
+        /// What went wrong, one line.
+        detail: String,
     },
     /// Hive partition keys that differ between files under `--partitioning hive`.
     #[error("partition keys differ: {detail}")]

@@ -375,6 +375,20 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
         if m.tfshard_version != first.tfshard_version {
             return disagree("tfshard version");
         }
+        if m.table != first.table {
+            let name = |t: &Option<crate::manifest::TableInfo>| match t {
+                Some(t) => format!("{} version {} ({})", t.location, t.version, t.timestamp),
+                None => "no table".to_owned(),
+            };
+            return Err(Error::new(ErrorKind::PartsDisagree {
+                detail: format!(
+                    "worker {i} read {}, worker 0 read {}: run every worker with the same --version",
+                    name(&m.table),
+                    name(&first.table)
+                ),
+            })
+            .with_file(out.display(&parts_dir)));
+        }
         if m.options != first.options
             || m.record_type != first.record_type
             || m.compression != first.compression

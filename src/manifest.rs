@@ -64,6 +64,10 @@ pub struct Manifest {
     pub compression: String,
     /// The options that change the output, resolved (sizes in bytes).
     pub options: BTreeMap<String, serde_json::Value>,
+    /// A lakehouse table's snapshot (`convert delta`): format, location, version and
+    /// commit time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<TableInfo>,
     /// The inputs, in the order read.
     pub inputs: Vec<InputInfo>,
     /// The feature spec.
@@ -88,6 +92,8 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_groups: Option<[u64; 2]>,
 }
+
+pub use crate::source::delta::TableInfo;
 
 /// A part manifest's `worker`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

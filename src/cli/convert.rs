@@ -25,6 +25,12 @@ pub enum ConvertCommand {
         tfshard convert parquet warehouse/events/ -o out/ --target-shard-size 128MiB --compression gzip --json"
     )]
     Parquet(ParquetArgs),
+    /// One snapshot of a Delta Lake table (latest, --version or --timestamp) into shards of tf.train.Example.
+    #[command(
+        after_help = "Examples:\n  tfshard convert delta warehouse/events -o out/\n  \
+        tfshard convert delta s3://lake/events -o s3://ml/events-v12 --version 12 --json"
+    )]
+    Delta(DeltaArgs),
     /// A folder of images, one sub-folder per class, into shards of tf.train.Example.
     #[command(after_help = "Examples:\n  tfshard convert images photos/ -o out/\n  \
         tfshard convert images photos/ -o out/ --labels labels.csv --on-error skip")]
@@ -240,6 +246,44 @@ pub struct ParquetArgs {
     pub inputs: Vec<PathBuf>,
     #[command(flatten)]
     pub shard: ShardFlags,
+    #[command(flatten)]
+    pub table: TableFlags,
+    /// Count Hive key=value folders from here (a folder or URL holding the inputs) [default: each folder input].
+    #[arg(long, value_name = "DIR|URL")]
+    pub partition_base: Option<PathBuf>,
+    /// Hive partition features: auto (when every file has the same keys), hive (required) or none.
+    #[arg(long, value_enum, default_value_t = PartitioningFlag::Auto)]
+    pub partitioning: PartitioningFlag,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// Arguments of `convert delta`.
+#[derive(Args, Debug)]
+pub struct DeltaArgs {
+    /// The Delta table: a folder or a store URL (the folder holding _delta_log/).
+    #[arg(value_name = "TABLE")]
+    pub table_path: PathBuf,
+    #[command(flatten)]
+    pub shard: ShardFlags,
+    #[command(flatten)]
+    pub table: TableFlags,
+    /// The snapshot as of commit N [default: the latest].
+    #[arg(long, value_name = "N", conflicts_with = "timestamp")]
+    pub version: Option<u64>,
+    /// The last commit at or before this time (RFC 3339, e.g. 2026-11-30T00:00:00Z).
+    #[arg(long, value_name = "T")]
+    pub timestamp: Option<String>,
+    /// Keep the data files of this partition value: KEY=VALUE as the log writes it (repeatable; all must hold).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub partition_filter: Vec<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// The flags of a table's columns and workers (`convert parquet` and `convert delta`).
+#[derive(Args, Debug)]
+pub struct TableFlags {
     /// Keep only these columns (flattened names like parent/child; a struct's name keeps all its children).
     #[arg(long, value_delimiter = ',', value_name = "A,B")]
     pub columns: Option<Vec<String>>,
@@ -252,12 +296,6 @@ pub struct ParquetArgs {
     /// Message type of the records.
     #[arg(long, value_enum, default_value_t = WriteRecordType::Example)]
     pub record_type: WriteRecordType,
-    /// Count Hive key=value folders from here (a folder or URL holding the inputs) [default: each folder input].
-    #[arg(long, value_name = "DIR|URL")]
-    pub partition_base: Option<PathBuf>,
-    /// Hive partition features: auto (when every file has the same keys), hive (required) or none.
-    #[arg(long, value_enum, default_value_t = PartitioningFlag::Auto)]
-    pub partitioning: PartitioningFlag,
     /// Spread the conversion over N workers (machines); each converts its share of the row groups into a part; then run `tfshard finalize`.
     #[arg(long, value_name = "N", requires = "worker_index")]
     pub num_workers: Option<u64>,
@@ -267,8 +305,33 @@ pub struct ParquetArgs {
     /// Which decoder reads the columns: auto (fixed-size lists of numbers without nulls through tfshard's own page decoder, the rest through arrow-rs) or arrow-rs (every column through arrow-rs; the output is the same).
     #[arg(long, value_enum, default_value_t = DecoderFlag::Auto)]
     pub parquet_decoder: DecoderFlag,
-    #[command(flatten)]
-    pub common: Common,
+}
+
+impl TableFlags {
+    fn apply(&self, mut builder: ConverterBuilder) -> Result<ConverterBuilder, CliError> {
+        builder = builder
+            .with_record_type(match self.record_type {
+                WriteRecordType::Example => RecordType::Example,
+                WriteRecordType::SequenceExample => RecordType::SequenceExample,
+            })
+            .with_parquet_decoder(match self.parquet_decoder {
+                DecoderFlag::Auto => ParquetDecoder::Auto,
+                DecoderFlag::ArrowRs => ParquetDecoder::ArrowRs,
+            });
+        if let Some(columns) = &self.columns {
+            builder = builder.with_columns(columns.clone());
+        }
+        if !self.exclude.is_empty() {
+            builder = builder.with_exclude(self.exclude.clone());
+        }
+        if !self.rename.is_empty() {
+            builder = builder.with_rename(parse_rename(&self.rename)?);
+        }
+        if let (Some(count), Some(index)) = (self.num_workers, self.worker_index) {
+            builder = builder.with_worker(count, index);
+        }
+        Ok(builder)
+    }
 }
 
 /// `--parquet-decoder`.
@@ -379,38 +442,48 @@ impl ShardFlags {
 impl ParquetArgs {
     /// Resolves flags into the library's builder.
     pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
+        let builder = self.shard.apply(Converter::parquet(self.inputs.clone()))?;
         let mut builder = self
-            .shard
-            .apply(Converter::parquet(self.inputs.clone()))?
-            .with_record_type(match self.record_type {
-                WriteRecordType::Example => RecordType::Example,
-                WriteRecordType::SequenceExample => RecordType::SequenceExample,
-            })
+            .table
+            .apply(builder)?
             .with_partitioning(match self.partitioning {
                 PartitioningFlag::Auto => Partitioning::Auto,
                 PartitioningFlag::Hive => Partitioning::Hive,
                 PartitioningFlag::None => Partitioning::None,
             })
-            .with_parquet_decoder(match self.parquet_decoder {
-                DecoderFlag::Auto => ParquetDecoder::Auto,
-                DecoderFlag::ArrowRs => ParquetDecoder::ArrowRs,
-            })
             .with_threads(self.common.thread_count())
             .with_io(self.common.io()?);
-        if let Some(columns) = &self.columns {
-            builder = builder.with_columns(columns.clone());
-        }
-        if !self.exclude.is_empty() {
-            builder = builder.with_exclude(self.exclude.clone());
-        }
-        if !self.rename.is_empty() {
-            builder = builder.with_rename(parse_rename(&self.rename)?);
-        }
         if let Some(base) = &self.partition_base {
             builder = builder.with_partition_base(base.clone());
         }
-        if let (Some(count), Some(index)) = (self.num_workers, self.worker_index) {
-            builder = builder.with_worker(count, index);
+        Ok(builder)
+    }
+}
+
+impl DeltaArgs {
+    /// Resolves flags into the library's builder.
+    pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
+        let builder = self
+            .shard
+            .apply(Converter::delta(self.table_path.clone()))?;
+        let mut builder = self
+            .table
+            .apply(builder)?
+            .with_threads(self.common.thread_count())
+            .with_io(self.common.io()?);
+        if let Some(v) = self.version {
+            builder = builder.with_version(v);
+        }
+        if let Some(t) = &self.timestamp {
+            builder = builder.with_timestamp(t.clone());
+        }
+        for filter in &self.partition_filter {
+            let Some((key, value)) = filter.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+                return Err(CliError::Usage(format!(
+                    "invalid --partition-filter {filter:?}: use KEY=VALUE"
+                )));
+            };
+            builder = builder.with_partition_filter(key, value);
         }
         Ok(builder)
     }
@@ -441,6 +514,9 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             "seconds": summary.seconds,
             "skipped": summary.skipped,
         });
+        if let Some(t) = &summary.table {
+            value["table"] = json!(t);
+        }
         if let Some(r) = summary.reused {
             value["reused"] =
                 json!({"shards": r.shards, "bytes": r.bytes, "unread_records": r.unread_records});
@@ -468,6 +544,12 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             summary.seconds,
             output::mb_per_sec(summary.bytes, summary.seconds),
         );
+        if let Some(t) = &summary.table {
+            println!(
+                "read {} table {} at version {} (committed {})",
+                t.format, t.location, t.version, t.timestamp
+            );
+        }
         if let Some(m) = &summary.manifest {
             println!("manifest: {}", m.display());
         }
@@ -498,6 +580,7 @@ impl ConvertCommand {
     pub fn common(&self) -> &Common {
         match self {
             ConvertCommand::Parquet(args) => &args.common,
+            ConvertCommand::Delta(args) => &args.common,
             ConvertCommand::Images(args) => &args.common,
         }
     }
@@ -506,6 +589,14 @@ impl ConvertCommand {
     pub fn run(self) -> CliResult {
         match self {
             ConvertCommand::Parquet(args) => {
+                let converter = args.to_builder()?.build()?;
+                install_signal_handlers(&converter.options().cancel);
+                let bar = output::Bar::new(&args.common, "rows");
+                let result = converter.run(&bar);
+                bar.clear();
+                report(&args.common, &result?)
+            }
+            ConvertCommand::Delta(args) => {
                 let converter = args.to_builder()?.build()?;
                 install_signal_handlers(&converter.options().cancel);
                 let bar = output::Bar::new(&args.common, "rows");

@@ -44,6 +44,7 @@ use crate::store;
 use crate::store::destination::{Publication, StagePlan, StagedOutput};
 use crate::tfrecord::Compression;
 
+pub use crate::source::delta::{rfc3339_ms, DeltaOptions, DeltaTable, TableInfo};
 pub use crate::source::images::{Labels, OnError};
 pub use crate::source::parquet::BATCH_ROWS as PARQUET_BATCH_ROWS;
 pub use images::ImageOptions;
@@ -430,6 +431,8 @@ pub struct ConvertSummary {
     pub reused: Option<Reused>,
     /// With `--split`: each split's own summary, in the order given.
     pub splits: Vec<SplitSummary>,
+    /// `convert delta`: the snapshot read.
+    pub table: Option<TableInfo>,
 }
 
 /// What a `--resume` run reused of the run it continues (`convert --json` `reused`).
@@ -474,6 +477,7 @@ impl ConvertOptions {
             record_type,
             compression: self.compression.name().into(),
             options: self.manifest_options(),
+            table: None,
             inputs,
             features,
             classes: None,
@@ -526,6 +530,7 @@ pub(crate) trait Source {
 #[derive(Debug, Clone)]
 enum Input {
     Parquet,
+    Delta(DeltaOptions),
     Images(ImageOptions),
 }
 
@@ -552,6 +557,17 @@ impl Converter {
         ConverterBuilder {
             options: ConvertOptions::new(inputs, PathBuf::new()),
             input: Input::Parquet,
+            misapplied: None,
+        }
+    }
+
+    /// One snapshot of a Delta Lake table (a folder or a store URL): the latest, or the
+    /// one [`ConverterBuilder::with_version`] or [`ConverterBuilder::with_timestamp`]
+    /// names.
+    pub fn delta(table: impl Into<PathBuf>) -> ConverterBuilder {
+        ConverterBuilder {
+            options: ConvertOptions::new(vec![table.into()], PathBuf::new()),
+            input: Input::Delta(DeltaOptions::default()),
             misapplied: None,
         }
     }
@@ -584,6 +600,11 @@ impl Converter {
         let options = &self.options;
         self.pool.install(|| match &self.input {
             Input::Parquet => run(options, parquet::ParquetSource::open(options)?, progress),
+            Input::Delta(delta) => run(
+                options,
+                parquet::ParquetSource::open_delta(options, delta)?,
+                progress,
+            ),
             Input::Images(images) => run(
                 options,
                 images::ImageSource::open(options, images)?,
@@ -604,11 +625,60 @@ impl ConverterBuilder {
         self
     }
 
+    /// Records that `option` does not apply to a Delta table.
+    fn not_for_delta(mut self, option: &'static str) -> Self {
+        if matches!(self.input, Input::Delta(_)) {
+            self.misapplied.get_or_insert(option);
+        }
+        self
+    }
+
     fn images_mut(&mut self) -> Option<&mut ImageOptions> {
         match &mut self.input {
             Input::Images(images) => Some(images),
-            Input::Parquet => None,
+            _ => None,
         }
+    }
+
+    /// Records that `option` applies to Delta tables only.
+    fn delta_mut(&mut self, option: &'static str) -> Option<&mut DeltaOptions> {
+        match &mut self.input {
+            Input::Delta(delta) => Some(delta),
+            _ => {
+                self.misapplied.get_or_insert(option);
+                None
+            }
+        }
+    }
+
+    /// The Delta table's snapshot as of commit `version` (default: the latest). Delta
+    /// only.
+    pub fn with_version(mut self, version: u64) -> Self {
+        if let Some(delta) = self.delta_mut("version") {
+            delta.version = Some(version);
+        }
+        self
+    }
+
+    /// The Delta table's last commit at or before `timestamp` (RFC 3339). Delta only.
+    pub fn with_timestamp(mut self, timestamp: impl Into<String>) -> Self {
+        if let Some(delta) = self.delta_mut("timestamp") {
+            delta.timestamp = Some(timestamp.into());
+        }
+        self
+    }
+
+    /// Keep the data files whose partition column `key` has the value `value` (as the
+    /// log writes it); repeatable, all must hold. Delta only.
+    pub fn with_partition_filter(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        if let Some(delta) = self.delta_mut("partition-filter") {
+            delta.partition_filters.push((key.into(), value.into()));
+        }
+        self
     }
 
     /// The output folder or URL (required).
@@ -750,13 +820,15 @@ impl ConverterBuilder {
     /// input). Parquet only.
     pub fn with_partition_base(mut self, base: impl Into<PathBuf>) -> Self {
         self.options.partition_base = Some(base.into());
-        self.only_for(false, "partition-base")
+        self.not_for_delta("partition-base")
+            .only_for(false, "partition-base")
     }
 
     /// Hive partition features (default [`Partitioning::Auto`]). Parquet only.
     pub fn with_partitioning(mut self, partitioning: Partitioning) -> Self {
         self.options.partitioning = partitioning;
-        self.only_for(false, "partitioning")
+        self.not_for_delta("partitioning")
+            .only_for(false, "partitioning")
     }
 
     /// Convert worker `index`'s share of `count` (its row groups) into a part that
@@ -824,9 +896,15 @@ impl ConverterBuilder {
             misapplied,
         } = self;
         if let Some(option) = misapplied {
-            let source = match input {
-                Input::Parquet => "Parquet inputs; it applies to images only",
-                Input::Images(_) => "an image folder; it applies to Parquet inputs only",
+            let source = match (&input, option) {
+                (Input::Images(_), _) => "an image folder; it applies to Parquet inputs only",
+                (_, "version" | "timestamp" | "partition-filter") => {
+                    "Parquet inputs or images; it applies to Delta tables only"
+                }
+                (Input::Delta(_), "partition-base" | "partitioning") => {
+                    "a Delta table, whose partition values come from its log"
+                }
+                _ => "Parquet inputs; it applies to images only",
             };
             return Err(Error::invalid_option(option, format!("not for {source}")));
         }
@@ -836,6 +914,21 @@ impl ConverterBuilder {
         options.validate()?;
         if let Input::Images(images) = &input {
             images.validate(&options)?;
+        }
+        if let Input::Delta(delta) = &input {
+            if delta.version.is_some() && delta.timestamp.is_some() {
+                return Err(Error::invalid_option(
+                    "timestamp",
+                    "--version and --timestamp both name the snapshot: give one",
+                ));
+            }
+            if options.worker.is_some() && delta.version.is_none() && delta.timestamp.is_none() {
+                return Err(Error::invalid_option(
+                    "num-workers",
+                    "every worker must read the same snapshot: name it with --version N (or \
+                     --timestamp T)",
+                ));
+            }
         }
         let pool = crate::progress::thread_pool(options.threads, "convert")?;
         Ok(Converter {
@@ -1031,6 +1124,7 @@ fn run(
         skipped: source.skipped(),
         reused,
         splits: if single { Vec::new() } else { splits },
+        table: manifests.first().and_then(|m| m.table.clone()),
     })
 }
 

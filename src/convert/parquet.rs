@@ -22,11 +22,12 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, ParquetDecoder, Source};
+use crate::convert::{ConvertOptions, DeltaOptions, ParquetDecoder, Source, TableInfo};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{schema_difference, EncodePlan, EncodeStats, EncodedBatch};
 use crate::manifest::{InputInfo, Manifest};
 use crate::progress::Progress;
+use crate::source::delta::{DeltaTable, SideFile};
 use crate::source::hive;
 use crate::source::parquet::{self as source, ParquetInput};
 
@@ -200,6 +201,17 @@ struct Unit {
     input: usize,
     row_group: usize,
     first_row: u64,
+    /// Its records: its rows, but those a Delta deletion vector drops.
+    records: u64,
+}
+
+/// What a Delta table's manifest says beside its data files.
+struct DeltaExtra {
+    table: TableInfo,
+    /// The log file that defines the snapshot (listed first).
+    log: SideFile,
+    /// Its deletion vector files (listed after the data files).
+    deletion_vectors: Vec<SideFile>,
 }
 
 type Message = Result<(EncodedBatch, EncodeStats)>;
@@ -262,6 +274,8 @@ pub(crate) struct ParquetSource {
     first_record: u64,
     /// `--resume`: the checkpoint to restart from (its units are skipped).
     restart: Option<Checkpoint>,
+    /// A Delta table's snapshot.
+    delta: Option<DeltaExtra>,
 }
 
 impl ParquetSource {
@@ -273,6 +287,54 @@ impl ParquetSource {
     /// that cannot be encoded.
     pub(crate) fn open(options: &ConvertOptions) -> Result<ParquetSource> {
         let (inputs, plan) = plan(options)?;
+        Self::with_inputs(options, inputs, plan, None)
+    }
+
+    /// Plans one snapshot of a Delta table (see [`crate::source::delta`]) and opens its
+    /// data files, in the contract's order.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`DeltaTable::open`] and [`DeltaTable::plan`], a column that cannot be
+    /// encoded, a data file that is not Parquet.
+    pub(crate) fn open_delta(
+        options: &ConvertOptions,
+        delta: &DeltaOptions,
+    ) -> Result<ParquetSource> {
+        let table = DeltaTable::open(&options.inputs[0], delta, options.io)?;
+        let encode = &options.encode;
+        table.refuse_variants(|name| {
+            let under = |c: &String| c == name || c.starts_with(&format!("{name}/"));
+            encode.columns.as_ref().is_none_or(|c| c.iter().any(under))
+                && !encode.exclude.iter().any(|e| e == name)
+        })?;
+        let plan = EncodePlan::new(&table.schema, &options.encode)
+            .map_err(|e| e.with_file(&table.location))?;
+        let (files, deletion_vectors) = table.plan(plan.roots(), &delta.partition_filters)?;
+        let schema = std::sync::Arc::new(table.schema.clone());
+        let inputs: Vec<ParquetInput> = files
+            .into_par_iter()
+            .map(|f| {
+                let mut input = ParquetInput::open(f.input)?;
+                input.set_delta(&f.read, schema.clone());
+                Ok(input)
+            })
+            .collect::<Result<_>>()?;
+        let extra = DeltaExtra {
+            table: table.info(),
+            log: table.log_file.clone(),
+            deletion_vectors,
+        };
+        Self::with_inputs(options, inputs, plan, Some(extra))
+    }
+
+    /// Cuts the opened inputs into units (a worker: its share).
+    fn with_inputs(
+        options: &ConvertOptions,
+        inputs: Vec<ParquetInput>,
+        plan: EncodePlan,
+        delta: Option<DeltaExtra>,
+    ) -> Result<ParquetSource> {
         let mut units = Vec::new();
         for (i, input) in inputs.iter().enumerate() {
             let mut first_row = 0;
@@ -281,6 +343,7 @@ impl ParquetSource {
                     input: i,
                     row_group,
                     first_row,
+                    records: input.kept_rows(first_row, rows),
                 });
                 first_row += rows;
             }
@@ -319,10 +382,7 @@ impl ParquetSource {
                     .count() as u64
             });
             range = Some([first, first + mine.len() as u64]);
-            first_record = units[..first as usize]
-                .iter()
-                .map(|u| inputs[u.input].row_group_rows()[u.row_group])
-                .sum();
+            first_record = units[..first as usize].iter().map(|u| u.records).sum();
             units = mine;
         }
         Ok(ParquetSource {
@@ -333,13 +393,14 @@ impl ParquetSource {
             range,
             first_record,
             restart: None,
+            delta,
         })
     }
 }
 
 impl Source for ParquetSource {
     fn total_units(&self) -> u64 {
-        self.inputs.iter().map(|i| i.rows).sum()
+        self.units.iter().map(|u| u.records).sum()
     }
 
     fn estimated_bytes(&self) -> u64 {
@@ -370,10 +431,7 @@ impl Source for ParquetSource {
         let Some(done) = self.units.get(..c.units) else {
             return 0;
         };
-        let rows: u64 = done
-            .iter()
-            .map(|u| self.inputs[u.input].row_group_rows()[u.row_group])
-            .sum();
+        let rows: u64 = done.iter().map(|u| u.records).sum();
         let fits = rows == c.records
             && c.stats.rows == c.records
             && c.rows_per_input.iter().sum::<u64>() == c.records
@@ -393,23 +451,30 @@ impl Source for ParquetSource {
 
     fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {
         let rows = self.pass.as_ref().map(|p| p.rows_per_input.as_slice());
-        let inputs = self
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| InputInfo {
-                path: input.file.display.clone(),
-                bytes: input.bytes,
-                rows: rows.and_then(|r| r.get(i).copied()).unwrap_or(0),
-                etag: input.file.object.as_ref().and_then(|o| o.etag.clone()),
-            })
-            .collect();
+        let side = |f: &SideFile| InputInfo {
+            path: f.display.clone(),
+            bytes: f.bytes,
+            rows: 0,
+            etag: f.etag.clone(),
+        };
+        let mut inputs: Vec<InputInfo> = self.delta.iter().map(|d| side(&d.log)).collect();
+        inputs.extend(self.inputs.iter().enumerate().map(|(i, input)| InputInfo {
+            path: input.file.display.clone(),
+            bytes: input.bytes,
+            rows: rows.and_then(|r| r.get(i).copied()).unwrap_or(0),
+            etag: input.file.object.as_ref().and_then(|o| o.etag.clone()),
+        }));
+        if let Some(d) = &self.delta {
+            inputs.extend(d.deletion_vectors.iter().map(side));
+        }
         let stats = self.pass.as_ref().map(|p| &p.stats);
         let features = match stats {
             Some(stats) => self.plan.features(stats),
             None => self.plan.features(&self.plan.new_stats()),
         };
-        options.new_manifest(self.plan.record_type(), inputs, features)
+        let mut manifest = options.new_manifest(self.plan.record_type(), inputs, features);
+        manifest.table = self.delta.as_ref().map(|d| d.table.clone());
+        manifest
     }
 }
 

@@ -1,6 +1,7 @@
 //! Inputs: Parquet tables (and, later, image folders) as Arrow batches in input order.
 
 mod contain;
+pub mod delta;
 mod fixed_list;
 pub mod hive;
 pub mod images;

@@ -27,6 +27,7 @@ use parquet::file::serialized_reader::SerializedPageReader;
 
 use crate::error::{ChunkProblem, Error, ErrorKind, Result};
 use crate::source::contain::contain;
+use crate::source::delta::{DeltaColumns, DeltaRead};
 use crate::source::fixed_list::{self, FixedListReader};
 use crate::source::hive::{self, PartitionColumn};
 use crate::store::{self, Listed, Location, RemoteChunks, RemoteParquet};
@@ -74,23 +75,77 @@ fn walk_takes(relative: &str) -> bool {
             .all(|s| !s.is_empty() && !s.starts_with(['_', '.']))
 }
 
-/// Refuses a Delta Lake or Iceberg table folder: `names` are paths relative to it.
-fn refuse_table_formats<'a>(mut names: impl Iterator<Item = &'a str>) -> Result<()> {
+/// Refuses a Delta Lake or Iceberg table folder: `names` are paths relative to it,
+/// `table` names it. A usage error (exit 2) naming the command that reads the table.
+fn refuse_table_formats<'a>(mut names: impl Iterator<Item = &'a str>, table: &str) -> Result<()> {
     let found = names.find_map(|n| {
-        if n.starts_with("_delta_log/") {
-            Some(("a Delta Lake", "_delta_log/"))
+        if n.starts_with("_delta_log/") || n == "_delta_log" {
+            Some(("a Delta Lake", "_delta_log/", "delta"))
         } else if n.starts_with("metadata/")
             && n.ends_with(".metadata.json")
             && n.matches('/').count() == 1
         {
-            Some(("an Iceberg", "metadata/*.metadata.json"))
+            Some(("an Iceberg", "metadata/*.metadata.json", "iceberg"))
         } else {
             None
         }
     });
     match found {
-        Some((format, marker)) => Err(Error::new(ErrorKind::TableFormat { format, marker })),
+        Some((format, marker, command)) => Err(Error::invalid_option(
+            "input",
+            format!(
+                "{table} is {format} table ({marker}), or lies inside one: its folder also \
+                 holds data files the table removed, so converting the files would duplicate \
+                 or resurrect rows; convert one snapshot with `tfshard convert {command} {table}`"
+            ),
+        )),
         None => Ok(()),
+    }
+}
+
+/// Refuses an input that lies inside a Delta or Iceberg table (a partition folder or a
+/// data file of one): the folders above it, up to the root, are checked for the markers.
+fn refuse_inside_table(input: &Location) -> Result<()> {
+    match input {
+        Location::Local(path) => {
+            let Ok(path) = std::fs::canonicalize(path) else {
+                return Ok(());
+            };
+            for dir in path.ancestors().skip(1) {
+                let markers = local_table_markers(dir);
+                refuse_table_formats(
+                    markers.iter().map(String::as_str),
+                    &dir.display().to_string(),
+                )?;
+            }
+            Ok(())
+        }
+        Location::Remote(url) => {
+            let mut dir = url.clone();
+            while !dir.key().is_empty() {
+                dir = dir.parent();
+                // A credential may reach only the input's own prefix, and a missing
+                // bucket is the input's error to report: a folder above that cannot be
+                // listed is no table.
+                let Ok((_, subdirs)) = store::list_dir(&dir) else {
+                    return Ok(());
+                };
+                let mut markers: Vec<String> = Vec::new();
+                if subdirs.iter().any(|d| d == "_delta_log") {
+                    markers.push("_delta_log/".into());
+                }
+                if subdirs.iter().any(|d| d == "metadata") {
+                    let (objects, _) = store::list_dir(&dir.join("metadata")).unwrap_or_default();
+                    markers.extend(
+                        objects
+                            .iter()
+                            .map(|o| format!("metadata/{}", o.url.file_name())),
+                    );
+                }
+                refuse_table_formats(markers.iter().map(String::as_str), &dir.to_string())?;
+            }
+            Ok(())
+        }
     }
 }
 
@@ -110,8 +165,10 @@ fn local_table_markers(dir: &Path) -> Vec<String> {
 
 /// One folder's files: `(relative path, file)` in byte order of the relative path.
 fn walk_local(input: &Path) -> Result<Vec<(String, PathBuf)>> {
-    refuse_table_formats(local_table_markers(input).iter().map(String::as_str))
-        .map_err(|e| e.with_file(input))?;
+    refuse_table_formats(
+        local_table_markers(input).iter().map(String::as_str),
+        &input.display().to_string(),
+    )?;
     let mut found: Vec<(String, PathBuf)> = Vec::new();
     let walker = walkdir::WalkDir::new(input).follow_links(false).into_iter();
     let walker = walker.filter_entry(|e| {
@@ -156,10 +213,10 @@ pub fn discover(
     let base = partition_base.map(|b| store::locate(b, io)).transpose()?;
     if let Some(base) = &base {
         match base {
-            Location::Local(dir) => {
-                refuse_table_formats(local_table_markers(dir).iter().map(String::as_str))
-                    .map_err(|e| e.with_file(dir))?
-            }
+            Location::Local(dir) => refuse_table_formats(
+                local_table_markers(dir).iter().map(String::as_str),
+                &dir.display().to_string(),
+            )?,
             Location::Remote(url) => {
                 let mut markers: Vec<String> = Vec::new();
                 for sub in ["_delta_log", "metadata"] {
@@ -169,8 +226,7 @@ pub fn discover(
                         }
                     }
                 }
-                refuse_table_formats(markers.iter().map(String::as_str))
-                    .map_err(|e| e.with_file(url.to_path()))?
+                refuse_table_formats(markers.iter().map(String::as_str), &url.to_string())?
             }
         }
     }
@@ -178,7 +234,9 @@ pub fn discover(
     for input in inputs {
         let given = input.display().to_string();
         let given = given.trim_end_matches('/');
-        match store::locate(input, io)? {
+        let location = store::locate(input, io)?;
+        refuse_inside_table(&location)?;
+        match location {
             Location::Local(path) => {
                 let meta = std::fs::metadata(&path).map_err(|e| Error::from(e).with_file(input))?;
                 if !meta.is_dir() {
@@ -211,8 +269,10 @@ pub fn discover(
                     });
                     continue;
                 }
-                refuse_table_formats(objects.iter().filter_map(|o| o.url.relative_to(&url)))
-                    .map_err(|e| e.with_file(url.to_path()))?;
+                refuse_table_formats(
+                    objects.iter().filter_map(|o| o.url.relative_to(&url)),
+                    &url.to_string(),
+                )?;
                 let before = out.len();
                 for object in objects {
                     let Some(rel) = object.url.relative_to(&url).map(str::to_owned) else {
@@ -275,8 +335,6 @@ pub struct ParquetInput {
     pub file: InputFile,
     /// Size on disk.
     pub bytes: u64,
-    /// Rows the footer promises (checked against the row groups).
-    pub rows: u64,
     /// Footer plus the Arrow schema we read it with.
     pub metadata: ArrowReaderMetadata,
     /// Bytes a decoded row of the selected columns took in the last full batch read
@@ -288,6 +346,10 @@ pub struct ParquetInput {
     /// Whether fixed-size lists may go through our own decoder ([`fixed_list`]); off,
     /// arrow-rs reads every column (`--parquet-decoder arrow-rs`).
     fast_lists: bool,
+    /// A Delta table's data file: its columns for the scan, and what turns its batches
+    /// into the snapshot's rows ([`super::delta`]). Roots then index the table's
+    /// logical schema, and partition values come from the log.
+    delta: Option<(Arc<DeltaColumns>, SchemaRef)>,
 }
 
 impl ParquetInput {
@@ -354,11 +416,11 @@ impl ParquetInput {
         Ok(ParquetInput {
             file,
             bytes,
-            rows: footer_rows as u64,
             metadata,
             row_bytes: Default::default(),
             partitions: Default::default(),
             fast_lists: true,
+            delta: None,
         })
     }
 
@@ -367,6 +429,34 @@ impl ParquetInput {
     /// columns in [`ParquetInput::table_schema`].
     pub fn set_partitions(&mut self, columns: Arc<Vec<PartitionColumn>>, index: usize) {
         self.partitions = (columns, index);
+    }
+
+    /// Makes this file a Delta table's data file, read as `read` says; `table` is the
+    /// table's logical schema, which roots index from now on. Delta's arrays are
+    /// Parquet lists, never fixed-size: arrow-rs reads every column.
+    pub fn set_delta(&mut self, read: &Arc<DeltaRead>, table: SchemaRef) {
+        let columns = read.columns(self.schema());
+        self.delta = Some((Arc::new(columns), table));
+        self.fast_lists = false;
+    }
+
+    /// A Delta data file's rows in `[first, first + rows)` that its deletion vector
+    /// keeps (all of them for any other file).
+    pub fn kept_rows(&self, first: u64, rows: u64) -> u64 {
+        match &self.delta {
+            Some((columns, _)) => columns.kept(first, rows),
+            None => rows,
+        }
+    }
+
+    /// The file's own top-level columns that `roots` (indices of
+    /// [`ParquetInput::table_schema`]) read, and the partition columns among them.
+    fn file_roots(&self, roots: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        if let Some((columns, _)) = &self.delta {
+            return (columns.roots.clone(), Vec::new());
+        }
+        let file_columns = self.schema().fields().len();
+        roots.iter().partition(|&&r| r < file_columns)
     }
 
     /// Turns our own fixed-size-list decoder off (`false`) or on (`true`, the default)
@@ -379,11 +469,8 @@ impl ParquetInput {
     /// Compressed bytes of row group `row_group`'s column chunks under `roots` (indices
     /// of [`ParquetInput::table_schema`]; partition columns take no bytes).
     pub fn selected_bytes(&self, row_group: usize, roots: &[usize]) -> u64 {
-        let file_columns = self.schema().fields().len();
-        let mask = ProjectionMask::roots(
-            self.metadata.parquet_schema(),
-            roots.iter().copied().filter(|&r| r < file_columns),
-        );
+        let (file_roots, _) = self.file_roots(roots);
+        let mask = ProjectionMask::roots(self.metadata.parquet_schema(), file_roots);
         self.selected_chunks(row_group, &mask)
             .map(|c| c.compressed_size().max(0) as u64)
             .sum()
@@ -405,8 +492,12 @@ impl ParquetInput {
             .map(|(_, c)| c)
     }
 
-    /// The file's columns, then the partition columns.
+    /// The file's columns, then the partition columns (a Delta table's data file: the
+    /// table's logical schema).
     pub fn table_schema(&self) -> Schema {
+        if let Some((_, table)) = &self.delta {
+            return table.as_ref().clone();
+        }
         let mut fields: Vec<arrow_schema::FieldRef> =
             self.schema().fields().iter().cloned().collect();
         fields.extend(self.partitions.0.iter().map(|p| Arc::new(p.field.clone())));
@@ -650,8 +741,7 @@ pub fn read_row_group(
 ) -> Result<()> {
     let locate = |e: Error| e.with_file(&input.file.display);
     let file_columns = input.schema().fields().len();
-    let (file_roots, partition_roots): (Vec<usize>, Vec<usize>) =
-        roots.iter().partition(|&&r| r < file_columns);
+    let (file_roots, partition_roots) = input.file_roots(roots);
     let mask = ProjectionMask::roots(input.metadata.parquet_schema(), file_roots.iter().copied());
     let expected = input.row_group_rows()[row_group];
     let learned = input.row_bytes.load(std::sync::atomic::Ordering::Relaxed);
@@ -659,7 +749,12 @@ pub fn read_row_group(
         0 => batch_rows(input, row_group, &mask),
         per_row => rows_for(BATCH_BYTES, per_row, 1).clamp(1, BATCH_ROWS),
     };
-    let with_partitions = |batch: RecordBatch| -> Result<RecordBatch> {
+    // The batch as the table has it: Hive partition columns appended, or a Delta data
+    // file's rows of the snapshot.
+    let as_table = |batch: RecordBatch, at: u64| -> Result<RecordBatch> {
+        if let Some((columns, _)) = &input.delta {
+            return columns.adapt(batch, at);
+        }
         if partition_roots.is_empty() {
             return Ok(batch);
         }
@@ -723,15 +818,18 @@ pub fn read_row_group(
             };
             let rows = batch.num_rows();
             let bytes = batch.get_array_memory_size() as u64;
-            let batch = with_partitions(batch).map_err(locate)?;
+            let first = first_row + delivered;
+            let batch = as_table(batch, first).map_err(|e| locate(e.shift_row(first)))?;
             // Hand over at most about BATCH_BYTES at a time (slices share the buffers).
+            // A Delta file's deleted rows are gone: `kept` may be below `rows`.
+            let kept = batch.num_rows();
             let step = rows_for(BATCH_BYTES, bytes, rows).clamp(1, rows.max(1));
-            for start in (0..rows).step_by(step) {
-                let slice = batch.slice(start, step.min(rows - start));
-                let at = first_row + delivered;
+            for start in (0..kept).step_by(step) {
+                let slice = batch.slice(start, step.min(kept - start));
+                let at = first + start as u64;
                 f(slice, at).map_err(|e| locate(e.shift_row(at)))?;
-                delivered += step.min(rows - start) as u64;
             }
+            delivered += rows as u64;
             // Measured: read the rest in batches that fit (after a probe, or where the
             // footer's sizes understated the rows).
             let fitting = rows_for(BATCH_BYTES, bytes, rows).clamp(1, BATCH_ROWS);

@@ -217,6 +217,12 @@ pub(crate) fn block_on<F: Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
+/// The I/O runtime's handle, for a library that runs its own store calls on it
+/// (delta_kernel's engine).
+pub(crate) fn runtime_handle() -> tokio::runtime::Handle {
+    runtime().handle().clone()
+}
+
 /// Spawns a future on the I/O runtime.
 pub(crate) fn spawn<F>(f: F) -> tokio::task::JoinHandle<F::Output>
 where

@@ -33,7 +33,15 @@ mod settings;
 pub(crate) mod test_server;
 pub mod url;
 
-pub(crate) use self::client::{block_on, spawn};
+pub(crate) use self::client::{block_on, runtime_handle, spawn};
+
+/// The `object_store` client of `url`'s bucket (rooted at the bucket: keys are
+/// [`ObjectUrl::key`]s), for a library that reads the store itself (delta_kernel).
+pub(crate) fn object_store_of(
+    url: &ObjectUrl,
+) -> crate::error::Result<std::sync::Arc<dyn object_store::ObjectStore>> {
+    Ok(client::bucket(url)?.store.clone())
+}
 pub(crate) use self::copy::copy_recorded;
 pub use self::copy::{copy_object_recorded, COPY_PART_BYTES, MAX_COPY_BYTES};
 pub(crate) use self::errors::is_problem;

@@ -180,9 +180,9 @@ fn delta_and_iceberg_folders_are_refused() {
         "-o".as_ref(),
         scratch("delta-out").as_os_str(),
     ]);
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("delta-table") && err.contains("Delta Lake"),
+        err.contains("delta-table") && err.contains("tfshard convert delta"),
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -203,8 +203,18 @@ fn delta_and_iceberg_folders_are_refused() {
         "-o".as_ref(),
         scratch("iceberg-out").as_os_str(),
     ]);
-    assert_eq!(code, 1, "{err}");
-    assert!(err.contains("Iceberg"), "{err}");
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tfshard convert iceberg"), "{err}");
+    // A file inside the table: refused as well.
+    let (code, _, err) = run([
+        "convert".as_ref(),
+        "parquet".as_ref(),
+        iceberg.join("data/a.parquet").as_os_str(),
+        "-o".as_ref(),
+        scratch("iceberg-out").as_os_str(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("tfshard convert iceberg"), "{err}");
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 mod cache;
 mod convert;
+mod delta;
 mod encode;
 mod golden;
 mod hive;

@@ -409,9 +409,9 @@ fn store_errors_are_one_clear_line() {
             scratch("s3-delta").to_str().unwrap(),
         ],
     );
-    assert_eq!(code, 1, "{err}");
+    assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains(&format!("s3://{b}/delta")) && err.contains("Delta Lake"),
+        err.contains(&format!("s3://{b}/delta")) && err.contains("tfshard convert delta"),
         "{err}"
     );
 
@@ -1849,4 +1849,100 @@ fn two_runs_in_one_process_child() {
         assert_eq!((a.records, b.records), (2000, 2000));
         assert_eq!(a.shards, b.shards);
     });
+}
+
+/// Issue #29: a Delta table in the bucket (written by deltalake: partitions, a delete, a
+/// checkpoint) converts to the bytes its copy on disk converts to, and workers reading
+/// it from the bucket plus `finalize` there equal one machine's run.
+#[test]
+fn a_delta_table_in_the_bucket_converts_as_on_disk() {
+    let s = need_server!();
+    let Some((dir, _)) = crate::delta::tables() else {
+        eprintln!("skipped: no deltalake venv (run scripts/delta_venv.sh)");
+        return;
+    };
+    let b = bucket(s, "delta");
+    client(
+        &s.endpoint,
+        &[
+            "put-dir",
+            dir.join("events").to_str().unwrap(),
+            &b,
+            "events",
+        ],
+    );
+    let table = format!("s3://{b}/events");
+    let flags = ["--target-shard-size", "8KiB", "--version", "4"];
+    let local = scratch("s3-delta-local");
+    let events = dir.join("events");
+    let args = [
+        &[
+            "convert",
+            "delta",
+            events.to_str().unwrap(),
+            "-o",
+            local.to_str().unwrap(),
+        ][..],
+        &flags,
+    ]
+    .concat();
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    let from_s3 = scratch("s3-delta-from-s3");
+    let args = [
+        &["convert", "delta", &table, "-o", from_s3.to_str().unwrap()][..],
+        &flags,
+    ]
+    .concat();
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(files(&from_s3), files(&local));
+    let manifest = crate::read_manifest(&from_s3, "data");
+    assert_eq!(manifest["table"]["location"], table.as_str());
+    assert!(manifest["inputs"][1]["etag"].is_string(), "{manifest}");
+
+    let out = format!("s3://{b}/out");
+    for i in ["1", "0"] {
+        let args = [
+            &[
+                "convert",
+                "delta",
+                &table,
+                "-o",
+                &out,
+                "--num-workers",
+                "2",
+                "--worker-index",
+                i,
+            ][..],
+            &flags,
+        ]
+        .concat();
+        let (code, _, err) = tfshard_at(&s.endpoint, &args);
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
+    assert_eq!(code, 0, "{err}");
+    let got = scratch("s3-delta-workers-got");
+    client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+    assert_eq!(
+        crate::records_in_order(&got, "data"),
+        crate::records_in_order(&local, "data")
+    );
+
+    // `convert parquet` on the table in the bucket, or on a partition of it: refused.
+    for input in [table.clone(), format!("{table}/day=2026-11-28")] {
+        let (code, _, err) = tfshard_at(
+            &s.endpoint,
+            &[
+                "convert",
+                "parquet",
+                &input,
+                "-o",
+                scratch("s3-delta-parquet").to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains("tfshard convert delta"), "{err}");
+    }
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Delta Lake tables (issue #29), each line in one run beside its alternative:
+#
+#   convert delta   on the standard table written by deltalake (~6 data files, x as
+#                   array<float>)   vs   convert parquet on the same data files
+#                   (goal: at most 1.15x)
+#   planning the 300,000-file log (examples/delta_plan.rs)   vs   deltalake's load of
+#                   the same table (DeltaTable(path) and its file list)
+#   convert delta   vs   Ray Data's read_delta(...).write_tfrecords(...) (.venv-ray), one
+#                   run each: time and peak RSS
+#
+#   scripts/bench_delta.sh        (RUNS=3 by default)
+set -euo pipefail
+source "$(dirname "$0")/bench_data.sh"
+runs=${RUNS:-3}
+delta_python=$(scripts/delta_venv.sh)/bin/python
+[ -d "$data/standard-2000000" ] || "$python" scripts/make_standard_table.py "$data/standard-2000000"
+table="$data/standard-delta"
+if [ ! -d "$table/_delta_log" ]; then
+  rm -rf "$table"
+  "$delta_python" scripts/make_standard_delta.py "$data/standard-2000000" "$table"
+fi
+# The same data files, as a plain folder `convert parquet` takes.
+plain="$data/standard-delta-plain"
+rm -rf "$plain"; mkdir -p "$plain"
+for f in "$table"/*.parquet; do ln "$f" "$plain/$(basename "$f")"; done
+files=$(ls "$plain" | wc -l)
+
+clear="$data/delta-out" time_run delta "$bin" convert delta "$table" -o "$data/delta-out" --overwrite --quiet --target-shard-size 32MiB
+clear="$data/delta-out" time_run parquet "$bin" convert parquet "$plain" -o "$data/delta-out" --overwrite --quiet --target-shard-size 32MiB
+echo "standard table as Delta ($files data files): convert delta ${secs[delta]} s (${rss[delta]} MiB), convert parquet on the same files ${secs[parquet]} s (${rss[parquet]} MiB): ratio $(echo "${secs[delta]} / ${secs[parquet]}" | bc -l | cut -c1-4) (goal <= 1.15)"
+
+# Planning the 300,000-file log.
+big="$data/300k-add-files-100-col-partitioned"
+if [ ! -d "$big" ]; then
+  archive=${TFSHARD_300K_TABLE:-$root/../shared/testdata/delta-kernel/300k-add-files-100-col-partitioned.tar.zst}
+  tar --zstd -xf "$archive" -C "$data"
+fi
+cargo build --release --quiet --example delta_plan
+for i in $(seq "$runs"); do
+  ours=$("$root/target/release/examples/delta_plan" "$big")
+  theirs=$("$delta_python" -c "
+import sys, time
+from deltalake import DeltaTable
+t = time.perf_counter(); dt = DeltaTable(sys.argv[1]); n = len(dt.file_uris())
+print('{\"version\": %d, \"files\": %d, \"seconds\": %.3f}' % (dt.version(), n, time.perf_counter() - t))" "$big")
+  echo "300k-file log, run $i: tfshard plan $ours; deltalake load $theirs"
+done
+
+# Ray Data, one run each.
+ray_python="$(scripts/engines_venv.sh >/dev/null; echo "$root/.venv-ray/bin/python")"
+# Ray's read_delta reads through deltalake (pinned as in .venv-delta); the benchmark's own need.
+"$ray_python" -c "import deltalake" 2>/dev/null || "$root/.venv-ray/bin/pip" install --quiet --disable-pip-version-check deltalake==1.6.6
+if [ -x "$ray_python" ]; then
+  runs=1 clear="$data/delta-ray" time_run python-ray "$ray_python" -c "
+import sys, ray
+ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+ray.data.read_delta(sys.argv[1]).write_tfrecords(sys.argv[2])" "$table" "$data/delta-ray"
+  runs=1 clear="$data/delta-out" time_run delta1 "$bin" convert delta "$table" -o "$data/delta-out" --overwrite --quiet --target-shard-size 32MiB
+  echo "Ray Data read_delta + write_tfrecords: ${secs[python-ray]} s, peak ${rss[python-ray]} MiB; convert delta: ${secs[delta1]} s, peak ${rss[delta1]} MiB"
+else
+  echo "Ray Data: skipped (no .venv-ray: scripts/engines_venv.sh)"
+fi

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Writes the Delta tables of tests/cli/delta.rs with deltalake (delta-rs), and what
+tfshard must make of them: OUT/expected.json.
+
+    python scripts/delta_tables.py OUT
+    python scripts/delta_tables.py OUT --real TABLE...   # OUT/real.json only
+
+Tables:
+  events      partitioned by day (date), region (string, one value with a space) and
+              bucket (int); v0 write, v1 append, v2 delete (delta-rs rewrites the files,
+              the removed ones stay in the folder), v3 append that merges a new column
+              `score` into the schema, then a checkpoint of v3, v4 append after it.
+  overwritten v0 write, v1 overwrite: the folder holds both versions' files.
+
+Expected rows come from deltalake's own reader (DataFusion, which applies deletes), in
+the contract's order: data files by their path relative to the table root, rows in file
+order (read with pyarrow from the snapshot's files). Each row is written as `tfshard
+inspect` prints a record: {feature: {kind: [values]}}, nulls omitted.
+"""
+import datetime
+import decimal
+import json
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import DeltaTable, QueryBuilder, write_deltalake
+
+EPOCH = datetime.date(1970, 1, 1)
+
+
+def rows(first, n, with_score=False):
+    ids = list(range(first, first + n))
+    cols = {
+        "id": pa.array(ids, pa.int64()),
+        "value": pa.array([i * 0.25 for i in ids], pa.float64()),
+        "name": pa.array([None if i % 9 == 4 else f"row-{i}" for i in ids], pa.string()),
+        "emb": pa.array([[i * 0.5, i * 0.5 + 1, i * 0.5 + 2, i * 0.5 + 3] for i in ids],
+                        pa.list_(pa.float32())),
+        "tags": pa.array([[f"t{j}" for j in range(i % 3)] for i in ids], pa.list_(pa.string())),
+        "day": pa.array([datetime.date(2026, 11, 28 + i % 3) for i in ids], pa.date32()),
+        "region": pa.array(["eu west" if i % 2 else "us" for i in ids], pa.string()),
+        "bucket": pa.array([i % 4 for i in ids], pa.int32()),
+    }
+    if with_score:
+        cols["score"] = pa.array([i * 2.0 for i in ids], pa.float64())
+    return pa.table(cols)
+
+
+def commit(f):
+    f()
+    # Distinct commit times (milliseconds) for --timestamp.
+    time.sleep(0.05)
+
+
+def feature(value, arrow_type):
+    """One column value as inspect prints its feature; None when null."""
+    if value is None:
+        return None
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type) or \
+            pa.types.is_list_view(arrow_type):
+        inner = [feature(v, arrow_type.value_type) for v in value]
+        kind = next(iter(inner[0])) if inner else kind_of(arrow_type.value_type)
+        return {kind: [next(iter(i.values()))[0] for i in inner]}
+    if pa.types.is_date32(arrow_type):
+        return {"int64": [(value - EPOCH).days]}
+    if pa.types.is_timestamp(arrow_type):
+        assert arrow_type.unit == "us", arrow_type
+        epoch = datetime.datetime(1970, 1, 1, tzinfo=value.tzinfo)
+        return {"int64": [(value - epoch) // datetime.timedelta(microseconds=1)]}
+    if pa.types.is_boolean(arrow_type):
+        return {"int64": [int(value)]}
+    if pa.types.is_integer(arrow_type):
+        return {"int64": [value]}
+    if pa.types.is_decimal(arrow_type):
+        # The contract: the unscaled value / 10^scale in float64, then float32.
+        unscaled = int(value.scaleb(arrow_type.scale).to_integral_value(decimal.ROUND_HALF_EVEN))
+        return {"float": [f32(float(unscaled) / 10.0 ** arrow_type.scale)]}
+    if pa.types.is_floating(arrow_type):
+        return {"float": [f32(value)]}
+    if pa.types.is_string(arrow_type) or pa.types.is_string_view(arrow_type) or \
+            pa.types.is_large_string(arrow_type):
+        return {"bytes": [value]}
+    raise ValueError(f"no feature for {arrow_type}")
+
+
+def f32(x):
+    """x rounded to float32, as the float_list holds it."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def kind_of(arrow_type):
+    if pa.types.is_floating(arrow_type):
+        return "float"
+    if pa.types.is_floating(arrow_type) is False and not pa.types.is_integer(arrow_type) \
+            and not pa.types.is_date(arrow_type):
+        return "bytes"
+    return "int64"
+
+
+def expected(path, version):
+    dt = DeltaTable(str(path), version=version)
+    table = pa.table(QueryBuilder().register("t", dt).execute("select * from t").read_all())
+    by_id = {}
+    for row in table.to_pylist():
+        record = {}
+        for field in table.schema:
+            f = feature(row[field.name], field.type)
+            if f is not None:
+                record[field.name] = f
+        by_id[row["id"]] = record
+    order = []
+    files = sorted(os.path.relpath(u, path) for u in dt.file_uris())
+    for rel in files:
+        order.extend(pq.read_table(path / rel, columns=["id"])["id"].to_pylist())
+    assert sorted(order) == sorted(by_id), (path, version)
+    times = {h["version"]: h["timestamp"] for h in DeltaTable(str(path)).history()}
+    return {
+        "version": version,
+        "timestamp_ms": times[version],
+        "files": files,
+        "records": [by_id[i] for i in order],
+    }
+
+
+def real(out, tables):
+    """OUT/real.json: each table's latest snapshot as deltalake reads it, records sorted
+    (deletion vectors leave no file order to check against)."""
+    result = {}
+    for path in tables:
+        dt = DeltaTable(str(path))
+        table = pa.table(QueryBuilder().register("t", dt).execute("select * from t").read_all())
+        records = []
+        for row in table.to_pylist():
+            record = {}
+            for field in table.schema:
+                f = feature(row[field.name], field.type)
+                if f is not None:
+                    record[field.name] = f
+            records.append(record)
+        records.sort(key=lambda r: json.dumps(r, sort_keys=True))
+        result[Path(path).name] = records
+    (out / "real.json").write_text(json.dumps(result, indent=1))
+
+
+def main():
+    out = Path(sys.argv[1]).resolve()
+    if sys.argv[2:3] == ["--real"]:
+        out.mkdir(parents=True, exist_ok=True)
+        return real(out, sys.argv[3:])
+    out.mkdir(parents=True, exist_ok=True)
+    events = out / "events"
+    parts = ["day", "region", "bucket"]
+    commit(lambda: write_deltalake(str(events), rows(0, 60), partition_by=parts))
+    commit(lambda: write_deltalake(str(events), rows(60, 40), mode="append"))
+    commit(lambda: DeltaTable(str(events)).delete("id % 5 = 0"))
+    commit(lambda: write_deltalake(str(events), rows(100, 20, with_score=True), mode="append",
+                                   schema_mode="merge"))
+    DeltaTable(str(events)).create_checkpoint()
+    commit(lambda: write_deltalake(str(events), rows(120, 10, with_score=True), mode="append"))
+
+    overwritten = out / "overwritten"
+    commit(lambda: write_deltalake(str(overwritten), rows(0, 30).drop_columns(parts)))
+    commit(lambda: write_deltalake(str(overwritten), rows(500, 12).drop_columns(parts),
+                                   mode="overwrite"))
+
+    result = {
+        "events": [expected(events, v) for v in range(5)],
+        "overwritten": [expected(overwritten, v) for v in range(2)],
+    }
+    (out / "expected.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
