@@ -102,17 +102,23 @@ def kind_of(arrow_type):
     return "int64"
 
 
-def expected(path, version):
-    dt = DeltaTable(str(path), version=version)
+def deltalake_records(dt):
+    """The snapshot's rows as deltalake's DataFusion reader gives them, as records."""
     table = pa.table(QueryBuilder().register("t", dt).execute("select * from t").read_all())
-    by_id = {}
+    records = []
     for row in table.to_pylist():
         record = {}
         for field in table.schema:
             f = feature(row[field.name], field.type)
             if f is not None:
                 record[field.name] = f
-        by_id[row["id"]] = record
+        records.append(record)
+    return records
+
+
+def expected(path, version):
+    dt = DeltaTable(str(path), version=version)
+    by_id = {r["id"]["int64"][0]: r for r in deltalake_records(dt)}
     order = []
     files = sorted(os.path.relpath(u, path) for u in dt.file_uris())
     for rel in files:
@@ -132,16 +138,7 @@ def real(out, tables):
     (deletion vectors leave no file order to check against)."""
     result = {}
     for path in tables:
-        dt = DeltaTable(str(path))
-        table = pa.table(QueryBuilder().register("t", dt).execute("select * from t").read_all())
-        records = []
-        for row in table.to_pylist():
-            record = {}
-            for field in table.schema:
-                f = feature(row[field.name], field.type)
-                if f is not None:
-                    record[field.name] = f
-            records.append(record)
+        records = deltalake_records(DeltaTable(str(path)))
         records.sort(key=lambda r: json.dumps(r, sort_keys=True))
         result[Path(path).name] = records
     (out / "real.json").write_text(json.dumps(result, indent=1))

@@ -524,6 +524,19 @@ pub(crate) trait Source {
     fn restart_from(&mut self, _checkpoint: &serde_json::Value) -> u64 {
         0
     }
+    /// `--resume`: continues what the journal (its `header`) says the interrupted run
+    /// read, where the source reads a table at a snapshot.
+    ///
+    /// # Errors
+    ///
+    /// Those of opening the source again.
+    fn continue_journal(
+        &mut self,
+        _options: &ConvertOptions,
+        _header: &serde_json::Value,
+    ) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What a converter reads.
@@ -994,6 +1007,11 @@ fn run(
         })
         .collect();
     if options.resume {
+        // A table's snapshot: the one the interrupted run read, whatever was committed
+        // since (unless this run names one).
+        if let Some(header) = staging.journal_header(0)? {
+            source.continue_journal(options, &header)?;
+        }
         // What the output depends on besides the records: the journal's header.
         let described = source.manifest(options, 0);
         let inputs: Vec<serde_json::Value> = described
@@ -1003,6 +1021,7 @@ fn run(
             .collect();
         for (i, out) in outs.iter_mut().enumerate() {
             let header = json!({
+                "table": described.table,
                 "prefix": out.prefix(),
                 "options": described.options,
                 "record_type": described.record_type,

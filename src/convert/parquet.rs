@@ -207,6 +207,8 @@ struct Unit {
 
 /// What a Delta table's manifest says beside its data files.
 struct DeltaExtra {
+    /// The snapshot asked for.
+    asked: DeltaOptions,
     table: TableInfo,
     /// The log file that defines the snapshot (listed first).
     log: SideFile,
@@ -321,6 +323,7 @@ impl ParquetSource {
             })
             .collect::<Result<_>>()?;
         let extra = DeltaExtra {
+            asked: delta.clone(),
             table: table.info(),
             log: table.log_file.clone(),
             deletion_vectors,
@@ -447,6 +450,33 @@ impl Source for ParquetSource {
 
     fn worker_range(&self) -> Option<[u64; 2]> {
         self.range
+    }
+
+    fn continue_journal(
+        &mut self,
+        options: &ConvertOptions,
+        header: &serde_json::Value,
+    ) -> Result<()> {
+        let Some(delta) = &self.delta else {
+            return Ok(());
+        };
+        let journaled = header["table"]["version"].as_u64();
+        let named = delta.asked.version.is_some() || delta.asked.timestamp.is_some();
+        match journaled {
+            Some(v) if !named && v != delta.table.version => {
+                let asked = DeltaOptions {
+                    version: Some(v),
+                    ..delta.asked.clone()
+                };
+                *self = ParquetSource::open_delta(options, &asked)?;
+                // The manifest names the snapshot as asked (no --version given).
+                if let Some(d) = &mut self.delta {
+                    d.asked.version = None;
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {

@@ -155,6 +155,14 @@ pub(crate) trait Staging {
     /// difference; an I/O or store error.
     fn resume(&mut self, i: usize, header: serde_json::Value) -> Result<Vec<ClosedShard>>;
 
+    /// `--resume`: the header of output `i`'s journal, if an earlier run left one (what
+    /// it read: a lakehouse table's snapshot, which the rerun continues).
+    ///
+    /// # Errors
+    ///
+    /// A store error other than the journal's absence.
+    fn journal_header(&self, i: usize) -> Result<Option<serde_json::Value>>;
+
     /// Publishes every output (one [`Publication`] per output, in order): the old
     /// manifests go, the shards are placed, the stale shards go, and the manifests are
     /// written last. Returns the manifests' paths.

@@ -211,6 +211,10 @@ impl Staging for LocalStaging {
         None
     }
 
+    fn journal_header(&self, i: usize) -> Result<Option<serde_json::Value>> {
+        Ok(self.outputs[i].journal.as_ref().map(|j| j.header.clone()))
+    }
+
     fn journals_locally(&self) -> bool {
         true
     }

@@ -164,6 +164,20 @@ impl Staging for ObjectStaging {
         Some(self.groups[self.which[i]].shard_hook(&self.tmps[i]))
     }
 
+    fn journal_header(&self, i: usize) -> Result<Option<serde_json::Value>> {
+        let url = self.groups[self.which[i]]
+            .shared
+            .run_dir(&self.tmps[i])
+            .join(JOURNAL);
+        match super::read_all(&url) {
+            Ok(bytes) => Ok(serde_json::from_slice::<Journal>(&bytes)
+                .ok()
+                .map(|j| j.header)),
+            Err(e) if super::is_problem(&e, super::StoreProblem::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn journals_locally(&self) -> bool {
         false
     }

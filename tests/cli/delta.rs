@@ -549,3 +549,52 @@ fn corrupt_checkpoints_fail_with_one_line() {
     std::fs::write(&sidecar, b"PAR1 but nothing else").unwrap();
     fails(&table, &[], "corrupt checkpoint: _delta_log/_sidecars/");
 }
+
+#[test]
+fn resume_continues_the_snapshot_the_interrupted_run_read() {
+    let (dir, _) = need_tables!();
+    let table = copy_table(&dir.join("events"), "delta-resume-table");
+    let size = ["--target-shard-size", "4KiB"];
+    let whole = scratch("delta-resume-whole");
+    let (code, _, err) = convert(&table, &whole, &size);
+    assert_eq!(code, 0, "{err}");
+    let out = scratch("delta-resume");
+    let _ = std::fs::remove_dir_all(&out);
+    let mut args = vec!["convert", "delta", s(&table), "-o", s(&out), "--resume"];
+    args.extend_from_slice(&size);
+    let killed = crate::tfshard()
+        .args(&args)
+        .env("TFSHARD_FAILPOINTS", "shard:journaled=exit@2")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success());
+    // A commit lands between the kill and the rerun.
+    let status = std::process::Command::new(python().unwrap())
+        .arg("-c")
+        .arg(
+            "import sys, pyarrow as pa; from deltalake import write_deltalake, DeltaTable; \
+             t = DeltaTable(sys.argv[1]).to_pyarrow_table().slice(0, 5); \
+             write_deltalake(sys.argv[1], t, mode='append')",
+        )
+        .arg(&table)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    args.push("--json");
+    let (code, stdout, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["table"]["version"], 4, "{stdout}");
+    assert!(
+        summary["reused"]["shards"].as_u64().unwrap() >= 2,
+        "{stdout}"
+    );
+    assert_eq!(
+        records_in_order(&out, "data"),
+        records_in_order(&whole, "data")
+    );
+    // Without --resume the latest is read: the new commit.
+    let (code, stdout, err) = convert(&table, &scratch("delta-resume-latest"), &["--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("\"version\":5"), "{stdout}");
+}
