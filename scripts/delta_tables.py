@@ -11,6 +11,7 @@ Tables:
               the removed ones stay in the folder), v3 append that merges a new column
               `score` into the schema, then a checkpoint of v3, v4 append after it.
   overwritten v0 write, v1 overwrite: the folder holds both versions' files.
+  nested      a struct column that gains a field in v1 (schema merge).
 
 Expected rows come from deltalake's own reader (DataFusion, which applies deletes), in
 the contract's order: data files by their path relative to the table root, rows in file
@@ -102,6 +103,18 @@ def kind_of(arrow_type):
     return "int64"
 
 
+def put_features(record, name, value, arrow_type):
+    """Adds a column's features to a record: a struct's children as `parent/child`."""
+    if pa.types.is_struct(arrow_type):
+        if value is not None:
+            for child in arrow_type:
+                put_features(record, f"{name}/{child.name}", value.get(child.name), child.type)
+        return
+    f = feature(value, arrow_type)
+    if f is not None:
+        record[name] = f
+
+
 def deltalake_records(dt):
     """The snapshot's rows as deltalake's DataFusion reader gives them, as records."""
     table = pa.table(QueryBuilder().register("t", dt).execute("select * from t").read_all())
@@ -109,9 +122,7 @@ def deltalake_records(dt):
     for row in table.to_pylist():
         record = {}
         for field in table.schema:
-            f = feature(row[field.name], field.type)
-            if f is not None:
-                record[field.name] = f
+            put_features(record, field.name, row[field.name], field.type)
         records.append(record)
     return records
 
@@ -165,9 +176,22 @@ def main():
     commit(lambda: write_deltalake(str(overwritten), rows(500, 12).drop_columns(parts),
                                    mode="overwrite"))
 
+    # A struct column that gains a field (schema merge): older files lack `s.b`.
+    nested = out / "nested"
+    s_a = pa.struct([("a", pa.int64())])
+    s_ab = pa.struct([("a", pa.int64()), ("b", pa.string())])
+    commit(lambda: write_deltalake(str(nested), pa.table({
+        "id": pa.array(range(6), pa.int64()),
+        "s": pa.array([{"a": i} if i != 3 else None for i in range(6)], s_a)})))
+    commit(lambda: write_deltalake(str(nested), pa.table({
+        "id": pa.array(range(6, 10), pa.int64()),
+        "s": pa.array([{"a": i, "b": f"b{i}"} for i in range(6, 10)], s_ab)}),
+        mode="append", schema_mode="merge"))
+
     result = {
         "events": [expected(events, v) for v in range(5)],
         "overwritten": [expected(overwritten, v) for v in range(2)],
+        "nested": [expected(nested, v) for v in range(2)],
     }
     (out / "expected.json").write_text(json.dumps(result, indent=1))
 

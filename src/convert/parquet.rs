@@ -318,7 +318,7 @@ impl ParquetSource {
             .into_par_iter()
             .map(|f| {
                 let mut input = ParquetInput::open(f.input)?;
-                input.set_delta(&f.read, schema.clone());
+                input.set_delta(&f.read, schema.clone())?;
                 Ok(input)
             })
             .collect::<Result<_>>()?;

@@ -19,10 +19,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use arrow_array::{new_null_array, Array, ArrayRef, BooleanArray, RecordBatch};
-use arrow_schema::{Schema, SchemaRef};
+use arrow_array::{Array, BooleanArray, RecordBatch, RecordBatchOptions};
+use arrow_schema::Schema;
 use delta_kernel::engine::arrow_conversion::TryFromKernel;
 use delta_kernel::engine::arrow_data::ArrowEngineData;
+use delta_kernel::engine::arrow_utils::{fixup_parquet_read, parquet_read_plan, ReorderIndex};
 use delta_kernel::expressions::ExpressionRef;
 use delta_kernel::scan::state::ScanFile;
 use delta_kernel::schema::{ColumnMetadataKey, MetadataValue, StructType};
@@ -30,6 +31,8 @@ use delta_kernel::snapshot::{Snapshot, SnapshotRef};
 use delta_kernel::{Engine, ExpressionEvaluator};
 use delta_kernel_default_engine::executor::tokio::TokioMultiThreadExecutor;
 use delta_kernel_default_engine::DefaultEngine;
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::ProjectionMask;
 use url::Url;
 
 use super::parquet::InputFile;
@@ -231,8 +234,14 @@ impl DeltaTable {
                     if store::list(&url.join("_delta_log"))?.is_empty() {
                         return Err(table_error(&location, "not a Delta table: no _delta_log/"));
                     }
-                    let root = Url::parse(&format!("{}/", url.to_string().trim_end_matches('/')))
+                    // Segment by segment, so a key's `#`, `?` or `%` is encoded, not read.
+                    let mut root = Url::parse(&format!("{}/", url.root()))
                         .map_err(|e| table_error(&location, format!("not a URL: {e}")))?;
+                    root.path_segments_mut()
+                        .map_err(|()| table_error(&location, "not a URL with a path"))?
+                        .pop_if_empty()
+                        .extend(url.key().split('/').filter(|s| !s.is_empty()))
+                        .push("");
                     let object_store = store::object_store_of(&url)?;
                     (Place::Remote(url), root, object_store)
                 }
@@ -349,14 +358,6 @@ impl DeltaTable {
             engine: self.engine.clone(),
             physical: scan.physical_schema().clone(),
             logical: scan.logical_schema().clone(),
-            physical_arrow: Arc::new(
-                Schema::try_from_kernel(scan.physical_schema().as_ref())
-                    .map_err(kernel(&self.location))?,
-            ),
-            logical_arrow: Arc::new(
-                Schema::try_from_kernel(scan.logical_schema().as_ref())
-                    .map_err(kernel(&self.location))?,
-            ),
         });
         let mut files: Vec<ScanFile> = Vec::new();
         let mut dv_paths: HashMap<String, Url> = HashMap::new();
@@ -443,12 +444,18 @@ impl DeltaTable {
         let mut side: Vec<SideFile> = Vec::new();
         let mut seen_dv = std::collections::HashSet::new();
         for (rel, file) in planned {
-            let selection = file
+            // The deleted rows' indexes (8 bytes per deleted row, not a flag per row).
+            let deleted = file
                 .dv_info
-                .get_selection_vector(self.engine.as_ref(), &self.root)
+                .get_row_indexes(self.engine.as_ref(), &self.root)
                 .map_err(|e| {
                     kernel(&self.location)(e).with_file(format!("{}/{rel}", self.location))
-                })?;
+                })?
+                .map(|mut rows| {
+                    rows.sort_unstable();
+                    rows.dedup();
+                    rows
+                });
             if let Some(dv) = dv_paths.get(&file.path) {
                 if seen_dv.insert(dv.clone()) {
                     side.push(self.side_file(dv)?);
@@ -460,7 +467,7 @@ impl DeltaTable {
                 read: Arc::new(DeltaRead {
                     shape: shape.clone(),
                     transform: file.transform.clone(),
-                    selection,
+                    deleted,
                     evaluator: OnceLock::new(),
                 }),
             });
@@ -535,8 +542,18 @@ impl DeltaTable {
                 }
                 Ok(InputFile::local(path, display))
             }
-            Place::Remote(_) => {
-                let object = objects.get(rel).ok_or_else(missing)?.clone();
+            Place::Remote(base) => {
+                let object = match objects.get(rel) {
+                    Some(object) => object.clone(),
+                    // An absolute path outside the table (a shallow clone's).
+                    None if rel.contains("://") => {
+                        match store::locate(Path::new(rel), base.io())? {
+                            Location::Remote(url) => store::head(&url).map_err(|_| missing())?,
+                            Location::Local(_) => return Err(missing()),
+                        }
+                    }
+                    None => return Err(missing()),
+                };
                 Ok(InputFile {
                     path: object.url.to_path(),
                     display: object.url.to_string(),
@@ -908,8 +925,6 @@ struct ScanShape {
     engine: Arc<dyn Engine>,
     physical: delta_kernel::schema::SchemaRef,
     logical: delta_kernel::schema::SchemaRef,
-    physical_arrow: SchemaRef,
-    logical_arrow: SchemaRef,
 }
 
 /// One data file of the snapshot.
@@ -925,8 +940,8 @@ pub struct DeltaFile {
 pub struct DeltaRead {
     shape: Arc<ScanShape>,
     transform: Option<ExpressionRef>,
-    /// Rows kept (`true`) by position in the file; rows past its end are kept.
-    selection: Option<Vec<bool>>,
+    /// The rows its deletion vector removes, by position in the file, ascending.
+    deleted: Option<Vec<u64>>,
     evaluator: OnceLock<std::result::Result<Arc<dyn ExpressionEvaluator>, String>>,
 }
 
@@ -934,56 +949,41 @@ impl std::fmt::Debug for DeltaRead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DeltaRead")
             .field("transform", &self.transform.is_some())
-            .field("deletion_vector", &self.selection.is_some())
+            .field("deleted", &self.deleted.as_ref().map(Vec::len))
             .finish_non_exhaustive()
     }
 }
 
-/// A data file's columns for one scan: where each physical column of the scan is among
-/// the file's top-level columns.
-#[derive(Debug, Clone)]
+/// A data file's read plan for one scan: the kernel's own (`parquet_read_plan`), which
+/// matches the scan's physical columns to the file's by field id or physical name at
+/// every level of nesting, and says how to make its batches the scan's physical
+/// columns (reordered, missing ones null, cast).
+#[derive(Debug)]
 pub struct DeltaColumns {
     /// What turns the batches into rows.
     pub read: Arc<DeltaRead>,
-    /// The file's top-level columns to read, ascending.
-    pub roots: Vec<usize>,
-    /// For each physical column of the scan: its place among `roots`' columns, or none
-    /// (a column added after the file was written: null).
-    places: Vec<Option<usize>>,
+    /// The file's leaf columns to read (`None`: all).
+    mask: Option<ProjectionMask>,
+    reorder: Vec<ReorderIndex>,
 }
 
 impl DeltaRead {
-    /// Matches the scan's physical columns to the file's columns `file`: by Parquet
-    /// field id where both have one (column mapping `id`), else by physical name.
-    pub fn columns(self: &Arc<Self>, file: &Schema) -> DeltaColumns {
-        let field_id = |f: &arrow_schema::Field| -> Option<i64> {
-            f.metadata().get("PARQUET:field_id")?.parse().ok()
-        };
-        let found: Vec<Option<usize>> = self
-            .shape
-            .physical
-            .fields()
-            .map(|p| {
-                let id = match p.get_config_value(&ColumnMetadataKey::ParquetFieldId) {
-                    Some(MetadataValue::Number(n)) => Some(*n),
-                    _ => None,
-                };
-                id.and_then(|id| file.fields().iter().position(|f| field_id(f) == Some(id)))
-                    .or_else(|| file.fields().iter().position(|f| f.name() == p.name()))
+    /// The read plan of the file whose footer is `file`.
+    ///
+    /// # Errors
+    ///
+    /// A column of the table whose type the file cannot give.
+    pub fn columns(self: &Arc<Self>, file: &ArrowReaderMetadata) -> Result<DeltaColumns> {
+        let (reorder, mask) = parquet_read_plan(&self.shape.physical, file).map_err(|e| {
+            Error::new(ErrorKind::DeltaTable {
+                detail: one_line(&e),
             })
-            .collect();
-        let mut roots: Vec<usize> = found.iter().flatten().copied().collect();
-        roots.sort_unstable();
-        roots.dedup();
-        let places = found
-            .iter()
-            .map(|f| f.and_then(|r| roots.binary_search(&r).ok()))
-            .collect();
-        DeltaColumns {
+        })?;
+        Ok(DeltaColumns {
             read: self.clone(),
-            roots,
-            places,
-        }
+            mask,
+            reorder,
+        })
     }
 
     fn evaluator(&self, transform: &ExpressionRef) -> Result<Arc<dyn ExpressionEvaluator>> {
@@ -1016,73 +1016,67 @@ impl DeltaColumns {
     pub fn adapt(&self, batch: RecordBatch, first_row: u64) -> Result<RecordBatch> {
         let shape = &self.read.shape;
         let rows = batch.num_rows();
-        let mut columns: Vec<ArrayRef> = Vec::with_capacity(self.places.len());
-        for (field, place) in shape.physical_arrow.fields().iter().zip(&self.places) {
-            let column = match place {
-                None => new_null_array(field.data_type(), rows),
-                Some(i) => {
-                    let column = batch.column(*i).clone();
-                    if column.data_type() == field.data_type() {
-                        column
-                    } else {
-                        arrow_cast::cast(&column, field.data_type()).map_err(|e| {
-                            Error::new(ErrorKind::DeltaTable {
-                                detail: format!(
-                                    "column {:?} is {} in the file, not the table's {}: {e}",
-                                    field.name(),
-                                    column.data_type(),
-                                    field.data_type()
-                                ),
-                            })
-                        })?
-                    }
-                }
-            };
-            columns.push(column);
-        }
-        let physical = RecordBatch::try_new(shape.physical_arrow.clone(), columns)?;
+        let delta_error = |e: delta_kernel::KernelError| {
+            Error::new(ErrorKind::DeltaTable {
+                detail: one_line(&e),
+            })
+        };
+        let with_rows = RecordBatchOptions::new().with_row_count(Some(rows));
+        let physical = if shape.physical.fields().len() == 0 {
+            // Only partition values: rows without columns (which the kernel's fix-up,
+            // made for struct arrays, cannot hold).
+            ArrowEngineData::new(RecordBatch::try_new_with_options(
+                Arc::new(Schema::empty()),
+                vec![],
+                &with_rows,
+            )?)
+        } else {
+            fixup_parquet_read(batch, &self.reorder, None, None, Some(&shape.physical))
+                .map_err(delta_error)?
+        };
         let logical = match &self.read.transform {
-            None => RecordBatch::try_new(shape.logical_arrow.clone(), physical.columns().to_vec())?,
+            // No column mapping and no partition value: the physical columns are the
+            // logical ones (their nested fields as the file names them).
+            None => RecordBatch::from(physical),
             Some(transform) => {
                 let evaluator = self.read.evaluator(transform)?;
                 let out = evaluator
-                    .evaluate(&ArrowEngineData::new(physical))
+                    .evaluate(&physical)
                     .and_then(ArrowEngineData::try_from_engine_data)
-                    .map_err(|e| {
-                        Error::new(ErrorKind::DeltaTable {
-                            detail: one_line(&e),
-                        })
-                    })?;
+                    .map_err(delta_error)?;
                 RecordBatch::from(out)
             }
         };
-        let Some(selection) = &self.read.selection else {
+        let Some(deleted) = &self.read.deleted else {
             return Ok(logical);
         };
-        let start = (first_row as usize).min(selection.len());
-        let end = (first_row as usize + rows).min(selection.len());
-        let kept = &selection[start..end];
-        if kept.iter().all(|&k| k) {
+        let end = first_row + rows as u64;
+        let lo = deleted.partition_point(|&d| d < first_row);
+        let hi = deleted.partition_point(|&d| d < end);
+        if lo == hi {
             return Ok(logical);
         }
-        let mask: BooleanArray = kept
-            .iter()
-            .copied()
-            .chain(std::iter::repeat_n(true, rows - kept.len()))
-            .map(Some)
-            .collect();
+        let mut keep = vec![true; rows];
+        for &d in &deleted[lo..hi] {
+            keep[(d - first_row) as usize] = false;
+        }
+        let mask = BooleanArray::from(keep);
         Ok(arrow_select::filter::filter_record_batch(&logical, &mask)?)
     }
 
     /// Rows of the file's rows `[first, first + rows)` that its deletion vector keeps.
     pub fn kept(&self, first: u64, rows: u64) -> u64 {
-        let Some(selection) = &self.read.selection else {
+        let Some(deleted) = &self.read.deleted else {
             return rows;
         };
-        let start = (first as usize).min(selection.len());
-        let end = ((first + rows) as usize).min(selection.len());
-        let dropped = selection[start..end].iter().filter(|&&k| !k).count() as u64;
-        rows - dropped
+        let lo = deleted.partition_point(|&d| d < first);
+        let hi = deleted.partition_point(|&d| d < first.saturating_add(rows));
+        rows - (hi - lo) as u64
+    }
+
+    /// The file's leaf columns the plan reads.
+    pub fn mask(&self) -> ProjectionMask {
+        self.mask.clone().unwrap_or_else(ProjectionMask::all)
     }
 }
 

@@ -434,10 +434,28 @@ impl ParquetInput {
     /// Makes this file a Delta table's data file, read as `read` says; `table` is the
     /// table's logical schema, which roots index from now on. Delta's arrays are
     /// Parquet lists, never fixed-size: arrow-rs reads every column.
-    pub fn set_delta(&mut self, read: &Arc<DeltaRead>, table: SchemaRef) {
-        let columns = read.columns(self.schema());
+    ///
+    /// # Errors
+    ///
+    /// A column of the table that the file cannot give, naming the file.
+    pub fn set_delta(&mut self, read: &Arc<DeltaRead>, table: SchemaRef) -> Result<()> {
+        let columns = read
+            .columns(&self.metadata)
+            .map_err(|e| e.with_file(&self.file.display))?;
         self.delta = Some((Arc::new(columns), table));
         self.fast_lists = false;
+        Ok(())
+    }
+
+    /// The projection of the file's columns that `file_roots` (from
+    /// [`ParquetInput::file_roots`]) read: a Delta data file's is its read plan's.
+    fn projection(&self, file_roots: &[usize]) -> ProjectionMask {
+        match &self.delta {
+            Some((columns, _)) => columns.mask(),
+            None => {
+                ProjectionMask::roots(self.metadata.parquet_schema(), file_roots.iter().copied())
+            }
+        }
     }
 
     /// A Delta data file's rows in `[first, first + rows)` that its deletion vector
@@ -452,8 +470,8 @@ impl ParquetInput {
     /// The file's own top-level columns that `roots` (indices of
     /// [`ParquetInput::table_schema`]) read, and the partition columns among them.
     fn file_roots(&self, roots: &[usize]) -> (Vec<usize>, Vec<usize>) {
-        if let Some((columns, _)) = &self.delta {
-            return (columns.roots.clone(), Vec::new());
+        if self.delta.is_some() {
+            return (Vec::new(), Vec::new());
         }
         let file_columns = self.schema().fields().len();
         roots.iter().partition(|&&r| r < file_columns)
@@ -470,7 +488,7 @@ impl ParquetInput {
     /// of [`ParquetInput::table_schema`]; partition columns take no bytes).
     pub fn selected_bytes(&self, row_group: usize, roots: &[usize]) -> u64 {
         let (file_roots, _) = self.file_roots(roots);
-        let mask = ProjectionMask::roots(self.metadata.parquet_schema(), file_roots);
+        let mask = self.projection(&file_roots);
         self.selected_chunks(row_group, &mask)
             .map(|c| c.compressed_size().max(0) as u64)
             .sum()
@@ -742,8 +760,28 @@ pub fn read_row_group(
     let locate = |e: Error| e.with_file(&input.file.display);
     let file_columns = input.schema().fields().len();
     let (file_roots, partition_roots) = input.file_roots(roots);
-    let mask = ProjectionMask::roots(input.metadata.parquet_schema(), file_roots.iter().copied());
+    let mask = input.projection(&file_roots);
     let expected = input.row_group_rows()[row_group];
+    if let Some((columns, _)) = &input.delta {
+        if !(0..input.metadata.parquet_schema().num_columns()).any(|l| mask.leaf_included(l)) {
+            // Only partition values (from the log): no column of the file is read, only
+            // its row count, in batches of rows without columns.
+            let empty = Arc::new(Schema::empty());
+            let mut at = 0u64;
+            while at < expected {
+                let n = (expected - at).min(BATCH_ROWS as u64);
+                let rows = RecordBatchOptions::new().with_row_count(Some(n as usize));
+                let batch = RecordBatch::try_new_with_options(empty.clone(), vec![], &rows)?;
+                let first = first_row + at;
+                let batch = contain(|| columns.adapt(batch, first))
+                    .map_err(|panic| locate(decoder_panic(Some(row_group), panic)))?
+                    .map_err(|e| locate(e.shift_row(first)))?;
+                f(batch, first).map_err(|e| locate(e.shift_row(first)))?;
+                at += n;
+            }
+            return Ok(());
+        }
+    }
     let learned = input.row_bytes.load(std::sync::atomic::Ordering::Relaxed);
     let mut batch_rows = match learned {
         0 => batch_rows(input, row_group, &mask),
@@ -753,7 +791,10 @@ pub fn read_row_group(
     // file's rows of the snapshot.
     let as_table = |batch: RecordBatch, at: u64| -> Result<RecordBatch> {
         if let Some((columns, _)) = &input.delta {
-            return columns.adapt(batch, at);
+            // The kernel's fix-up and evaluator are a dependency's code on the file's
+            // data: contained like the decoder.
+            return contain(|| columns.adapt(batch, at))
+                .map_err(|panic| decoder_panic(Some(row_group), panic))?;
         }
         if partition_roots.is_empty() {
             return Ok(batch);

@@ -98,7 +98,7 @@ fn rfc3339(ms: i64) -> String {
 #[test]
 fn every_version_converts_to_deltalakes_rows_in_file_order() {
     let (dir, expected) = need_tables!();
-    for (table, versions) in [("events", 5u64), ("overwritten", 2)] {
+    for (table, versions) in [("events", 5u64), ("overwritten", 2), ("nested", 2)] {
         for version in 0..versions {
             let want = snapshot(expected, table, version);
             let out = scratch(&format!("delta-{table}-v{version}"));
@@ -326,6 +326,15 @@ fn partition_filters_keep_those_files_and_split_and_shuffle_work() {
         .collect();
     assert!(!want.is_empty());
     assert_eq!(records(&out), want);
+    // Only partition columns: no column of the files is read.
+    let (code, _, err) = convert(&events, &out, &["--columns", "day,region"]);
+    assert_eq!(code, 0, "{err}");
+    let got = records(&out);
+    assert_eq!(got.len(), 110);
+    assert!(
+        got.iter().all(|r| r.as_object().unwrap().len() == 2),
+        "{got:?}"
+    );
     let (code, _, err) = convert(&events, &out, &["--partition-filter", "name=row-1"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("not a partition column"), "{err}");
