@@ -22,7 +22,9 @@ fn main() -> Result<(), tfshard::Error> {
     let files = snapshot.scan_files(&roots, &[])?;
     println!(
         "{{\"version\": {}, \"files\": {}, \"seconds\": {:.3}}}",
-        snapshot.version(),
+        snapshot
+            .version()
+            .map_or("null".to_owned(), |v| v.to_string()),
         files.len(),
         started.elapsed().as_secs_f64()
     );

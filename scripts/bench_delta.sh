@@ -45,7 +45,7 @@ echo "standard table as Delta ($files data files), $((runs * 3)) interleaved run
 # Planning the 300,000-file log.
 big="$data/300k-add-files-100-col-partitioned"
 if [ ! -d "$big" ]; then
-  archive=${TFSHARD_300K_TABLE:-$root/../shared/testdata/delta-kernel/300k-add-files-100-col-partitioned.tar.zst}
+  archive=testdata/delta-kernel/300k-add-files-100-col-partitioned.tar.zst
   tar --zstd -xf "$archive" -C "$data"
 fi
 cargo build --release --quiet --example delta_plan

@@ -377,7 +377,10 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
         }
         if m.table != first.table {
             let name = |t: &Option<crate::manifest::TableInfo>| match t {
-                Some(t) => format!("{} version {} ({})", t.location, t.version, t.timestamp),
+                Some(t) => match (t.version, &t.timestamp) {
+                    (Some(v), Some(at)) => format!("{} version {v} ({at})", t.location),
+                    _ => format!("{} before its first commit", t.location),
+                },
                 None => "no table".to_owned(),
             };
             return Err(Error::new(ErrorKind::PartsDisagree {

@@ -545,10 +545,13 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             output::mb_per_sec(summary.bytes, summary.seconds),
         );
         if let Some(t) = &summary.table {
-            println!(
-                "read {} table {} at version {} (committed {})",
-                t.format, t.location, t.version, t.timestamp
-            );
+            match (t.version, &t.timestamp) {
+                (Some(v), Some(at)) => println!(
+                    "read {} table {} at version {v} (committed {at})",
+                    t.format, t.location
+                ),
+                _ => println!("read {} table {}: no commit yet", t.format, t.location),
+            }
         }
         if let Some(m) = &summary.manifest {
             println!("manifest: {}", m.display());

@@ -210,8 +210,8 @@ struct DeltaExtra {
     /// The snapshot asked for.
     asked: DeltaOptions,
     table: TableInfo,
-    /// The log file that defines the snapshot (listed first).
-    log: SideFile,
+    /// The log file that defines the snapshot (listed first; none before a first commit).
+    log: Option<SideFile>,
     /// Its deletion vector files (listed after the data files).
     deletion_vectors: Vec<SideFile>,
 }
@@ -463,7 +463,7 @@ impl Source for ParquetSource {
         let journaled = header["table"]["version"].as_u64();
         let named = delta.asked.version.is_some() || delta.asked.timestamp.is_some();
         match journaled {
-            Some(v) if !named && v != delta.table.version => {
+            Some(v) if !named && Some(v) != delta.table.version => {
                 let asked = DeltaOptions {
                     version: Some(v),
                     ..delta.asked.clone()
@@ -487,7 +487,12 @@ impl Source for ParquetSource {
             rows: 0,
             etag: f.etag.clone(),
         };
-        let mut inputs: Vec<InputInfo> = self.delta.iter().map(|d| side(&d.log)).collect();
+        let mut inputs: Vec<InputInfo> = self
+            .delta
+            .iter()
+            .filter_map(|d| d.log.as_ref())
+            .map(side)
+            .collect();
         inputs.extend(self.inputs.iter().enumerate().map(|(i, input)| InputInfo {
             path: input.file.display.clone(),
             bytes: input.bytes,

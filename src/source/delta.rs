@@ -60,10 +60,10 @@ pub struct TableInfo {
     pub format: String,
     /// The table as given.
     pub location: String,
-    /// The snapshot's version.
-    pub version: u64,
+    /// The snapshot's version (none for a table with no commit yet).
+    pub version: Option<u64>,
     /// Its commit time, RFC 3339 UTC.
-    pub timestamp: String,
+    pub timestamp: Option<String>,
 }
 
 /// A file the manifest's `inputs` list beside the data files: the log file that defines
@@ -91,11 +91,12 @@ pub struct DeltaTable {
     place: Place,
     root: Url,
     engine: Arc<dyn Engine>,
-    snapshot: SnapshotRef,
+    /// None for a table with no commit yet (it reads as no rows).
+    snapshot: Option<SnapshotRef>,
     /// The snapshot's commit time, ms since the epoch.
-    pub timestamp_ms: i64,
+    pub timestamp_ms: Option<i64>,
     /// The log file that defines the snapshot (its commit, else its checkpoint).
-    pub log_file: SideFile,
+    pub log_file: Option<SideFile>,
     /// The table's logical schema, as Arrow.
     pub schema: Schema,
     /// `_delta_log/`'s files, by name (errors look there for the corrupt one).
@@ -258,6 +259,23 @@ impl DeltaTable {
             engine: engine.as_ref(),
         };
         let listing = log.listing()?;
+        let no_commit = !listing
+            .keys()
+            .any(|n| commit_version(n).is_some() || n.contains(".checkpoint"));
+        if no_commit && options.version.is_none() && options.timestamp.is_none() {
+            // A table being created: no snapshot yet, which reads as no rows.
+            return Ok(DeltaTable {
+                location,
+                place,
+                root,
+                engine,
+                snapshot: None,
+                timestamp_ms: None,
+                log_file: None,
+                schema: Schema::empty(),
+                listing,
+            });
+        }
         let version = match (&options.version, &options.timestamp) {
             (Some(v), _) => Some(*v),
             (None, Some(t)) => Some(log.version_at(t, &listing)?),
@@ -273,9 +291,9 @@ impl DeltaTable {
             place,
             root,
             engine,
-            snapshot,
-            timestamp_ms,
-            log_file,
+            snapshot: Some(snapshot),
+            timestamp_ms: Some(timestamp_ms),
+            log_file: Some(log_file),
             schema,
             listing,
         })
@@ -288,7 +306,10 @@ impl DeltaTable {
     ///
     /// The first selected column that holds variants, named.
     pub fn refuse_variants(&self, selected: impl Fn(&str) -> bool) -> Result<()> {
-        for field in self.snapshot.schema().fields() {
+        let Some(snapshot) = &self.snapshot else {
+            return Ok(());
+        };
+        for field in snapshot.schema().fields() {
             if has_variant(field.data_type()) && selected(field.name()) {
                 return Err(table_error(
                     &self.location,
@@ -314,9 +335,9 @@ impl DeltaTable {
         log.explain(e, &self.listing)
     }
 
-    /// The snapshot's version.
-    pub fn version(&self) -> u64 {
-        self.snapshot.version()
+    /// The snapshot's version (none for a table with no commit yet).
+    pub fn version(&self) -> Option<u64> {
+        self.snapshot.as_ref().map(|s| s.version())
     }
 
     /// The manifest's `table`.
@@ -325,7 +346,7 @@ impl DeltaTable {
             format: "delta".into(),
             location: self.location.clone(),
             version: self.version(),
-            timestamp: rfc3339_ms(self.timestamp_ms),
+            timestamp: self.timestamp_ms.map(rfc3339_ms),
         }
     }
 
@@ -334,6 +355,7 @@ impl DeltaTable {
     #[allow(clippy::type_complexity)]
     fn scan(
         &self,
+        snapshot: &SnapshotRef,
         roots: &[usize],
         filters: &[(String, String)],
     ) -> Result<(
@@ -341,14 +363,13 @@ impl DeltaTable {
         Vec<(String, ScanFile)>,
         HashMap<String, Url>,
     )> {
-        let full = self.snapshot.schema();
+        let full = snapshot.schema();
         let fields: Vec<_> = roots
             .iter()
             .filter_map(|&r| full.field_at_index(r).cloned())
             .collect();
         let projected = Arc::new(StructType::try_new(fields).map_err(kernel(&self.location))?);
-        let scan = self
-            .snapshot
+        let scan = snapshot
             .clone()
             .scan_builder()
             .with_schema(projected)
@@ -421,7 +442,10 @@ impl DeltaTable {
     /// A log the kernel cannot replay, a partition filter on a column that is not a
     /// partition column.
     pub fn scan_files(&self, roots: &[usize], filters: &[(String, String)]) -> Result<Vec<String>> {
-        let (_, planned, _) = self.scan(roots, filters)?;
+        let Some(snapshot) = &self.snapshot else {
+            return Ok(Vec::new());
+        };
+        let (_, planned, _) = self.scan(snapshot, roots, filters)?;
         Ok(planned.into_iter().map(|(rel, _)| rel).collect())
     }
 
@@ -438,7 +462,10 @@ impl DeltaTable {
         roots: &[usize],
         filters: &[(String, String)],
     ) -> Result<(Vec<DeltaFile>, Vec<SideFile>)> {
-        let (shape, planned, dv_paths) = self.scan(roots, filters)?;
+        let Some(snapshot) = &self.snapshot else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        let (shape, planned, dv_paths) = self.scan(snapshot, roots, filters)?;
         let objects = self.objects(planned.iter().map(|(r, _)| r.as_str()))?;
         let mut out = Vec::with_capacity(planned.len());
         let mut side: Vec<SideFile> = Vec::new();
@@ -522,7 +549,7 @@ impl DeltaTable {
                 &self.location,
                 format!(
                     "data file {rel} is named by the log of version {} but is missing from the table",
-                    self.version()
+                    self.version().unwrap_or_default()
                 ),
             )
         };

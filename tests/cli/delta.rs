@@ -607,3 +607,45 @@ fn resume_continues_the_snapshot_the_interrupted_run_read() {
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("\"version\":5"), "{stdout}");
 }
+
+#[test]
+fn a_table_with_no_commit_yet_converts_to_no_rows() {
+    let table = scratch("delta-no-commit");
+    let _ = std::fs::remove_dir_all(&table);
+    std::fs::create_dir_all(table.join("_delta_log")).unwrap();
+    let out = scratch("delta-no-commit-out");
+    let (code, stdout, err) = convert(&table, &out, &["--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["records"], 0);
+    assert_eq!(summary["table"]["version"], Value::Null);
+    let (code, _, err) = run(["verify", s(&out)]);
+    assert_eq!(code, 0, "{err}");
+    fails(&table, &["--version", "0"], "");
+}
+
+#[test]
+fn compression_index_and_tfds_work_as_for_parquet() {
+    let (dir, expected) = need_tables!();
+    let events = dir.join("events");
+    let want = snapshot(expected, "events", 4)["records"]
+        .as_array()
+        .unwrap()
+        .len();
+    for (name, flags) in [
+        ("gzip", &["--compression", "gzip"][..]),
+        ("index", &["--index"][..]),
+    ] {
+        let out = scratch(&format!("delta-{name}"));
+        let (code, stdout, err) = convert(&events, &out, &[flags, &["--json"]].concat());
+        assert_eq!(code, 0, "{name}: {err}");
+        let summary: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(summary["records"], want, "{name}");
+        let (code, _, err) = run(["verify", s(&out)]);
+        assert_eq!(code, 0, "{name}: {err}");
+    }
+    let out = scratch("delta-tfds");
+    let (code, _, err) = convert(&events, &out, &["--tfds", "events", "--exclude", "tags"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.join("events/1.0.0/dataset_info.json").exists());
+}

@@ -1299,11 +1299,16 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
 /// Converts `input` into the fresh scratch folder `name` with `flags`: the reference a
 /// store run must equal.
 fn on_disk(s: &Server, input: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    on_disk_as(s, "parquet", input, name, flags)
+}
+
+/// [`on_disk`] with `convert KIND` (`parquet`, `delta`).
+fn on_disk_as(s: &Server, kind: &str, input: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let local = scratch(name);
     let args = [
         &[
             "convert",
-            "parquet",
+            kind,
             input.to_str().unwrap(),
             "-o",
             local.to_str().unwrap(),
@@ -1873,21 +1878,7 @@ fn a_delta_table_in_the_bucket_converts_as_on_disk() {
     );
     let table = format!("s3://{b}/events");
     let flags = ["--target-shard-size", "8KiB", "--version", "4"];
-    let local = scratch("s3-delta-local");
-    let events = dir.join("events");
-    let args = [
-        &[
-            "convert",
-            "delta",
-            events.to_str().unwrap(),
-            "-o",
-            local.to_str().unwrap(),
-        ][..],
-        &flags,
-    ]
-    .concat();
-    let (code, _, err) = tfshard_at(&s.endpoint, &args);
-    assert_eq!(code, 0, "{err}");
+    let local = on_disk_as(s, "delta", &dir.join("events"), "s3-delta-local", &flags);
     let from_s3 = scratch("s3-delta-from-s3");
     let args = [
         &["convert", "delta", &table, "-o", from_s3.to_str().unwrap()][..],
