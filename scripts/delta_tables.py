@@ -12,6 +12,7 @@ Tables:
               `score` into the schema, then a checkpoint of v3, v4 append after it.
   overwritten v0 write, v1 overwrite: the folder holds both versions' files.
   nested      a struct column that gains a field in v1 (schema merge).
+  ntz         a timestamp without time zone (reader feature timestampNtz).
 
 Expected rows come from deltalake's own reader (DataFusion, which applies deletes), in
 the contract's order: data files by their path relative to the table root, rows in file
@@ -188,7 +189,15 @@ def main():
         "s": pa.array([{"a": i, "b": f"b{i}"} for i in range(6, 10)], s_ab)}),
         mode="append", schema_mode="merge"))
 
+    # timestamp without a time zone: Delta's timestampNtz (a reader feature).
+    ntz = out / "ntz"
+    commit(lambda: write_deltalake(str(ntz), pa.table({
+        "id": pa.array([1, 2, 3], pa.int64()),
+        "ts": pa.array([datetime.datetime(2026, 11, 30, 8, 15), None,
+                        datetime.datetime(1969, 12, 31, 23, 59, 59, 5)], pa.timestamp("us"))})))
+
     result = {
+        "ntz": [expected(ntz, 0)],
         "events": [expected(events, v) for v in range(5)],
         "overwritten": [expected(overwritten, v) for v in range(2)],
         "nested": [expected(nested, v) for v in range(2)],

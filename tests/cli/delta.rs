@@ -98,7 +98,12 @@ fn rfc3339(ms: i64) -> String {
 #[test]
 fn every_version_converts_to_deltalakes_rows_in_file_order() {
     let (dir, expected) = need_tables!();
-    for (table, versions) in [("events", 5u64), ("overwritten", 2), ("nested", 2)] {
+    for (table, versions) in [
+        ("events", 5u64),
+        ("overwritten", 2),
+        ("nested", 2),
+        ("ntz", 1),
+    ] {
         for version in 0..versions {
             let want = snapshot(expected, table, version);
             let out = scratch(&format!("delta-{table}-v{version}"));
