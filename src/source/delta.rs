@@ -466,7 +466,7 @@ impl DeltaTable {
             return Ok((Vec::new(), Vec::new()));
         };
         let (shape, planned, dv_paths) = self.scan(snapshot, roots, filters)?;
-        let objects = self.objects(planned.iter().map(|(r, _)| r.as_str()))?;
+        let objects = self.objects()?;
         let mut out = Vec::with_capacity(planned.len());
         let mut side: Vec<SideFile> = Vec::new();
         let mut seen_dv = std::collections::HashSet::new();
@@ -522,7 +522,7 @@ impl DeltaTable {
 
     /// In a store: every object below the table, by key relative to it (one listing
     /// instead of a request per data file).
-    fn objects<'a>(&self, _rels: impl Iterator<Item = &'a str>) -> Result<HashMap<String, Listed>> {
+    fn objects(&self) -> Result<HashMap<String, Listed>> {
         let Place::Remote(url) = &self.place else {
             return Ok(HashMap::new());
         };

@@ -762,31 +762,6 @@ pub fn read_row_group(
     let (file_roots, partition_roots) = input.file_roots(roots);
     let mask = input.projection(&file_roots);
     let expected = input.row_group_rows()[row_group];
-    if let Some((columns, _)) = &input.delta {
-        if !(0..input.metadata.parquet_schema().num_columns()).any(|l| mask.leaf_included(l)) {
-            // Only partition values (from the log): no column of the file is read, only
-            // its row count, in batches of rows without columns.
-            let empty = Arc::new(Schema::empty());
-            let mut at = 0u64;
-            while at < expected {
-                let n = (expected - at).min(BATCH_ROWS as u64);
-                let rows = RecordBatchOptions::new().with_row_count(Some(n as usize));
-                let batch = RecordBatch::try_new_with_options(empty.clone(), vec![], &rows)?;
-                let first = first_row + at;
-                let batch = contain(|| columns.adapt(batch, first))
-                    .map_err(|panic| locate(decoder_panic(Some(row_group), panic)))?
-                    .map_err(|e| locate(e.shift_row(first)))?;
-                f(batch, first).map_err(|e| locate(e.shift_row(first)))?;
-                at += n;
-            }
-            return Ok(());
-        }
-    }
-    let learned = input.row_bytes.load(std::sync::atomic::Ordering::Relaxed);
-    let mut batch_rows = match learned {
-        0 => batch_rows(input, row_group, &mask),
-        per_row => rows_for(BATCH_BYTES, per_row, 1).clamp(1, BATCH_ROWS),
-    };
     // The batch as the table has it: Hive partition columns appended, or a Delta data
     // file's rows of the snapshot.
     let as_table = |batch: RecordBatch, at: u64| -> Result<RecordBatch> {
@@ -809,6 +784,29 @@ pub fn read_row_group(
             arrays.push(column.array(index, batch.num_rows()));
         }
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
+    };
+    if input.delta.is_some()
+        && !(0..input.metadata.parquet_schema().num_columns()).any(|l| mask.leaf_included(l))
+    {
+        // Only partition values (from the log): no column of the file is read, only its
+        // row count, in batches of rows without columns.
+        let empty = Arc::new(Schema::empty());
+        let mut at = 0u64;
+        while at < expected {
+            let n = (expected - at).min(BATCH_ROWS as u64);
+            let rows = RecordBatchOptions::new().with_row_count(Some(n as usize));
+            let batch = RecordBatch::try_new_with_options(empty.clone(), vec![], &rows)?;
+            let first = first_row + at;
+            let batch = as_table(batch, first).map_err(|e| locate(e.shift_row(first)))?;
+            f(batch, first).map_err(|e| locate(e.shift_row(first)))?;
+            at += n;
+        }
+        return Ok(());
+    }
+    let learned = input.row_bytes.load(std::sync::atomic::Ordering::Relaxed);
+    let mut batch_rows = match learned {
+        0 => batch_rows(input, row_group, &mask),
+        per_row => rows_for(BATCH_BYTES, per_row, 1).clamp(1, BATCH_ROWS),
     };
     let mut delivered = 0u64;
     // Fixed-size list columns are read by our own decoder while it can; arrow-rs reads
