@@ -263,6 +263,22 @@ pub enum ErrorKind {
         #[source]
         source: prost::DecodeError,
     },
+    /// `convert tfrecord`: an input record's payload is not the message the records are
+    /// read as (its feature spec is inferred from every payload).
+    #[error("payload is not a valid {message}: {source}")]
+    PayloadNotRecord {
+        /// `tf.train.Example` or `tf.train.SequenceExample`.
+        message: &'static str,
+        /// prost's description.
+        #[source]
+        source: prost::DecodeError,
+    },
+    /// `convert tfrecord --split-key F`: a record whose feature F holds several values.
+    #[error("the split key feature holds {values} values; a split key holds one (or none)")]
+    SplitKeyNotScalar {
+        /// Values it holds.
+        values: u64,
+    },
     /// An Arrow type that no `tf.train.Feature` can represent.
     #[error("type {data_type} has no tf.train.Feature mapping")]
     UnsupportedType {
@@ -374,6 +390,12 @@ pub enum ErrorKind {
          *.tfrecord.zlib file (name other files directly)"
     )]
     NoShards,
+    /// `convert tfrecord`: a folder with no TFRecord file in it.
+    #[error(
+        "no TFRecord files in this folder: no *.tfrecord*, *.tfrec*, *-of-* or part-* file \
+         (name other files directly)"
+    )]
+    NoTfrecordFiles,
     /// The output folder is not empty and `--overwrite` was not given.
     #[error("output folder is not empty")]
     OutputExists,
@@ -612,6 +634,11 @@ impl Error {
             ErrorKind::TfdsImage { .. } => Some("hint: convert it to PNG or JPEG, leave it out with --on-error skip, or drop --tfds".into()),
             ErrorKind::TfdsFeature { feature, .. } => Some(format!("hint: rename its column with --rename {feature}=NEW, or skip it with --exclude {feature}")),
             ErrorKind::NullInList => Some(format!("hint: drop the nulls upstream, or skip it with --exclude {column}")),
+            ErrorKind::PayloadNotRecord { .. } => Some(
+                "hint: --record-type bytes copies payloads without parsing them (--record-type \
+                 sequence-example reads SequenceExamples)"
+                    .into(),
+            ),
             ErrorKind::EncryptedParquet => {
                 Some("hint: decrypt it first; tfshard takes no Parquet encryption keys".into())
             }

@@ -297,6 +297,49 @@ fn published_sets(out: &dyn Destination, prefixes: &[String]) -> Result<Vec<Fina
     prefixes.iter().map(|p| published_set(out, p)).collect()
 }
 
+/// The option only a manifest of TFRecord inputs holds: its features were inferred
+/// from its records, so workers' parts may each have seen a different set.
+const INFERRED_MARK: &str = "input_compression";
+
+/// The features of parts whose specs were inferred from their own records: every
+/// feature any part saw, sorted as inference sorts them; a fixed shape only where
+/// every part holding records saw it in every record with that shape.
+fn merge_inferred(holding: &[&Manifest]) -> std::result::Result<Vec<FeatureSpec>, String> {
+    let mut merged: Vec<FeatureSpec> = Vec::new();
+    for m in holding {
+        for f in &m.features {
+            match merged
+                .iter_mut()
+                .find(|g| g.name == f.name && g.part == f.part)
+            {
+                Some(g) if g.kind != f.kind => {
+                    return Err(format!(
+                        "feature {:?} is {} in one part and {} in another",
+                        f.name,
+                        g.kind.name(),
+                        f.kind.name()
+                    ))
+                }
+                Some(g) if g.shape != f.shape => g.shape = None,
+                Some(_) => {}
+                None => merged.push(f.clone()),
+            }
+        }
+    }
+    for g in &mut merged {
+        let everywhere = holding.iter().all(|m| {
+            m.features
+                .iter()
+                .any(|f| f.name == g.name && f.part == g.part)
+        });
+        if !everywhere {
+            g.shape = None;
+        }
+    }
+    merged.sort_by(|a, b| (a.part, &a.name).cmp(&(b.part, &b.name)));
+    Ok(merged)
+}
+
 /// Reads and checks every part of `prefix`; returns its plan (recorded, or new).
 fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
     let parts_dir = name::parts_dir_name(prefix);
@@ -362,6 +405,7 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
             .with_file(out.display(&parts_dir)));
     }
     let first = &parts[0];
+    let inferred = first.options.contains_key(INFERRED_MARK);
     for (i, m) in parts.iter().enumerate() {
         let disagree = |what: &str| {
             Err(Error::new(ErrorKind::PartsDisagree {
@@ -414,7 +458,9 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
                 })
                 .collect()
         };
-        if kinds(&m.features) != kinds(&first.features) {
+        // (TFRecord inputs: each part's spec is inferred from its own records, which
+        // may hold features others do not; they are merged below.)
+        if kinds(&m.features) != kinds(&first.features) && !inferred {
             return disagree("feature kinds and types");
         }
     }
@@ -425,7 +471,12 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
         input.rows = parts.iter().map(|m| m.inputs[k].rows).sum();
     }
     let holding: Vec<&Manifest> = parts.iter().filter(|m| m.records > 0).collect();
-    for (k, feature) in merged.features.iter_mut().enumerate() {
+    if inferred {
+        merged.features = merge_inferred(&holding).map_err(|detail| {
+            Error::new(ErrorKind::PartsDisagree { detail }).with_file(out.display(&parts_dir))
+        })?;
+    }
+    for (k, feature) in merged.features.iter_mut().enumerate().filter(|_| !inferred) {
         let mut shapes = holding.iter().map(|m| &m.features[k].shape);
         feature.shape = match shapes.next() {
             None => None,

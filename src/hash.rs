@@ -23,6 +23,18 @@ pub(crate) const SHUFFLE_SALT: u64 = 0x6a09_e667_f3bc_c908;
 /// Salt of position-based split membership.
 pub(crate) const SPLIT_SALT: u64 = 0xbb67_ae85_84ca_a73b;
 
+/// The seeded hash of a record's position in an input file (`convert tfrecord`'s splits
+/// without a key): the file's index in the run's inputs and the record's index in the
+/// file, so a worker that starts at file k assigns its records as one machine would,
+/// without counting the records of the files before k.
+pub(crate) fn file_position_hash(file: u64, record: u64, seed: u64) -> u64 {
+    index_hash(
+        record,
+        seed ^ mix64(file.wrapping_add(1).wrapping_mul(GOLDEN)),
+        SPLIT_SALT,
+    )
+}
+
 /// FNV-1a over a value's canonical bytes (after a type tag), then [`mix64`]: a hash that
 /// never changes across runs, versions or platforms (split membership by key).
 pub(crate) fn stable_hash(tag: u8, bytes: &[u8]) -> u64 {

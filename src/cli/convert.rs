@@ -1,4 +1,4 @@
-//! `tfshard convert parquet|images`.
+//! `tfshard convert parquet|delta|images|tfrecord`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -35,6 +35,76 @@ pub enum ConvertCommand {
     #[command(after_help = "Examples:\n  tfshard convert images photos/ -o out/\n  \
         tfshard convert images photos/ -o out/ --labels labels.csv --on-error skip")]
     Images(ImagesArgs),
+    /// Existing TFRecord files (any writer's), or folders of them, resharded: payloads copied byte for byte, framing and compression rewritten.
+    #[command(
+        after_help = "Examples:\n  tfshard convert tfrecord spark-out/ -o out/ --target-shard-size 128MiB\n  \
+        tfshard convert tfrecord big.tfrecord.gz -o out/ --min-shards 8 --shuffle --json"
+    )]
+    Tfrecord(TfrecordArgs),
+}
+
+/// `--record-type` of `convert tfrecord`.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputRecordType {
+    /// The type the manifest (ours, or TFDS's) beside the inputs says, else example.
+    Auto,
+    /// tf.train.Example.
+    Example,
+    /// tf.train.SequenceExample.
+    SequenceExample,
+    /// Opaque payloads: copied without parsing; the manifest lists no features.
+    Bytes,
+}
+
+/// Arguments of `convert tfrecord`.
+#[derive(Args, Debug)]
+pub struct TfrecordArgs {
+    /// TFRecord files, folders (walked for *.tfrecord*, *.tfrec*, *-of-* and part-* files, or read as the manifest or dataset_info.json in them lists), manifests or store URLs, in the order given.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    #[command(flatten)]
+    pub shard: ShardFlags,
+    /// What the payloads are: parsed to infer the manifest's features (never rewritten).
+    #[arg(long, value_enum, default_value_t = InputRecordType::Auto)]
+    pub record_type: InputRecordType,
+    /// Compression of the inputs: auto detects it per file (by .gz/.zlib, else by the first bytes).
+    #[arg(long, value_enum, default_value_t = super::ReadCompression::Auto)]
+    pub input_compression: super::ReadCompression,
+    /// Spread the conversion over N workers (machines); each converts its share of the input files (by bytes) into a part; then run `tfshard finalize`.
+    #[arg(long, value_name = "N", requires = "worker_index")]
+    pub num_workers: Option<u64>,
+    /// This worker's index, 0 to N-1 (e.g. $JOB_COMPLETION_INDEX).
+    #[arg(long, value_name = "I", requires = "num_workers")]
+    pub worker_index: Option<u64>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+impl TfrecordArgs {
+    /// Resolves flags into the library's builder.
+    pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
+        let mut builder = self
+            .shard
+            .apply(Converter::tfrecord(self.inputs.clone()))?
+            .with_threads(self.common.thread_count())
+            .with_io(self.common.io()?);
+        let record_type = match self.record_type {
+            InputRecordType::Auto => None,
+            InputRecordType::Example => Some(RecordType::Example),
+            InputRecordType::SequenceExample => Some(RecordType::SequenceExample),
+            InputRecordType::Bytes => Some(RecordType::Bytes),
+        };
+        if let Some(t) = record_type {
+            builder = builder.with_record_type(t);
+        }
+        if let Some(c) = self.input_compression.resolve() {
+            builder = builder.with_input_compression(c);
+        }
+        if let (Some(count), Some(index)) = (self.num_workers, self.worker_index) {
+            builder = builder.with_worker(count, index);
+        }
+        Ok(builder)
+    }
 }
 
 /// `--on-error`.
@@ -585,6 +655,7 @@ impl ConvertCommand {
             ConvertCommand::Parquet(args) => &args.common,
             ConvertCommand::Delta(args) => &args.common,
             ConvertCommand::Images(args) => &args.common,
+            ConvertCommand::Tfrecord(args) => &args.common,
         }
     }
 
@@ -595,6 +666,14 @@ impl ConvertCommand {
                 let converter = args.to_builder()?.build()?;
                 install_signal_handlers(&converter.options().cancel);
                 let bar = output::Bar::new(&args.common, "rows");
+                let result = converter.run(&bar);
+                bar.clear();
+                report(&args.common, &result?)
+            }
+            ConvertCommand::Tfrecord(args) => {
+                let converter = args.to_builder()?.build()?;
+                install_signal_handlers(&converter.options().cancel);
+                let bar = output::Bar::new(&args.common, "bytes");
                 let result = converter.run(&bar);
                 bar.clear();
                 report(&args.common, &result?)

@@ -107,7 +107,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Convert Parquet tables or image folders into TFRecord shards.
+    /// Convert Parquet and Delta tables, image folders or existing TFRecords into TFRecord shards.
     #[command(
         subcommand,
         after_help = "Example:\n  tfshard convert parquet testdata/small.parquet -o out/"

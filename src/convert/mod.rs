@@ -25,8 +25,10 @@
 //! ```
 
 pub(crate) mod images;
+mod ordered;
 pub(crate) mod parquet;
 pub(crate) mod route;
+pub(crate) mod tfrecord;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -48,6 +50,7 @@ pub use crate::source::delta::{rfc3339_ms, DeltaOptions, DeltaTable, TableInfo};
 pub use crate::source::images::{Labels, OnError};
 pub use crate::source::parquet::BATCH_ROWS as PARQUET_BATCH_ROWS;
 pub use images::ImageOptions;
+pub use tfrecord::TfrecordOptions;
 
 /// Default `--shuffle-memory`: 1 GiB, enough to sort a few GB of records with no bucket
 /// file (they stay in memory while they fit half the budget).
@@ -183,6 +186,36 @@ impl WorkerShare {
         s * n >= i * b && s * n < (i + 1) * b
     }
 
+    /// This worker's units, `[first, end)`, of units of these byte sizes in the run's
+    /// order: those whose first byte it [`takes`](Self::takes). An empty share sits
+    /// where the next worker's starts.
+    pub(crate) fn share(&self, sizes: &[u64]) -> [u64; 2] {
+        let total: u64 = sizes.iter().sum();
+        let mut start = 0u64;
+        let mut taken: Option<[u64; 2]> = None;
+        for (i, size) in sizes.iter().enumerate() {
+            if self.takes(start, total) {
+                let first = taken.map_or(i as u64, |t| t[0]);
+                taken = Some([first, i as u64 + 1]);
+            }
+            start += size;
+        }
+        taken.unwrap_or_else(|| {
+            let cut = (u128::from(total) * u128::from(self.index + 1))
+                .div_ceil(u128::from(self.count.max(1)));
+            let mut start = 0u128;
+            let first = sizes
+                .iter()
+                .take_while(|&&b| {
+                    let before = start;
+                    start += u128::from(b);
+                    before < cut
+                })
+                .count() as u64;
+            [first, first]
+        })
+    }
+
     /// `{I:05}-of-{N:05}`: the part's folder name.
     pub fn part_name(&self) -> String {
         format!("{:05}-of-{:05}", self.index, self.count)
@@ -297,11 +330,16 @@ impl ConvertOptions {
                 );
             }
             if self.encode.record_type != RecordType::Example {
+                let given = match self.encode.record_type {
+                    RecordType::Bytes => "bytes",
+                    _ => "sequence-example",
+                };
                 return invalid(
                     "tfds",
-                    "TFDS reads tf.train.Example records; it cannot be used with \
-                     --record-type sequence-example"
-                        .into(),
+                    format!(
+                        "TFDS reads tf.train.Example records; it cannot be used with \
+                         --record-type {given}"
+                    ),
                 );
             }
             if self.prefix != DEFAULT_PREFIX {
@@ -545,6 +583,7 @@ enum Input {
     Parquet,
     Delta(DeltaOptions),
     Images(ImageOptions),
+    Tfrecord(TfrecordOptions),
 }
 
 /// Builds a [`Converter`]: `Converter::parquet(inputs)` or `Converter::images(dir)`.
@@ -581,6 +620,17 @@ impl Converter {
         ConverterBuilder {
             options: ConvertOptions::new(vec![table.into()], PathBuf::new()),
             input: Input::Delta(DeltaOptions::default()),
+            misapplied: None,
+        }
+    }
+
+    /// Existing TFRecord files, folders of them (walked for TFRecord names, or read in
+    /// the order a manifest or TFDS's `dataset_info.json` beside them gives) and store
+    /// URLs: their payloads written again, byte for byte, into this run's shards.
+    pub fn tfrecord(inputs: Vec<PathBuf>) -> ConverterBuilder {
+        ConverterBuilder {
+            options: ConvertOptions::new(inputs, PathBuf::new()),
+            input: Input::Tfrecord(TfrecordOptions::default()),
             misapplied: None,
         }
     }
@@ -623,6 +673,11 @@ impl Converter {
                 images::ImageSource::open(options, images)?,
                 progress,
             ),
+            Input::Tfrecord(tfrecord) => run(
+                options,
+                tfrecord::TfrecordSource::open(options, tfrecord)?,
+                progress,
+            ),
         })
     }
 }
@@ -634,6 +689,26 @@ impl ConverterBuilder {
         let is_images = matches!(self.input, Input::Images(_));
         if is_images != images && self.misapplied.is_none() {
             self.misapplied = Some(option);
+        }
+        self
+    }
+
+    /// Records that `option` does not apply to TFRecord inputs.
+    fn not_for_tfrecord(mut self, option: &'static str) -> Self {
+        if matches!(self.input, Input::Tfrecord(_)) {
+            self.misapplied.get_or_insert(option);
+        }
+        self
+    }
+
+    /// The inputs' compression (default: detected per file, by name, else by the first
+    /// bytes). TFRecord inputs only.
+    pub fn with_input_compression(mut self, compression: Compression) -> Self {
+        match &mut self.input {
+            Input::Tfrecord(t) => t.input_compression = Some(compression),
+            _ => {
+                self.misapplied.get_or_insert("input-compression");
+            }
         }
         self
     }
@@ -746,29 +821,34 @@ impl ConverterBuilder {
     /// Parquet only.
     pub fn with_columns(mut self, columns: Vec<String>) -> Self {
         self.options.encode.columns = Some(columns);
-        self.only_for(false, "columns")
+        self.only_for(false, "columns").not_for_tfrecord("columns")
     }
 
     /// Drop these columns, after `columns`. Parquet only.
     pub fn with_exclude(mut self, columns: Vec<String>) -> Self {
         self.options.encode.exclude = columns;
-        self.only_for(false, "exclude")
+        self.only_for(false, "exclude").not_for_tfrecord("exclude")
     }
 
     /// Rename features: `(old, new)` pairs, after selection. Parquet only.
     pub fn with_rename(mut self, pairs: Vec<(String, String)>) -> Self {
         self.options.encode.rename = pairs;
-        self.only_for(false, "rename")
+        self.only_for(false, "rename").not_for_tfrecord("rename")
     }
 
-    /// `tf.train.Example` (default) or `tf.train.SequenceExample`. Parquet only.
+    /// `tf.train.Example` (default) or `tf.train.SequenceExample`; for TFRecord inputs
+    /// also [`RecordType::Bytes`] (default: the input manifest's type, else Example).
+    /// Not for images.
     pub fn with_record_type(mut self, record_type: RecordType) -> Self {
         self.options.encode.record_type = record_type;
+        if let Input::Tfrecord(t) = &mut self.input {
+            t.record_type = Some(record_type);
+        }
         self.only_for(false, "record-type")
     }
 
-    /// Assign splits by a stable hash of this column's value (with splits). Parquet
-    /// only.
+    /// Assign splits by a stable hash of this column's value (with splits); for
+    /// TFRecord inputs, of this feature's value. Not for images.
     pub fn with_split_key(mut self, column: impl Into<String>) -> Self {
         self.options.encode.split_key = Some(column.into());
         self.only_for(false, "split-key")
@@ -834,6 +914,7 @@ impl ConverterBuilder {
     pub fn with_partition_base(mut self, base: impl Into<PathBuf>) -> Self {
         self.options.partition_base = Some(base.into());
         self.not_for_delta("partition-base")
+            .not_for_tfrecord("partition-base")
             .only_for(false, "partition-base")
     }
 
@@ -841,11 +922,13 @@ impl ConverterBuilder {
     pub fn with_partitioning(mut self, partitioning: Partitioning) -> Self {
         self.options.partitioning = partitioning;
         self.not_for_delta("partitioning")
+            .not_for_tfrecord("partitioning")
             .only_for(false, "partitioning")
     }
 
-    /// Convert worker `index`'s share of `count` (its row groups) into a part that
-    /// `finalize` publishes with the others. Parquet only.
+    /// Convert worker `index`'s share of `count` (its row groups; for TFRecord inputs,
+    /// its whole files) into a part that `finalize` publishes with the others. Not for
+    /// images.
     pub fn with_worker(mut self, count: u64, index: u64) -> Self {
         self.options.worker = Some(WorkerShare { count, index });
         self.only_for(false, "num-workers")
@@ -862,6 +945,7 @@ impl ConverterBuilder {
     pub fn with_parquet_decoder(mut self, decoder: ParquetDecoder) -> Self {
         self.options.parquet_decoder = decoder;
         self.only_for(false, "parquet-decoder")
+            .not_for_tfrecord("parquet-decoder")
     }
 
     /// Store settings of every request the run makes (default [`store::IoOptions`]'s).
@@ -917,6 +1001,12 @@ impl ConverterBuilder {
                 (Input::Delta(_), "partition-base" | "partitioning") => {
                     "a Delta table, whose partition values come from its log"
                 }
+                (_, "input-compression") => {
+                    "Parquet inputs or images; it applies to TFRecord inputs only"
+                }
+                (Input::Tfrecord(_), _) => {
+                    "TFRecord inputs, whose payloads are copied as they are; it applies to tables"
+                }
                 _ => "Parquet inputs; it applies to images only",
             };
             return Err(Error::invalid_option(option, format!("not for {source}")));
@@ -927,6 +1017,30 @@ impl ConverterBuilder {
         options.validate()?;
         if let Input::Images(images) = &input {
             images.validate(&options)?;
+        }
+        let tfrecord = matches!(input, Input::Tfrecord(_));
+        if options.encode.record_type == RecordType::Bytes && !tfrecord {
+            return Err(Error::invalid_option(
+                "record-type",
+                "bytes is for TFRecord inputs; a table's rows become Examples or SequenceExamples",
+            ));
+        }
+        if let Input::Tfrecord(t) = &input {
+            if t.record_type == Some(RecordType::Bytes) {
+                if options.tfds.is_some() {
+                    return Err(Error::invalid_option(
+                        "tfds",
+                        "TFDS reads tf.train.Example records; with --record-type bytes nothing \
+                         says what the payloads are",
+                    ));
+                }
+                if options.encode.split_key.is_some() {
+                    return Err(Error::invalid_option(
+                        "split-key",
+                        "it names a feature, and --record-type bytes does not parse the payloads",
+                    ));
+                }
+            }
         }
         if let Input::Delta(delta) = &input {
             if delta.version.is_some() && delta.timestamp.is_some() {

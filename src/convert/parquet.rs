@@ -2,25 +2,17 @@
 //! SequenceExample) records, in input order.
 //!
 //! Work is cut into units of one row group each, numbered in input order (files in the
-//! order given, then row groups). `threads` workers take units in that order, decode
-//! them and encode every batch into framed records, and send the batches down a channel
-//! per unit, all channels together within a byte budget. The run's thread drains the channels in unit order and
-//! writes (and, for gzip/zlib, compresses) the records. So the output is the same at any
-//! thread count, memory stays at a few batches per worker whatever the input's size,
-//! and the first error in input order is the one reported. With one thread there are no
-//! workers: the run's thread decodes, encodes and writes in turn.
+//! order given, then row groups); workers decode them and encode every batch into
+//! framed records, and the run's thread writes them in unit order ([`super::ordered`]).
 //!
 //! With `--resume` (one output, no shuffle, no `--min-shards`), the end of each unit is
 //! a checkpoint journaled with the shards closed after it: the units done, the records,
 //! rows per input and the encoding statistics so far. A rerun starts after the last
 //! checkpoint its reused shards hold, instead of reading and encoding those units again.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
-
-use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 
+use crate::convert::ordered::{self, Emit, InOrder};
 use crate::convert::route::Router;
 use crate::convert::{ConvertOptions, DeltaOptions, ParquetDecoder, Source, TableInfo};
 use crate::error::{Error, ErrorKind, Result};
@@ -30,152 +22,6 @@ use crate::progress::Progress;
 use crate::source::delta::{DeltaTable, SideFile};
 use crate::source::hive;
 use crate::source::parquet::{self as source, ParquetInput};
-
-/// Encoded bytes queued for the writer, across every unit, at most about this much
-/// (plus one batch for the unit the writer is draining, which must never wait). Bytes,
-/// not a batch count: the standard table's batches are ~1.4 MB, an image table's ~4 MiB,
-/// and a worker ahead of the writer should get through a whole unit of small batches
-/// (with 2 batches per unit it idled: 1.59 of 2 cores busy).
-const QUEUED_BYTES: u64 = 16 << 20;
-
-/// [`QUEUED_BYTES`] when the output is compressed: deflate makes the writer the slowest
-/// stage, so the workers stay ahead with any queue and a larger one only holds memory
-/// (16 MiB made the standard table's gzip run 70 MiB at peak, against 59 plain).
-const QUEUED_BYTES_COMPRESSED: u64 = 4 << 20;
-
-/// Bytes the units being decoded may take together (each unit's column chunks,
-/// compressed plus uncompressed: a Parquet page is decoded whole, and a writer that puts
-/// a row group of 500 images in one 46 MB page makes each decoding unit hold ~92 MB).
-/// A unit larger than this decodes alone. The standard table's units take ~22 MB.
-const DECODING_BYTES: u64 = 128 << 20;
-
-/// Hands out units in order, each once its decoding fits [`DECODING_BYTES`] beside the
-/// units already decoding (or nothing else decodes). In order, so a unit never waits for
-/// budget that a later unit holds.
-struct Dispatch {
-    state: Mutex<Dispatched>,
-    changed: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct Dispatched {
-    next: usize,
-    decoding: u64,
-    stopped: bool,
-}
-
-impl Dispatch {
-    fn new() -> Dispatch {
-        Dispatch {
-            state: Mutex::new(Dispatched::default()),
-            changed: Condvar::new(),
-        }
-    }
-
-    /// The next unit and the bytes it was given; `None` when none is left or the run
-    /// stopped.
-    fn take(&self, units: usize, cost: impl Fn(usize) -> u64) -> Option<(usize, u64)> {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if st.stopped || st.next >= units {
-                return None;
-            }
-            let bytes = cost(st.next);
-            if st.decoding == 0 || st.decoding + bytes <= DECODING_BYTES {
-                let u = st.next;
-                st.next += 1;
-                st.decoding += bytes;
-                return Some((u, bytes));
-            }
-            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    fn done(&self, bytes: u64) {
-        self.state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .decoding -= bytes;
-        self.changed.notify_all();
-    }
-
-    fn stop(&self) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).stopped = true;
-        self.changed.notify_all();
-    }
-}
-
-/// A hard cap on batches per unit's channel, under the byte budget.
-const CHANNEL_BATCHES: usize = 64;
-
-/// The byte budget of the batches queued between the workers and the writer; written
-/// batches go back to the workers through it.
-struct Budget {
-    state: Mutex<Queued>,
-    changed: Condvar,
-    /// Reusing a written batch's buffers saves a fresh mmap, page faults and zeroing per
-    /// batch (measured: 12% of the run).
-    recycle: crossbeam_channel::Sender<EncodedBatch>,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Queued {
-    /// The budget: [`QUEUED_BYTES`] or [`QUEUED_BYTES_COMPRESSED`].
-    limit: u64,
-    /// Encoded bytes sent and not yet written.
-    bytes: u64,
-    /// The unit the writer is draining.
-    writer_unit: usize,
-    /// The writer has stopped: nobody waits any more.
-    stopped: bool,
-}
-
-impl Queued {
-    /// Whether `bytes` more may be queued for `unit`, whose channel is `empty` or not:
-    /// within the budget, or the writer's own unit with nothing queued (so the writer
-    /// always gets its next batch).
-    fn admits(&self, unit: usize, bytes: u64, empty: bool) -> bool {
-        self.stopped || self.bytes + bytes <= self.limit || (unit == self.writer_unit && empty)
-    }
-}
-
-impl Budget {
-    fn new(limit: u64, recycle: crossbeam_channel::Sender<EncodedBatch>) -> Budget {
-        Budget {
-            state: Mutex::new(Queued {
-                limit,
-                ..Queued::default()
-            }),
-            changed: Condvar::new(),
-            recycle,
-        }
-    }
-
-    /// A batch was written: its bytes leave the budget, its buffers go back.
-    fn written(&self, batch: EncodedBatch) {
-        let bytes = batch.data.len() as u64;
-        self.update(|q| q.bytes -= bytes);
-        let _ = self.recycle.send(batch);
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Waits until `bytes` may be queued for `unit`, then counts them.
-    fn acquire(&self, unit: usize, bytes: u64, tx: &Sender<Message>) {
-        let mut queued = self.lock();
-        while !queued.admits(unit, bytes, tx.is_empty()) {
-            queued = self.changed.wait(queued).unwrap_or_else(|p| p.into_inner());
-        }
-        queued.bytes += bytes;
-    }
-
-    fn update(&self, f: impl FnOnce(&mut Queued)) {
-        f(&mut self.lock());
-        self.changed.notify_all();
-    }
-}
 
 /// Whether units end in checkpoints: `--resume` with one output written directly (a
 /// shuffle, splits or `--min-shards` need every record again).
@@ -215,8 +61,6 @@ struct DeltaExtra {
     /// Its deletion vector files (listed after the data files).
     deletion_vectors: Vec<SideFile>,
 }
-
-type Message = Result<(EncodedBatch, EncodeStats)>;
 
 /// Opens every input and validates the whole plan before anything is written.
 fn plan(options: &ConvertOptions) -> Result<(Vec<ParquetInput>, EncodePlan)> {
@@ -359,34 +203,10 @@ impl ParquetSource {
                 .iter()
                 .map(|u| inputs[u.input].selected_bytes(u.row_group, plan.roots()))
                 .collect();
-            let total: u64 = bytes.iter().sum();
-            let mut start = 0u64;
-            let mut mine = Vec::new();
-            let mut first = None;
-            for (i, (unit, size)) in units.iter().zip(&bytes).enumerate() {
-                if worker.takes(start, total) {
-                    first.get_or_insert(i as u64);
-                    mine.push(*unit);
-                }
-                start += size;
-            }
-            // An empty share sits where the next worker's starts.
-            let first = first.unwrap_or_else(|| {
-                let cut = (u128::from(total) * u128::from(worker.index + 1))
-                    .div_ceil(u128::from(worker.count.max(1)));
-                let mut start = 0u128;
-                bytes
-                    .iter()
-                    .take_while(|&&b| {
-                        let before = start;
-                        start += u128::from(b);
-                        before < cut
-                    })
-                    .count() as u64
-            });
-            range = Some([first, first + mine.len() as u64]);
+            let [first, end] = worker.share(&bytes);
+            range = Some([first, end]);
             first_record = units[..first as usize].iter().map(|u| u.records).sum();
-            units = mine;
+            units = units[first as usize..end as usize].to_vec();
         }
         Ok(ParquetSource {
             inputs,
@@ -571,203 +391,78 @@ impl Pass {
 }
 
 impl ParquetSource {
-    /// Decodes and encodes units on `threads` workers; writes their records in unit order.
-    /// With one thread, this thread does it all (so `--threads 1` keeps one core busy).
+    /// Decodes and encodes units on `threads` workers; writes their records in unit
+    /// order ([`ordered`]).
     fn write_pass(
         &self,
         options: &ConvertOptions,
-        writer: &mut Router,
+        router: &mut Router,
         progress: &dyn Progress,
     ) -> Result<Pass> {
-        if options.threads <= 1 {
-            return self.write_inline(options, writer, progress);
-        }
         let skip = self.restart.as_ref().map_or(0, |c| c.units);
         let (inputs, plan, units) = (&self.inputs[..], &self.plan, &self.units[skip..]);
-        let channels: Vec<(Sender<Message>, Receiver<Message>)> =
-            units.iter().map(|_| bounded(CHANNEL_BATCHES)).collect();
-        let (senders, receivers): (Vec<_>, Vec<_>) = channels.into_iter().unzip();
-        let senders: Vec<Mutex<Option<Sender<Message>>>> =
-            senders.into_iter().map(|s| Mutex::new(Some(s))).collect();
-        let dispatch = Dispatch::new();
-        let stop = AtomicBool::new(false);
-        let (recycle_tx, recycle_rx) = crossbeam_channel::unbounded::<EncodedBatch>();
-        let workers = options.threads.max(1).min(units.len().max(1));
-        let limit = match options.compression {
-            crate::tfrecord::Compression::None => QUEUED_BYTES,
-            _ => QUEUED_BYTES_COMPRESSED,
+        let mut writer = PassWriter {
+            pass: Pass::new(plan, inputs.len(), self.restart.as_ref()),
+            skip,
+            units,
+            router,
+            options,
+            progress,
         };
-        let budget = Budget::new(limit, recycle_tx);
-
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                scope.spawn(|| {
-                    while !stop.load(Ordering::Relaxed) {
-                        let cost = |u: usize| {
-                            let unit = &units[u];
-                            inputs[unit.input].row_group_decode_bytes(unit.row_group)
-                        };
-                        let Some((u, held)) = dispatch.take(units.len(), cost) else {
-                            break;
-                        };
-                        let unit = &units[u];
-                        let Some(tx) = senders[u].lock().ok().and_then(|mut s| s.take()) else {
-                            dispatch.done(held);
-                            break;
-                        };
-                        let input = &inputs[unit.input];
-                        let result = source::read_row_group(
-                            input,
-                            unit.row_group,
-                            plan.roots(),
-                            unit.first_row,
-                            |batch, _| {
-                                let mut encoded = recycle_rx.try_recv().unwrap_or_default();
-                                encoded.clear();
-                                let mut stats = plan.new_stats();
-                                plan.encode_batch(&batch, &mut encoded, &mut stats)?;
-                                budget.acquire(u, encoded.data.len() as u64, &tx);
-                                // A closed channel: the writer has stopped (the run failed
-                                // or was cancelled); this unit's work is no longer wanted.
-                                tx.send(Ok((encoded, stats)))
-                                    .map_err(|_| Error::new(ErrorKind::Interrupted))
-                            },
-                        );
-                        dispatch.done(held);
-                        if let Err(e) = result {
-                            let _ = tx.send(Err(e));
-                            stop.store(true, Ordering::Relaxed);
-                            dispatch.stop();
-                        }
-                    }
-                });
-            }
-            // The writer: drains the units in order. Dropping `receivers` when it returns
-            // unblocks any worker still sending, so the scope can end.
-            let start = Pass::new(plan, inputs.len(), self.restart.as_ref());
-            let result = Self::write_in_order(
-                options,
-                (start, skip),
-                units,
-                receivers,
-                writer,
-                progress,
-                &budget,
-            );
-            stop.store(true, Ordering::Relaxed);
-            budget.update(|q| q.stopped = true);
-            dispatch.stop();
-            // Inputs without a row group have no unit; they still get their row count (0).
-            result.map(|mut pass| {
-                pass.rows_per_input.resize(inputs.len(), 0);
-                pass
-            })
-        })
-    }
-
-    /// Writes the units' batches in order, from `pass` (which starts after `skip` units
-    /// of the plan).
-    fn write_in_order(
-        options: &ConvertOptions,
-        (mut pass, skip): (Pass, usize),
-        units: &[Unit],
-        receivers: Vec<Receiver<Message>>,
-        writer: &mut Router,
-        progress: &dyn Progress,
-        budget: &Budget,
-    ) -> Result<Pass> {
-        for (u, (unit, rx)) in units.iter().zip(receivers).enumerate() {
-            budget.update(|q| q.writer_unit = u);
-            for message in rx {
-                let (batch, batch_stats) = message?;
-                pass.write(unit, &batch, &batch_stats, writer, options, progress)?;
-                budget.written(batch);
-            }
-            pass.unit_done(skip + u + 1, writer, options);
-        }
-        Ok(pass)
-    }
-
-    /// [`Self::write_pass`] on this thread alone: each batch is encoded and written in turn.
-    fn write_inline(
-        &self,
-        options: &ConvertOptions,
-        writer: &mut Router,
-        progress: &dyn Progress,
-    ) -> Result<Pass> {
-        let skip = self.restart.as_ref().map_or(0, |c| c.units);
-        let (inputs, plan, units) = (&self.inputs[..], &self.plan, &self.units[skip..]);
-        let mut pass = Pass::new(plan, inputs.len(), self.restart.as_ref());
-        let mut encoded = EncodedBatch::default();
-        for (u, unit) in units.iter().enumerate() {
-            source::read_row_group(
-                &inputs[unit.input],
-                unit.row_group,
-                plan.roots(),
-                unit.first_row,
-                |batch, _| {
-                    encoded.clear();
-                    let mut batch_stats = plan.new_stats();
-                    plan.encode_batch(&batch, &mut encoded, &mut batch_stats)?;
-                    pass.write(unit, &encoded, &batch_stats, writer, options, progress)
-                },
-            )?;
-            pass.unit_done(skip + u + 1, writer, options);
-        }
+        ordered::run(
+            options.threads,
+            ordered::queued_bytes(options.compression),
+            units,
+            |unit| inputs[unit.input].row_group_decode_bytes(unit.row_group),
+            |unit, emit: &mut Emit<'_, EncodeStats>| {
+                source::read_row_group(
+                    &inputs[unit.input],
+                    unit.row_group,
+                    plan.roots(),
+                    unit.first_row,
+                    |batch, _| {
+                        let mut encoded = emit.buffer();
+                        let mut stats = plan.new_stats();
+                        plan.encode_batch(&batch, &mut encoded, &mut stats)?;
+                        emit.send(encoded, stats)
+                    },
+                )
+            },
+            &mut writer,
+        )?;
+        // Inputs without a row group have no unit; they still get their row count (0).
+        let mut pass = writer.pass;
+        pass.rows_per_input.resize(inputs.len(), 0);
         Ok(pass)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Writes a pass's batches in unit order, from `pass` (which starts after `skip` units
+/// of the plan).
+struct PassWriter<'a, 'r> {
+    pass: Pass,
+    skip: usize,
+    units: &'a [Unit],
+    router: &'a mut Router<'r>,
+    options: &'a ConvertOptions,
+    progress: &'a dyn Progress,
+}
 
-    #[test]
-    fn the_queue_budget_counts_bytes_and_never_starves_the_writers_unit() {
-        let q = Queued {
-            limit: QUEUED_BYTES,
-            bytes: QUEUED_BYTES - 10,
-            writer_unit: 3,
-            stopped: false,
-        };
-        assert!(q.admits(4, 10, false), "within the budget");
-        assert!(!q.admits(4, 11, true), "over it, and not the writer's unit");
-        assert!(
-            !q.admits(3, 11, false),
-            "the writer's unit still has a batch queued"
-        );
-        assert!(
-            q.admits(3, 11, true),
-            "the writer's unit with nothing queued"
-        );
-        let stopped = Queued { stopped: true, ..q };
-        assert!(
-            stopped.admits(4, u64::MAX / 2, false),
-            "a stopped run waits for nothing"
-        );
+impl InOrder<EncodeStats> for PassWriter<'_, '_> {
+    fn write(&mut self, u: usize, batch: &EncodedBatch, stats: EncodeStats) -> Result<()> {
+        let unit = &self.units[u];
+        self.pass.write(
+            unit,
+            batch,
+            &stats,
+            self.router,
+            self.options,
+            self.progress,
+        )
     }
 
-    #[test]
-    fn units_are_dispatched_in_order_within_the_decoding_budget() {
-        let d = std::sync::Arc::new(Dispatch::new());
-        let big = DECODING_BYTES * 3 / 4;
-        // A unit larger than the whole budget still runs, alone.
-        assert_eq!(
-            d.take(3, |_| DECODING_BYTES * 2),
-            Some((0, DECODING_BYTES * 2))
-        );
-        d.done(DECODING_BYTES * 2);
-        assert_eq!(d.take(3, |_| big), Some((1, big)));
-        // Unit 2 does not fit beside unit 1: its taker waits until unit 1 is done.
-        let waiter = {
-            let d = d.clone();
-            std::thread::spawn(move || d.take(3, |_| big))
-        };
-        assert_eq!(d.state.lock().unwrap().next, 2, "unit 2 not handed out yet");
-        d.done(big);
-        assert_eq!(waiter.join().unwrap(), Some((2, big)));
-        assert_eq!(d.take(3, |_| big), None, "every unit taken");
-        d.stop();
-        assert_eq!(Dispatch::new().take(0, |_| 0), None);
+    fn unit_done(&mut self, u: usize) {
+        self.pass
+            .unit_done(self.skip + u + 1, self.router, self.options);
     }
 }

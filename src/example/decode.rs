@@ -18,6 +18,7 @@ pub fn decode_record(bytes: &[u8], record_type: RecordType) -> Result<Record> {
     let result = match record_type {
         RecordType::Example => Example::decode(bytes).map(Record::Example),
         RecordType::SequenceExample => SequenceExample::decode(bytes).map(Record::SequenceExample),
+        RecordType::Bytes => Ok(Record::Bytes(bytes.to_vec())),
     };
     result.map_err(|source| {
         Error::new(ErrorKind::Decode {
@@ -126,6 +127,11 @@ pub fn push_json(out: &mut String, record: &Record) {
     match record {
         Record::Example(example) => push_features(out, example.features.as_ref()),
         Record::SequenceExample(seq) => push_sequence(out, seq),
+        Record::Bytes(bytes) => {
+            out.push_str("{\"bytes\": \"");
+            base64::engine::general_purpose::STANDARD.encode_string(bytes, out);
+            out.push_str("\"}");
+        }
     }
 }
 

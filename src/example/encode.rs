@@ -457,7 +457,7 @@ impl EncodePlan {
                     _ => stat.shape(stat.present, false),
                 };
                 let part = match (self.record_type, leaf.depth) {
-                    (RecordType::Example, _) => None,
+                    (RecordType::Example | RecordType::Bytes, _) => None,
                     (RecordType::SequenceExample, 2) => Some(Part::FeatureLists),
                     (RecordType::SequenceExample, _) => Some(Part::Context),
                 };

@@ -25,14 +25,17 @@ pub enum RecordType {
     Example,
     /// `tf.train.SequenceExample`
     SequenceExample,
+    /// Opaque payloads (`convert tfrecord --record-type bytes`): copied, never parsed.
+    Bytes,
 }
 
 impl RecordType {
-    /// The manifest's spelling: `example` or `sequence_example`.
+    /// The manifest's spelling: `example`, `sequence_example` or `bytes`.
     pub fn name(self) -> &'static str {
         match self {
             RecordType::Example => "example",
             RecordType::SequenceExample => "sequence_example",
+            RecordType::Bytes => "bytes",
         }
     }
 
@@ -41,6 +44,7 @@ impl RecordType {
         match self {
             RecordType::Example => "tf.train.Example",
             RecordType::SequenceExample => "tf.train.SequenceExample",
+            RecordType::Bytes => "bytes",
         }
     }
 }
@@ -52,4 +56,6 @@ pub enum Record {
     Example(proto::Example),
     /// A `tf.train.SequenceExample`.
     SequenceExample(proto::SequenceExample),
+    /// An opaque payload ([`RecordType::Bytes`]).
+    Bytes(Vec<u8>),
 }

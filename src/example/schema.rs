@@ -240,6 +240,7 @@ impl SpecInference {
     pub fn add(&mut self, record: &Record) -> Result<()> {
         self.records += 1;
         match record {
+            Record::Bytes(_) => {}
             Record::Example(example) => {
                 if let Some(features) = &example.features {
                     self.add_features(None, features)?;
@@ -369,6 +370,8 @@ pub fn to_python(features: &[FeatureSpec], record_type: RecordType) -> String {
     };
     match record_type {
         RecordType::Example => dict(None, false),
+        // Opaque payloads have no features to parse.
+        RecordType::Bytes => "{}".to_owned(),
         RecordType::SequenceExample => format!(
             "({}, {})",
             dict(Some(Part::Context), false),

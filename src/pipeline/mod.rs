@@ -312,6 +312,13 @@ impl PipelineBuilder {
         o.validate()?;
         let dataset = Dataset::discover(&o.paths, o.io)?;
         let record_type = dataset.record_type();
+        if record_type == crate::example::RecordType::Bytes && o.spec.is_none() {
+            return Err(Error::invalid_option(
+                "paths",
+                "the manifest says the records are opaque payloads (record_type bytes): they \
+                 have no features to parse",
+            ));
+        }
         let spec = match o.spec.clone() {
             Some(spec) => spec,
             None => crate::records::feature_spec(&dataset, o.compression, record_type)?,

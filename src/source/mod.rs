@@ -6,3 +6,4 @@ mod fixed_list;
 pub mod hive;
 pub mod images;
 pub mod parquet;
+pub mod tfrecord;

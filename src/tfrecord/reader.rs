@@ -183,6 +183,24 @@ impl<R: Read> RecordReader<R> {
     /// byte offset, or an I/O error. After a data CRC mismatch the reader has moved past
     /// the record and may go on; after any other framing error it returns `None`.
     pub fn read_record(&mut self) -> Result<Option<&[u8]>> {
+        Ok(self
+            .next_span()?
+            .map(|(start, end)| &self.buf[start + HEADER_LEN..end - FOOTER_LEN]))
+    }
+
+    /// Reads the next record as [`Self::read_record`] does, but returns it framed: its
+    /// length, length CRC, payload and data CRC, as they were in the stream (what a
+    /// copy writes again unchanged).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::read_record`].
+    pub fn read_framed(&mut self) -> Result<Option<&[u8]>> {
+        Ok(self.next_span()?.map(|(start, end)| &self.buf[start..end]))
+    }
+
+    /// The next record's framed bytes in `buf`, checked.
+    fn next_span(&mut self) -> Result<Option<(usize, usize)>> {
         if self.poisoned {
             return Ok(None);
         }
@@ -238,6 +256,7 @@ impl<R: Read> RecordReader<R> {
         };
         // Move past the record either way: the length was sane, so after a data CRC
         // mismatch the next record can still be found.
+        let span = (self.start, self.start + framed);
         self.start += framed;
         self.offset += framed as u64;
         self.record_index += 1;
@@ -249,7 +268,7 @@ impl<R: Read> RecordReader<R> {
                 record_offset,
             ));
         }
-        Ok(Some(&self.buf[data_start..data_end]))
+        Ok(Some(span))
     }
 
     fn truncated(&self, len: u64, left: u64) -> Error {

@@ -14,6 +14,7 @@ mod roundtrip;
 mod shuffle;
 mod store;
 mod tfds;
+mod tfrecord_in;
 mod verify;
 mod workers;
 

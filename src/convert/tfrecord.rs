@@ -1,0 +1,459 @@
+//! The TFRecord source: existing TFRecord files (any writer's) → the same payloads,
+//! framed again, in input order.
+//!
+//! A unit is one input file ([`crate::source::tfrecord`] finds and orders them).
+//! Workers read whole files ([`super::ordered`]): each record's length and data CRCs
+//! are checked, its payload parsed (unless `--record-type bytes`) to infer the feature
+//! spec as `schema` infers it and, with `--split-key`, to hash the key feature, and
+//! the payload is framed again byte for byte into batches the run's thread writes in
+//! file order. Compression is detected per file (or set by `--input-compression`).
+//! With `--num-workers`, each worker takes whole files by cumulative bytes; splits
+//! without a key hash each record's (file, index in file), so a worker assigns the
+//! records of its files as one machine would.
+
+use std::io::{Cursor, Read};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prost::Message as _;
+use serde_json::json;
+
+use crate::convert::ordered::{self, Emit, InOrder};
+use crate::convert::route::Router;
+use crate::convert::{ConvertOptions, Source};
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::encode::EncodedBatch;
+use crate::example::proto::{self, Example, Feature, SequenceExample};
+use crate::example::schema::SpecInference;
+use crate::example::{Record, RecordType};
+use crate::hash::{file_position_hash, stable_hash};
+use crate::manifest::{InputInfo, Manifest};
+use crate::progress::Progress;
+use crate::source::tfrecord::{self as source, TfrecordInput};
+use crate::tfrecord::frame::{self, FOOTER_LEN};
+use crate::tfrecord::{Compression, RecordReader};
+
+/// Framed bytes per batch handed to the writer, about.
+const BATCH_BYTES: usize = 4 << 20;
+
+/// What to read (set through [`super::ConverterBuilder`]'s `with_input_compression`
+/// and `with_record_type`).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct TfrecordOptions {
+    /// The inputs' compression (`None`: detected per file).
+    pub input_compression: Option<Compression>,
+    /// What the payloads are (`None`: the input manifest's type, else Example).
+    pub record_type: Option<RecordType>,
+}
+
+/// The input files, found and ordered, ready to be converted.
+pub(crate) struct TfrecordSource {
+    files: Vec<TfrecordInput>,
+    record_type: RecordType,
+    input_compression: Option<Compression>,
+    /// The files this run reads (a worker's share), by index into `files`.
+    units: Vec<usize>,
+    range: Option<[u64; 2]>,
+    pass: Option<Pass>,
+}
+
+/// What a pass saw.
+#[derive(Debug, Default)]
+struct Pass {
+    records_per_input: Vec<u64>,
+    spec: SpecInference,
+    /// With `--split-key`: whether any record held the key feature.
+    key_seen: bool,
+}
+
+/// One batch's account, from the worker that read it.
+struct BatchMeta {
+    records: u64,
+    /// Bytes of the file (on disk) read for it.
+    raw_bytes: u64,
+    spec: SpecInference,
+    key_seen: bool,
+}
+
+impl TfrecordSource {
+    /// Finds the inputs and resolves the record type.
+    ///
+    /// # Errors
+    ///
+    /// As [`source::discover`]; `--tfds` with records that are not Examples.
+    pub(crate) fn open(
+        options: &ConvertOptions,
+        tfrecord: &TfrecordOptions,
+    ) -> Result<TfrecordSource> {
+        let found = source::discover(&options.inputs, options.io)?;
+        let record_type = tfrecord
+            .record_type
+            .or(found.record_type)
+            .unwrap_or_default();
+        if options.tfds.is_some() && record_type != RecordType::Example {
+            return Err(Error::invalid_option(
+                "tfds",
+                format!(
+                    "TFDS reads tf.train.Example records; these are read as {}",
+                    record_type.message_name()
+                ),
+            ));
+        }
+        let sizes: Vec<u64> = found.files.iter().map(|f| f.bytes).collect();
+        let (units, range) = match options.worker {
+            Some(worker) => {
+                let [first, end] = worker.share(&sizes);
+                ((first as usize..end as usize).collect(), Some([first, end]))
+            }
+            None => ((0..found.files.len()).collect(), None),
+        };
+        Ok(TfrecordSource {
+            files: found.files,
+            record_type,
+            input_compression: tfrecord.input_compression,
+            units,
+            range,
+            pass: None,
+        })
+    }
+
+    /// Reads file `f` whole, sending its records in batches.
+    fn read_file(
+        &self,
+        options: &ConvertOptions,
+        f: usize,
+        emit: &mut Emit<'_, BatchMeta>,
+    ) -> Result<()> {
+        let input = &self.files[f];
+        let counted = Arc::new(AtomicU64::new(0));
+        let mut raw = Counting {
+            inner: input.open()?,
+            count: counted.clone(),
+        };
+        let at = |e: std::io::Error| Error::from(e).with_file(input.name());
+        let compression = match self.input_compression {
+            Some(c) => c,
+            None => {
+                let mut head = Vec::with_capacity(frame::HEADER_LEN);
+                (&mut raw)
+                    .take(frame::HEADER_LEN as u64)
+                    .read_to_end(&mut head)
+                    .map_err(at)?;
+                let c = Compression::detect(&crate::tfrecord::file_name(input.name()), &head);
+                let stream: Box<dyn Read + Send> = Box::new(Cursor::new(head).chain(raw));
+                return self.read_stream(options, f, stream, c, &counted, emit);
+            }
+        };
+        self.read_stream(options, f, Box::new(raw), compression, &counted, emit)
+    }
+
+    fn read_stream(
+        &self,
+        options: &ConvertOptions,
+        f: usize,
+        stream: Box<dyn Read + Send>,
+        compression: Compression,
+        counted: &AtomicU64,
+        emit: &mut Emit<'_, BatchMeta>,
+    ) -> Result<()> {
+        let input = &self.files[f];
+        let mut reader = RecordReader::new(crate::tfrecord::decompress(stream, compression))
+            .with_path(input.name());
+        if compression == Compression::None {
+            reader = reader.with_total_len(input.bytes);
+        }
+        let splits = options.splits.is_some();
+        let key = options.encode.split_key.as_deref();
+        let mut reported = 0u64;
+        let mut batch = emit.buffer();
+        let mut meta = BatchMeta::new();
+        loop {
+            let (index, offset) = (reader.record_index(), reader.offset());
+            let Some(framed) = reader.read_framed()? else {
+                break;
+            };
+            let payload = &framed[frame::HEADER_LEN..framed.len() - FOOTER_LEN];
+            let located = |e: Error| {
+                e.with_file(input.name())
+                    .with_record(index)
+                    .with_offset(offset)
+            };
+            if self.record_type != RecordType::Bytes {
+                let record = parse(payload, self.record_type).map_err(located)?;
+                meta.spec.add(&record).map_err(located)?;
+                if let Some(name) = key {
+                    let (hash, seen) = key_hash(&record, name).map_err(located)?;
+                    meta.key_seen |= seen;
+                    batch.keys.push(hash);
+                }
+            }
+            if splits && key.is_none() {
+                batch
+                    .keys
+                    .push(file_position_hash(f as u64, index, options.seed));
+            }
+            // Checked framing is exactly the framing a writer gives this payload.
+            batch.data.extend_from_slice(framed);
+            batch.sizes.push(framed.len() as u64);
+            meta.records += 1;
+            if batch.data.len() >= BATCH_BYTES {
+                let now = counted.load(Ordering::Relaxed);
+                meta.raw_bytes = now - reported;
+                reported = now;
+                emit.send(batch, std::mem::replace(&mut meta, BatchMeta::new()))?;
+                batch = emit.buffer();
+                options.cancel.check()?;
+            }
+        }
+        meta.raw_bytes = counted.load(Ordering::Relaxed) - reported;
+        emit.send(batch, meta)
+    }
+}
+
+impl BatchMeta {
+    fn new() -> BatchMeta {
+        BatchMeta {
+            records: 0,
+            raw_bytes: 0,
+            spec: SpecInference::new(),
+            key_seen: false,
+        }
+    }
+}
+
+/// Counts the bytes read through it (the progress bar's bytes of the file on disk).
+struct Counting {
+    inner: Box<dyn Read + Send>,
+    count: Arc<AtomicU64>,
+}
+
+impl Read for Counting {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Parses a payload as the records are read.
+fn parse(payload: &[u8], record_type: RecordType) -> Result<Record> {
+    let result = match record_type {
+        RecordType::SequenceExample => {
+            SequenceExample::decode(payload).map(Record::SequenceExample)
+        }
+        _ => Example::decode(payload).map(Record::Example),
+    };
+    result.map_err(|source| {
+        Error::new(ErrorKind::PayloadNotRecord {
+            message: record_type.message_name(),
+            source,
+        })
+    })
+}
+
+/// The split hash of a record's key feature, as `convert parquet --split-key` hashes
+/// the column the feature came from: an int64 by its value, a float by the bits of its
+/// float64 widening, bytes by themselves, no value as null. And whether it was there.
+fn key_hash(record: &Record, name: &str) -> Result<(u64, bool)> {
+    let features = match record {
+        Record::Example(e) => e.features.as_ref(),
+        Record::SequenceExample(s) => s.context.as_ref(),
+        Record::Bytes(_) => None,
+    };
+    let Some(feature) = features.and_then(|f| f.feature.get(name)) else {
+        return Ok((stable_hash(0, &[]), false));
+    };
+    let values = feature_values(feature);
+    if values > 1 {
+        return Err(Error::new(ErrorKind::SplitKeyNotScalar { values }).with_column(name));
+    }
+    let hash = match &feature.kind {
+        _ if values == 0 => stable_hash(0, &[]),
+        Some(proto::Kind::Int64List(l)) => stable_hash(1, &l.value[0].to_le_bytes()),
+        Some(proto::Kind::FloatList(l)) => {
+            stable_hash(2, &f64::from(l.value[0]).to_bits().to_le_bytes())
+        }
+        Some(proto::Kind::BytesList(l)) => stable_hash(3, &l.value[0]),
+        None => stable_hash(0, &[]),
+    };
+    Ok((hash, true))
+}
+
+fn feature_values(feature: &Feature) -> u64 {
+    match &feature.kind {
+        Some(proto::Kind::Int64List(l)) => l.value.len() as u64,
+        Some(proto::Kind::FloatList(l)) => l.value.len() as u64,
+        Some(proto::Kind::BytesList(l)) => l.value.len() as u64,
+        None => 0,
+    }
+}
+
+/// Writes the files' batches in order, keeping the pass's account.
+struct PassWriter<'a, 'r> {
+    pass: &'a mut Pass,
+    units: &'a [usize],
+    files: &'a [TfrecordInput],
+    router: &'a mut Router<'r>,
+    options: &'a ConvertOptions,
+    progress: &'a dyn Progress,
+}
+
+impl InOrder<BatchMeta> for PassWriter<'_, '_> {
+    fn write(&mut self, u: usize, batch: &EncodedBatch, meta: BatchMeta) -> Result<()> {
+        let f = self.units[u];
+        self.router.put_batch(batch)?;
+        self.pass.records_per_input[f] += meta.records;
+        self.pass.key_seen |= meta.key_seen;
+        self.pass
+            .spec
+            .merge(meta.spec)
+            .map_err(|e| e.with_file(self.files[f].name()))?;
+        self.progress
+            .advance(meta.raw_bytes, self.router.bytes_written());
+        self.options.cancel.check()
+    }
+
+    fn unit_done(&mut self, _: usize) {}
+}
+
+impl Source for TfrecordSource {
+    fn total_units(&self) -> u64 {
+        self.units.iter().map(|&f| self.files[f].bytes).sum()
+    }
+
+    fn estimated_bytes(&self) -> u64 {
+        // Compressed inputs hold a few times their size in records.
+        self.units
+            .iter()
+            .map(|&f| {
+                let file = &self.files[f];
+                match self.input_compression {
+                    Some(Compression::None) => file.bytes,
+                    _ if file.display.ends_with(".tfrecord") => file.bytes,
+                    _ => file.bytes * 3,
+                }
+            })
+            .sum()
+    }
+
+    fn produce(
+        &mut self,
+        options: &ConvertOptions,
+        router: &mut Router,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        let mut pass = Pass {
+            records_per_input: vec![0; self.files.len()],
+            ..Pass::default()
+        };
+        let mut writer = PassWriter {
+            pass: &mut pass,
+            units: &self.units,
+            files: &self.files,
+            router,
+            options,
+            progress,
+        };
+        // A file's reader holds its block buffer (and, compressed, the inflater's).
+        let held = crate::tfrecord::reader::BLOCK_BYTES as u64 * 2;
+        ordered::run(
+            options.threads,
+            ordered::queued_bytes(options.compression),
+            &self.units,
+            |_| held,
+            |&f, emit: &mut Emit<'_, BatchMeta>| self.read_file(options, f, emit),
+            &mut writer,
+        )?;
+        if let Some(name) = &options.encode.split_key {
+            if !pass.key_seen && pass.spec.records() > 0 {
+                return Err(Error::new(ErrorKind::UnknownColumn {
+                    name: name.clone(),
+                    available: pass.spec.finish().into_iter().map(|f| f.name).collect(),
+                }));
+            }
+        }
+        self.pass = Some(pass);
+        Ok(())
+    }
+
+    fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {
+        let records = self.pass.as_ref().map(|p| p.records_per_input.as_slice());
+        let inputs = self
+            .files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| InputInfo {
+                path: f.display.clone(),
+                bytes: f.bytes,
+                rows: records.and_then(|r| r.get(i).copied()).unwrap_or(0),
+                etag: f.etag(),
+            })
+            .collect();
+        let features = match (&self.pass, self.record_type) {
+            (Some(pass), RecordType::Example | RecordType::SequenceExample) => pass.spec.finish(),
+            _ => Vec::new(),
+        };
+        let mut m = options.new_manifest(self.record_type, inputs, features);
+        // Payloads are copied: no column is selected, dropped or renamed.
+        for key in ["columns", "exclude", "rename"] {
+            m.options.remove(key);
+        }
+        m.options
+            .insert("record_type".into(), json!(self.record_type.name()));
+        let input_compression = self.input_compression.map_or("auto", Compression::name);
+        m.options
+            .insert("input_compression".into(), json!(input_compression));
+        m
+    }
+
+    fn worker_range(&self) -> Option<[u64; 2]> {
+        self.range
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::example::proto::{BytesList, FloatList, Int64List, Kind};
+
+    fn example(name: &str, kind: Kind) -> Record {
+        let mut e = Example::default();
+        e.features
+            .get_or_insert_with(Default::default)
+            .feature
+            .insert(name.into(), Feature { kind: Some(kind) });
+        Record::Example(e)
+    }
+
+    /// The key hashes are the ones `convert parquet --split-key` gives the column's
+    /// values, so a table and its TFRecords split alike.
+    #[test]
+    fn a_key_feature_hashes_as_its_column_value_does() {
+        let int = example("id", Kind::Int64List(Int64List { value: vec![-7] }));
+        assert_eq!(
+            key_hash(&int, "id").unwrap(),
+            (stable_hash(1, &(-7i64).to_le_bytes()), true)
+        );
+        let float = example("x", Kind::FloatList(FloatList { value: vec![0.5] }));
+        assert_eq!(
+            key_hash(&float, "x").unwrap().0,
+            stable_hash(2, &0.5f64.to_bits().to_le_bytes())
+        );
+        let bytes = example(
+            "k",
+            Kind::BytesList(BytesList {
+                value: vec![b"ab".to_vec()],
+            }),
+        );
+        assert_eq!(key_hash(&bytes, "k").unwrap().0, stable_hash(3, b"ab"));
+        assert_eq!(
+            key_hash(&bytes, "other").unwrap(),
+            (stable_hash(0, &[]), false)
+        );
+        let empty = example("k", Kind::BytesList(BytesList { value: vec![] }));
+        assert_eq!(key_hash(&empty, "k").unwrap(), (stable_hash(0, &[]), true));
+        let two = example("id", Kind::Int64List(Int64List { value: vec![1, 2] }));
+        assert!(key_hash(&two, "id").is_err());
+    }
+}

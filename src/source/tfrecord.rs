@@ -1,0 +1,482 @@
+//! Existing TFRecord files as input (`convert tfrecord`): which files the command line
+//! names, in which order, and their bytes.
+//!
+//! A file names itself (a `*.manifest.json`, the shards it lists). A folder (or a store
+//! prefix) with one of our manifests names the shards it lists, in its order; with
+//! TFDS's `dataset_info.json`, the split's shards in index order; otherwise it is walked
+//! like a Parquet folder (recursively, skipping `_`/`.` names such as `_SUCCESS` and
+//! Hadoop's `.crc` files) for `*.tfrecord*`, `*.tfrec*`, `*-of-*` and `part-*` names
+//! (Spark's and Hadoop's part files), in byte order of the relative path, `.idx`,
+//! `.crc` and `.json` sidecars left out. A folder that holds several splits (several
+//! manifests, or a TFDS dataset of several splits) is refused: converting them into
+//! one output would mix a test split into the training data; the error says how to
+//! name one.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::dataset::{manifests_in, read_manifest};
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::RecordType;
+use crate::manifest::{self, MANIFEST_SUFFIX};
+use crate::store::{self, IoOptions, Listed, Location, ObjectUrl, RemoteRead};
+
+/// TFDS's file describing a prepared dataset.
+const TFDS_INFO: &str = "dataset_info.json";
+
+/// One input file.
+#[derive(Debug, Clone)]
+pub struct TfrecordInput {
+    /// The path as the manifest lists it.
+    pub display: String,
+    /// A local file's path (`None` for an object).
+    pub path: Option<PathBuf>,
+    /// An object's URL, size and the ETag reads are pinned to.
+    pub object: Option<Listed>,
+    /// Size on disk.
+    pub bytes: u64,
+}
+
+impl TfrecordInput {
+    fn local(path: PathBuf, display: String) -> Result<TfrecordInput> {
+        let meta = std::fs::metadata(&path).map_err(|e| Error::from(e).with_file(&display))?;
+        if meta.is_dir() {
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "a folder where a TFRecord file was expected",
+            ))
+            .with_file(&display));
+        }
+        Ok(TfrecordInput {
+            display,
+            path: Some(path),
+            object: None,
+            bytes: meta.len(),
+        })
+    }
+
+    fn remote(object: Listed) -> TfrecordInput {
+        TfrecordInput {
+            display: object.url.to_string(),
+            path: None,
+            bytes: object.size,
+            object: Some(object),
+        }
+    }
+
+    /// The path errors name.
+    pub fn name(&self) -> &Path {
+        Path::new(&self.display)
+    }
+
+    /// Its bytes on disk from the start (an object's pinned to the ETag it was listed
+    /// with).
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be opened.
+    pub fn open(&self) -> Result<Box<dyn Read + Send>> {
+        match (&self.path, &self.object) {
+            (_, Some(object)) => Ok(Box::new(RemoteRead::new(object.clone()))),
+            (Some(path), None) => Ok(Box::new(
+                std::fs::File::open(path).map_err(|e| Error::from(e).with_file(&self.display))?,
+            )),
+            (None, None) => Err(
+                Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
+                    .with_file(&self.display),
+            ),
+        }
+    }
+
+    /// The ETag an object's reads are pinned to.
+    pub fn etag(&self) -> Option<String> {
+        self.object.as_ref().and_then(|o| o.etag.clone())
+    }
+}
+
+/// The files the command line names, and the record type a manifest beside them says.
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    /// Every input file, in order.
+    pub files: Vec<TfrecordInput>,
+    /// The record type of the first manifest (ours) or TFDS dataset found.
+    pub record_type: Option<RecordType>,
+}
+
+/// Whether a walk takes a file of this name: a TFRecord name, not a sidecar.
+fn takes_name(name: &str) -> bool {
+    if [".idx", ".crc", ".json"].iter().any(|s| name.ends_with(s)) {
+        return false;
+    }
+    name.contains(".tfrec") || name.contains("-of-") || name.starts_with("part-")
+}
+
+/// Whether a walk takes a path relative to its folder: no `_`/`.` segment, a TFRecord
+/// name.
+fn walk_takes(relative: &str) -> bool {
+    relative
+        .split('/')
+        .all(|s| !s.is_empty() && !s.starts_with(['_', '.']))
+        && takes_name(relative.rsplit('/').next().unwrap_or(relative))
+}
+
+/// Resolves the command line's inputs (see the module docs).
+///
+/// # Errors
+///
+/// A missing path or object, a folder with no TFRecord file, a folder of several
+/// splits, a manifest or `dataset_info.json` that cannot be read or names a file that
+/// is not there.
+pub fn discover(inputs: &[PathBuf], io: IoOptions) -> Result<Found> {
+    let mut found = Found::default();
+    for input in inputs {
+        match store::locate(input, io)? {
+            Location::Local(path) => discover_local(input, &path, io, &mut found)?,
+            Location::Remote(url) => discover_remote(&url, io, &mut found)?,
+        }
+    }
+    Ok(found)
+}
+
+fn note_type(found: &mut Found, record_type: RecordType) {
+    found.record_type.get_or_insert(record_type);
+}
+
+fn discover_local(input: &Path, path: &Path, io: IoOptions, found: &mut Found) -> Result<()> {
+    let given = input.display().to_string();
+    let given = given.trim_end_matches('/');
+    let meta = std::fs::metadata(path).map_err(|e| Error::from(e).with_file(input))?;
+    if !meta.is_dir() {
+        if given.ends_with(MANIFEST_SUFFIX) {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let dir_display = given.rsplit_once('/').map_or(".", |(d, _)| d);
+            for (file, record_type) in listed_by_manifest(path, io)? {
+                note_type(found, record_type);
+                found.files.push(TfrecordInput::local(
+                    dir.join(&file),
+                    format!("{dir_display}/{file}"),
+                )?);
+            }
+            return Ok(());
+        }
+        found
+            .files
+            .push(TfrecordInput::local(path.to_path_buf(), given.to_owned())?);
+        return Ok(());
+    }
+    let manifests = manifests_in(path, io)?;
+    let manifest_names: Vec<String> = manifests.iter().map(|m| file_name(m)).collect();
+    if let Some(manifest) = one_listing(given, &manifest_names, path.join(TFDS_INFO).is_file())? {
+        let files = match manifest {
+            Listing::Ours(i) => listed_by_manifest(&manifests[i], io)?,
+            Listing::Tfds => listed_by_tfds(
+                &std::fs::read(path.join(TFDS_INFO))
+                    .map_err(|e| Error::from(e).with_file(path.join(TFDS_INFO)))?,
+                &path.join(TFDS_INFO),
+                given,
+            )?,
+        };
+        for (file, record_type) in files {
+            note_type(found, record_type);
+            found.files.push(TfrecordInput::local(
+                path.join(&file),
+                format!("{given}/{file}"),
+            )?);
+        }
+        return Ok(());
+    }
+    let mut walked: Vec<(String, PathBuf)> = Vec::new();
+    let walker = walkdir::WalkDir::new(path).follow_links(false).into_iter();
+    let walker = walker.filter_entry(|e| {
+        e.depth() == 0 || !e.file_name().to_string_lossy().starts_with(['_', '.'])
+    });
+    for entry in walker {
+        let entry = entry.map_err(|e| {
+            let at = e
+                .path()
+                .map_or_else(|| path.to_path_buf(), Path::to_path_buf);
+            Error::from(std::io::Error::from(e)).with_file(at)
+        })?;
+        if !entry.file_type().is_file() {
+            continue;
+        }
+        let rel = entry.path().strip_prefix(path).unwrap_or(entry.path());
+        let rel: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        let rel = rel.join("/");
+        if walk_takes(&rel) {
+            walked.push((rel, entry.path().to_path_buf()));
+        }
+    }
+    if walked.is_empty() {
+        return Err(Error::new(ErrorKind::NoTfrecordFiles).with_file(input));
+    }
+    // Byte order of the relative path with '/' separators, as Python's sorted().
+    walked.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    for (rel, file) in walked {
+        found
+            .files
+            .push(TfrecordInput::local(file, format!("{given}/{rel}"))?);
+    }
+    Ok(())
+}
+
+fn discover_remote(url: &ObjectUrl, io: IoOptions, found: &mut Found) -> Result<()> {
+    let objects = store::list(url)?;
+    if objects.is_empty() {
+        // Not a prefix: an object named directly (or nothing: not found).
+        let object = store::head(url)?;
+        if url.file_name().ends_with(MANIFEST_SUFFIX) {
+            let dir = url.parent();
+            let siblings = store::list(&dir)?;
+            for (file, record_type) in listed_by_manifest(&url.to_path(), io)? {
+                note_type(found, record_type);
+                found.files.push(listed_object(&siblings, &dir, &file)?);
+            }
+            return Ok(());
+        }
+        found.files.push(TfrecordInput::remote(object));
+        return Ok(());
+    }
+    let given = url.to_string();
+    let rel = |o: &Listed| o.url.relative_to(url).map(str::to_owned);
+    let manifests: Vec<&Listed> = objects
+        .iter()
+        .filter(|o| {
+            rel(o).is_some_and(|r| {
+                !r.contains('/') && r.ends_with(MANIFEST_SUFFIX) && !r.starts_with('.')
+            })
+        })
+        .collect();
+    let mut manifest_names: Vec<String> = manifests.iter().filter_map(|o| rel(o)).collect();
+    manifest_names.sort();
+    let info = objects
+        .iter()
+        .find(|o| rel(o).as_deref() == Some(TFDS_INFO));
+    if let Some(listing) = one_listing(&given, &manifest_names, info.is_some())? {
+        let files = match (listing, info) {
+            (Listing::Ours(i), _) => {
+                listed_by_manifest(&url.join(&manifest_names[i]).to_path(), io)?
+            }
+            (Listing::Tfds, Some(info)) => {
+                listed_by_tfds(&store::read_all(&info.url)?, &info.url.to_path(), &given)?
+            }
+            (Listing::Tfds, None) => Vec::new(),
+        };
+        for (file, record_type) in files {
+            note_type(found, record_type);
+            found.files.push(listed_object(&objects, url, &file)?);
+        }
+        return Ok(());
+    }
+    let before = found.files.len();
+    let mut walked: Vec<(String, &Listed)> = objects
+        .iter()
+        .filter_map(|o| rel(o).filter(|r| walk_takes(r)).map(|r| (r, o)))
+        .collect();
+    walked.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    found.files.extend(
+        walked
+            .into_iter()
+            .map(|(_, o)| TfrecordInput::remote(o.clone())),
+    );
+    if found.files.len() == before {
+        return Err(Error::new(ErrorKind::NoTfrecordFiles).with_file(url.to_path()));
+    }
+    Ok(())
+}
+
+/// The object `file` (relative to `dir`) among `objects`.
+fn listed_object(objects: &[Listed], dir: &ObjectUrl, file: &str) -> Result<TfrecordInput> {
+    let want = dir.join(file);
+    objects
+        .iter()
+        .find(|o| o.url.key() == want.key())
+        .map(|o| TfrecordInput::remote(o.clone()))
+        .ok_or_else(|| {
+            Error::from(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "listed by the manifest beside it, but not in the store",
+            ))
+            .with_file(want.to_path())
+        })
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// What names a folder's files.
+enum Listing {
+    /// Our manifest, by its index among the folder's manifests.
+    Ours(usize),
+    /// TFDS's `dataset_info.json`.
+    Tfds,
+}
+
+/// The one listing of a folder, if any: our manifest, else TFDS's; several manifests
+/// (splits) are refused.
+fn one_listing(folder: &str, manifests: &[String], tfds: bool) -> Result<Option<Listing>> {
+    match manifests {
+        [] if tfds => Ok(Some(Listing::Tfds)),
+        [] => Ok(None),
+        [_] => Ok(Some(Listing::Ours(0))),
+        several => Err(Error::invalid_option(
+            "input",
+            format!(
+                "{folder} holds {} manifests ({}): one output would mix its splits; name one \
+                 split's manifest, e.g. {folder}/{}",
+                several.len(),
+                several.join(", "),
+                several[0]
+            ),
+        )),
+    }
+}
+
+/// The shard files a manifest of ours lists, relative to its folder, with its record
+/// type.
+fn listed_by_manifest(path: &Path, io: IoOptions) -> Result<Vec<(String, RecordType)>> {
+    let m = read_manifest(path, io)?;
+    m.shards
+        .iter()
+        .map(|s| {
+            if !manifest::is_safe_relative(&s.file) {
+                return Err(
+                    Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
+                        format!(
+                            "unsafe path: shard file {:?} leaves the manifest's folder",
+                            s.file
+                        ),
+                    )))
+                    .with_file(path),
+                );
+            }
+            Ok((s.file.clone(), m.record_type))
+        })
+        .collect()
+}
+
+/// The shard files TFDS's `dataset_info.json` names (one split; several are refused),
+/// by its `filepathTemplate` (default `{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}`).
+fn listed_by_tfds(bytes: &[u8], path: &Path, folder: &str) -> Result<Vec<(String, RecordType)>> {
+    let bad = |why: String| {
+        Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(why))).with_file(path)
+    };
+    let info: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(path))?;
+    let name = info["name"]
+        .as_str()
+        .ok_or_else(|| bad("no dataset \"name\"".into()))?;
+    let format = info["fileFormat"].as_str().unwrap_or("tfrecord");
+    if format != "tfrecord" {
+        return Err(bad(format!(
+            "the dataset's files are {format}, not TFRecord"
+        )));
+    }
+    let splits = info["splits"].as_array().cloned().unwrap_or_default();
+    let split = match splits.as_slice() {
+        [one] => one,
+        [] => return Err(bad("no \"splits\"".into())),
+        several => {
+            let names: Vec<&str> = several.iter().filter_map(|s| s["name"].as_str()).collect();
+            let first = names.first().copied().unwrap_or("train");
+            return Err(Error::invalid_option(
+                "input",
+                format!(
+                    "{folder} is a TFDS dataset of {} splits ({}): one output would mix them; \
+                     name one split's files, e.g. {folder}/{name}-{first}.tfrecord-*",
+                    names.len(),
+                    names.join(", "),
+                ),
+            ));
+        }
+    };
+    let split_name = split["name"]
+        .as_str()
+        .ok_or_else(|| bad("a split without a \"name\"".into()))?;
+    let shards = split["shardLengths"].as_array().map_or(0, Vec::len);
+    let template = split["filepathTemplate"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .unwrap_or("{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}");
+    (0..shards)
+        .map(|i| {
+            let file = template
+                .replace("{DATASET}", name)
+                .replace("{SPLIT}", split_name)
+                .replace("{FILEFORMAT}", format)
+                .replace("{SHARD_X_OF_Y}", &format!("{i:05}-of-{shards:05}"))
+                .replace("{SHARD_INDEX}", &format!("{i:05}"))
+                .replace("{NUM_SHARDS}", &format!("{shards:05}"));
+            if !manifest::is_safe_relative(&file) {
+                return Err(bad(format!(
+                    "unsafe path: {file:?} leaves the dataset's folder"
+                )));
+            }
+            Ok((file, RecordType::Example))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_walk_takes_tfrecord_names_and_leaves_sidecars() {
+        for name in [
+            "data-00000-of-00004.tfrecord",
+            "x.tfrecord.gz",
+            "mnist-train.tfrecord-00000-of-00001",
+            "train.tfrec",
+            "part-00000-1b2c-c000.tfrecord",
+            "part-r-00000",
+            "out-00003-of-00010",
+            "label=1/part-00001.tfrecord",
+        ] {
+            assert!(walk_takes(name), "{name}");
+        }
+        for name in [
+            "_SUCCESS",
+            ".part-00000.crc",
+            "part-00000.crc",
+            "data-00000-of-00004.tfrecord.idx",
+            "data.manifest.json",
+            "dataset_info.json",
+            "notes.txt",
+            "_tmp/part-00000",
+            ".hidden/x.tfrecord",
+        ] {
+            assert!(!walk_takes(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_tfds_info_names_its_shards_and_refuses_several_splits() {
+        let info =
+            br#"{"name": "mnist", "splits": [{"name": "train", "shardLengths": ["3", "2"]}]}"#;
+        let files = listed_by_tfds(info, Path::new("i.json"), "ds").unwrap();
+        let names: Vec<&str> = files.iter().map(|(f, _)| f.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "mnist-train.tfrecord-00000-of-00002",
+                "mnist-train.tfrecord-00001-of-00002"
+            ]
+        );
+        let two = br#"{"name": "mnist", "splits": [{"name": "train"}, {"name": "test"}]}"#;
+        let err = listed_by_tfds(two, Path::new("i.json"), "ds").unwrap_err();
+        assert!(
+            err.to_string().contains("ds/mnist-train.tfrecord-*"),
+            "{err}"
+        );
+        let array =
+            br#"{"name": "m", "fileFormat": "array_record", "splits": [{"name": "train"}]}"#;
+        assert!(listed_by_tfds(array, Path::new("i.json"), "ds").is_err());
+    }
+}
