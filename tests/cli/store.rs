@@ -1937,3 +1937,86 @@ fn a_delta_table_in_the_bucket_converts_as_on_disk() {
         assert!(err.contains("tfshard convert delta"), "{err}");
     }
 }
+
+/// Issue #30: TFRecords in the bucket (Spark's layout beside `_SUCCESS` and `.crc`
+/// files, Beam's gzip files) convert as on disk, to disk and to the bucket, and workers
+/// plus finalize in the bucket equal one machine's run.
+#[test]
+fn tfrecords_in_the_bucket_convert_as_on_disk() {
+    let s = need_server!();
+    let b = bucket(s, "tfrecords");
+    let base = crate::root().join("testdata/tfrecord-in");
+    for name in ["spark", "beam"] {
+        client(
+            &s.endpoint,
+            &["put-dir", base.join(name).to_str().unwrap(), &b, name],
+        );
+    }
+    let inputs = [format!("s3://{b}/spark"), format!("s3://{b}/beam")];
+    let flags = ["--target-shard-size", "20KB"];
+    let local = scratch("s3-tfin-local");
+    let (spark, beam) = (base.join("spark"), base.join("beam"));
+    let args = [
+        &[
+            "convert",
+            "tfrecord",
+            spark.to_str().unwrap(),
+            beam.to_str().unwrap(),
+            "-o",
+            local.to_str().unwrap(),
+        ][..],
+        &flags,
+    ]
+    .concat();
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    let from_s3 = scratch("s3-tfin-from-s3");
+    let args = [
+        &[
+            "convert",
+            "tfrecord",
+            &inputs[0],
+            &inputs[1],
+            "-o",
+            from_s3.to_str().unwrap(),
+        ][..],
+        &flags,
+    ]
+    .concat();
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(files(&from_s3), files(&local));
+    let manifest = crate::read_manifest(&from_s3, "data");
+    assert_eq!(
+        manifest["inputs"].as_array().unwrap().len(),
+        6,
+        "{manifest}"
+    );
+    assert!(manifest["inputs"][0]["etag"].is_string(), "{manifest}");
+
+    // S3 to S3, one machine, then two workers and finalize.
+    let out = format!("s3://{b}/out");
+    let args = [
+        &["convert", "tfrecord", &inputs[0], &inputs[1], "-o", &out][..],
+        &flags,
+    ]
+    .concat();
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    only_the_set(s, &b, &local, "s3-tfin-s3-out", "S3 to S3");
+    let b2 = bucket(s, "tfrecords-workers");
+    let out = format!("s3://{b2}/out");
+    for i in ["1", "0"] {
+        let args = [
+            &["convert", "tfrecord", &inputs[0], &inputs[1], "-o", &out][..],
+            &flags,
+            &["--num-workers", "2", "--worker-index", i],
+        ]
+        .concat();
+        let (code, _, err) = tfshard_at(&s.endpoint, &args);
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
+    assert_eq!(code, 0, "{err}");
+    only_the_set(s, &b2, &local, "s3-tfin-workers", "workers");
+}

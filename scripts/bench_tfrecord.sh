@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Existing TFRecords in (issue #30), each line in one run beside its alternative:
+#
+#   reshard: the standard records (2M Examples, ~404 MB) in 256 MiB shards into 32 MiB
+#            shards   vs   `cat` of the same bytes into one file plus `sync` of it
+#            (goal: at most 1.3x)
+#   gzip in: the same records as gzip shards into plain shards   vs   `pigz -dc -p 2` of
+#            the same inputs into one file plus `sync` (goal: at most 1.2x)
+#   shuffle: the reshard with --shuffle   vs   the plain reshard (goal: at most 2x)
+#   and the peak RSS of each run (goal without shuffle: at most 64 MiB)
+#
+#   scripts/bench_tfrecord.sh        (RUNS=3 by default: medians of interleaved runs)
+set -euo pipefail
+source "$(dirname "$0")/bench_data.sh"
+runs=${RUNS:-3}
+command -v pigz > /dev/null || { echo "pigz is needed (apt-get install pigz)" >&2; exit 1; }
+[ -d "$data/standard-2000000" ] || "$python" scripts/make_standard_table.py "$data/standard-2000000"
+in256="$data/records-256mib"
+ingz="$data/records-256mib-gz"
+if [ ! -f "$in256/data.manifest.json" ]; then
+  "$bin" convert parquet "$data"/standard-2000000/*.parquet -o "$in256" --overwrite --quiet --target-shard-size 256MiB
+fi
+if [ ! -f "$ingz/data.manifest.json" ]; then
+  "$bin" convert parquet "$data"/standard-2000000/*.parquet -o "$ingz" --overwrite --quiet --target-shard-size 256MiB --compression gzip
+fi
+out="$data/tfrecord-out"
+cat_out="$data/cat-out.tfrecord"
+bytes=$(cat "$in256"/*.tfrecord | wc -c)
+gz_bytes=$(cat "$ingz"/*.gz | wc -c)
+
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+declare -A all peak
+timed() { # NAME CMD...: one run, its seconds and peak RSS kept
+  local name=$1; shift
+  rm -rf "$out" "$cat_out"; sync
+  /usr/bin/time -f "%e %M" -o "$data/time.txt" "$@" > /dev/null
+  read -r s kb < "$data/time.txt"
+  all[$name]="${all[$name]:-} $s"
+  [ "$kb" -gt "${peak[$name]:-0}" ] && peak[$name]=$kb
+  return 0
+}
+# Warm the page cache: every run reads its inputs from memory, as `cat` does.
+cat "$in256"/*.tfrecord "$ingz"/*.gz > /dev/null
+for _ in $(seq "$runs"); do
+  timed cat bash -c "cat $in256/*.tfrecord > $cat_out && sync $cat_out"
+  timed reshard "$bin" convert tfrecord "$in256" -o "$out" --quiet --target-shard-size 32MiB
+  timed pigz bash -c "pigz -dc -p 2 $ingz/*.gz > $cat_out && sync $cat_out"
+  timed gunzip "$bin" convert tfrecord "$ingz" -o "$out" --quiet --target-shard-size 32MiB
+  timed shuffle "$bin" convert tfrecord "$in256" -o "$out" --quiet --target-shard-size 32MiB --shuffle
+done
+rm -rf "$out" "$cat_out"
+m() { printf '%s\n' ${all[$1]} | median; }
+ratio() { echo "$(m "$1") / $(m "$2")" | bc -l | cut -c1-4; }
+mib() { echo "$(( ${peak[$1]} / 1024 )) MiB"; }
+echo "inputs: $bytes bytes of records in $(ls "$in256"/*.tfrecord | wc -l) plain shards; $gz_bytes bytes gzip; $runs interleaved runs, medians"
+echo "reshard to 32 MiB:   tfshard $(m reshard) s (peak $(mib reshard)), cat + sync $(m cat) s: ratio $(ratio reshard cat) (goal <= 1.3)"
+echo "gzip in, plain out:  tfshard $(m gunzip) s (peak $(mib gunzip)), pigz -dc -p 2 + sync $(m pigz) s: ratio $(ratio gunzip pigz) (goal <= 1.2)"
+echo "--shuffle:           tfshard $(m shuffle) s (peak $(mib shuffle)), the plain reshard $(m reshard) s: ratio $(ratio shuffle reshard) (goal <= 2)"
