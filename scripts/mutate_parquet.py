@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Seeded mutation run of `tfshard convert parquet` over small valid Parquet files.
+"""Seeded mutation run of `tfshard convert parquet` over small valid Parquet files (or,
+with --format tfrecord, of `convert tfrecord` over testdata/tfrecord-in's files).
 
 Each run takes a valid file, damages it (bit flips, 32-bit integers patched with edge
 values, truncation; the footer, where a Parquet file's metadata lives, more often than
@@ -9,6 +10,11 @@ left in the output folder. Any other outcome is saved under --crashes as a regre
 file and counted as a failure (exit 1 at the end).
 
     scripts/mutate_parquet.py --binary target/release/tfshard --seconds 300 --seed 1
+    scripts/mutate_parquet.py --format tfrecord --seconds 120 --seed 2
+
+TFRecord runs damage the record stream (a gzip or zlib file's compressed bytes) anywhere,
+and convert it with flags drawn per run: --record-type auto, bytes or sequence-example,
+--threads 1 or every core, a split by key or by position, gzip output, a shuffle.
 """
 
 import argparse
@@ -41,12 +47,34 @@ def valid_inputs(root, max_bytes):
     return sorted(f for f in files if os.path.getsize(f) <= max_bytes)
 
 
-def mutate(data, rng):
+def tfrecord_inputs(root):
+    """TensorFlow-written TFRecord files of every kind the tests read."""
+    base = os.path.join(root, "testdata/tfrecord-in")
+    return sorted(
+        os.path.join(d, f)
+        for d, _, files in os.walk(base)
+        for f in files
+        if not f.startswith(("_", ".")) and not f.endswith(".json")
+    )
+
+
+TFRECORD_FLAGS = [
+    [],
+    ["--record-type", "bytes"],
+    ["--record-type", "sequence-example"],
+    ["--target-shard-size", "2KB"],
+    ["--split", "a=0.5,b=0.5", "--split-key", "id"],
+    ["--split", "a=0.5,b=0.5", "--compression", "gzip"],
+    ["--shuffle", "--target-shard-size", "4KB"],
+]
+
+
+def mutate(data, rng, footer=True):
     data = bytearray(data)
     kind = rng.choice(["flip", "flip", "int", "int", "trunc"])
     # Half the time aim at the footer (the last KiB: metadata, page offsets, lengths).
     def position():
-        if rng.random() < 0.5 and len(data) > 8:
+        if footer and rng.random() < 0.5 and len(data) > 8:
             return rng.randrange(max(0, len(data) - 1024), len(data) - 8)
         return rng.randrange(len(data))
 
@@ -65,12 +93,12 @@ def mutate(data, rng):
     return kind, bytes(data)
 
 
-def check(binary, path, out):
+def check(binary, path, out, command="parquet", flags=()):
     """Runs one conversion; returns (exit code, None) or (exit code, what is wrong)."""
     shutil.rmtree(out, ignore_errors=True)
     try:
         p = subprocess.run(
-            [binary, "convert", "parquet", path, "-o", out, "--quiet", "--threads", "2"],
+            [binary, "convert", command, path, "-o", out, "--quiet", *(flags or ["--threads", "2"])],
             capture_output=True,
             timeout=60,
             env={**os.environ, "RUST_BACKTRACE": "0"},
@@ -104,9 +132,11 @@ def main():
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--max-bytes", type=int, default=64 << 10, help="largest input file used")
     ap.add_argument("--crashes", default=os.path.join(root, "target/mutate-crashes"))
+    ap.add_argument("--format", choices=["parquet", "tfrecord"], default="parquet")
     args = ap.parse_args()
 
-    inputs = valid_inputs(root, args.max_bytes)
+    tfrecord = args.format == "tfrecord"
+    inputs = tfrecord_inputs(root) if tfrecord else valid_inputs(root, args.max_bytes)
     originals = {f: open(f, "rb").read() for f in inputs}
     os.makedirs(args.crashes, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="tfshard-mutate-")
@@ -118,21 +148,28 @@ def main():
 
     def worker(w):
         rng = random.Random(args.seed * 1000 + w)
-        path = os.path.join(scratch, f"in-{w}.parquet")
         out = os.path.join(scratch, f"out-{w}")
         while time.monotonic() < deadline:
             source = rng.choice(inputs)
-            kind, data = mutate(originals[source], rng)
+            # A TFRecord file keeps its name: .gz and .zlib say how it is compressed.
+            name = os.path.basename(source) if tfrecord else "in.parquet"
+            path = os.path.join(scratch, f"in-{w}-{name}")
+            kind, data = mutate(originals[source], rng, footer=not tfrecord)
             with open(path, "wb") as f:
                 f.write(data)
-            code, problem = check(args.binary, path, out)
+            flags = rng.choice(TFRECORD_FLAGS) if tfrecord else []
+            if tfrecord and rng.random() < 0.3:
+                flags = flags + ["--threads", "1"]
+            code, problem = check(args.binary, path, out, args.format, flags)
+            os.remove(path)
             with lock:
                 codes[code] += 1
                 kinds[kind] += 1
                 if problem:
-                    name = hashlib.sha256(data).hexdigest()[:16] + ".parquet"
-                    shutil.copy(path, os.path.join(args.crashes, name))
-                    failures.append(f"{name} (from {os.path.basename(source)}, {kind}): {problem}")
+                    saved = hashlib.sha256(data).hexdigest()[:16] + "-" + name
+                    with open(os.path.join(args.crashes, saved), "wb") as f:
+                        f.write(data)
+                    failures.append(f"{saved} (from {os.path.basename(source)}, {kind}, {flags}): {problem}")
 
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:

@@ -273,6 +273,13 @@ pub enum ErrorKind {
         #[source]
         source: prost::DecodeError,
     },
+    /// `convert tfrecord --record-type auto` with no manifest saying the type: a payload
+    /// with a top-level field 2 (`feature_lists`), which an Example never has. Read as an
+    /// Example, its feature lists would be missing from the manifest's spec.
+    #[error(
+        "payload has feature_lists (field 2): a tf.train.SequenceExample, not a tf.train.Example"
+    )]
+    SequenceExampleAsExample,
     /// `convert tfrecord --split-key F`: a record whose feature F holds several values.
     #[error("the split key feature holds {values} values; a split key holds one (or none)")]
     SplitKeyNotScalar {
@@ -637,6 +644,11 @@ impl Error {
             ErrorKind::PayloadNotRecord { .. } => Some(
                 "hint: --record-type bytes copies payloads without parsing them (--record-type \
                  sequence-example reads SequenceExamples)"
+                    .into(),
+            ),
+            ErrorKind::SequenceExampleAsExample => Some(
+                "hint: --record-type sequence-example reads SequenceExamples (--record-type \
+                 example reads only their context)"
                     .into(),
             ),
             ErrorKind::EncryptedParquet => {

@@ -51,6 +51,9 @@ pub struct TfrecordOptions {
 pub(crate) struct TfrecordSource {
     files: Vec<TfrecordInput>,
     record_type: RecordType,
+    /// The type is Example for want of any other word (no flag, no manifest): a
+    /// SequenceExample payload is refused rather than read as one.
+    guessed: bool,
     input_compression: Option<Compression>,
     /// The files this run reads (a worker's share), by index into `files`.
     units: Vec<usize>,
@@ -87,10 +90,8 @@ impl TfrecordSource {
         tfrecord: &TfrecordOptions,
     ) -> Result<TfrecordSource> {
         let found = source::discover(&options.inputs, options.io)?;
-        let record_type = tfrecord
-            .record_type
-            .or(found.record_type)
-            .unwrap_or_default();
+        let named = tfrecord.record_type.or(found.record_type);
+        let record_type = named.unwrap_or_default();
         if options.tfds.is_some() && record_type != RecordType::Example {
             return Err(Error::invalid_option(
                 "tfds",
@@ -111,6 +112,7 @@ impl TfrecordSource {
         Ok(TfrecordSource {
             files: found.files,
             record_type,
+            guessed: named.is_none(),
             input_compression: tfrecord.input_compression,
             units,
             range,
@@ -180,6 +182,9 @@ impl TfrecordSource {
                     .with_offset(offset)
             };
             if self.record_type != RecordType::Bytes {
+                if self.guessed && has_feature_lists(payload) {
+                    return Err(located(Error::new(ErrorKind::SequenceExampleAsExample)));
+                }
                 let record = parse(payload, self.record_type).map_err(located)?;
                 meta.spec.add(&record).map_err(located)?;
                 if let Some(name) = key {
@@ -234,6 +239,18 @@ impl Read for Counting {
         self.count.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
+}
+
+/// Whether a payload has a top-level length-delimited field 2: a SequenceExample's
+/// `feature_lists` (an Example has field 1 only). Malformed bytes say no: parsing them
+/// reports the error.
+fn has_feature_lists(payload: &[u8]) -> bool {
+    let mut found = false;
+    let _ = crate::example::wire::fields(payload, |field, wire, _| {
+        found |= field == 2 && wire == 2;
+        Ok(())
+    });
+    found
 }
 
 /// Parses a payload as the records are read.

@@ -449,6 +449,17 @@ fn every_corruption_of_an_input_fails_cleanly_and_publishes_nothing() {
             nothing_published(&out);
         }
     }
+    // SequenceExamples with no flag and no manifest to say so are not read as Examples
+    // (whose spec would miss their feature lists).
+    let out = scratch("tfin-seq-unsaid");
+    let (code, _, err) = convert(&[&input("sequence")], &out, &[]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("frames.tfrecord: record 0, offset 0: payload has feature_lists"),
+        "{err}"
+    );
+    assert!(err.contains("--record-type sequence-example"), "{err}");
+    nothing_published(&out);
     // A payload that is not an Example names its record, with the hint.
     let out = scratch("tfin-bad-payload");
     let (code, _, err) = convert(&[&input("opaque")], &out, &[]);
@@ -488,4 +499,36 @@ fn workers_plus_finalize_equal_one_machines_run() {
         assert_eq!(a["features"], b["features"], "{split}");
         assert_eq!(a["inputs"], b["inputs"], "{split}");
     }
+}
+
+#[test]
+fn a_killed_run_resumes_to_the_same_output() {
+    let inputs = [input("spark"), input("hadoop")];
+    let refs: Vec<&Path> = inputs.iter().map(PathBuf::as_path).collect();
+    let flags = ["--target-shard-size", "8KB", "--compression", "gzip"];
+    let whole = scratch("tfin-resume-whole");
+    converted(&refs, &whole, &flags);
+    let out = scratch("tfin-resume");
+    let mut args = vec!["convert", "tfrecord"];
+    args.extend(refs.iter().map(|p| s(p)));
+    args.extend(["-o", s(&out), "--resume"]);
+    args.extend_from_slice(&flags);
+    let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(&args)
+        .env("TFSHARD_FAILPOINTS", "shard:journaled=exit")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(137));
+    assert!(!out.join("data.manifest.json").exists());
+    let mut again = args.clone();
+    again.push("--json");
+    let (code, stdout, err) = run(again);
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["reused"]["shards"], 1, "{summary}");
+    assert_eq!(shard_files(&out), shard_files(&whole));
+    let (mut a, mut b) = (read_manifest(&out, "data"), read_manifest(&whole, "data"));
+    a.as_object_mut().unwrap().remove("created");
+    b.as_object_mut().unwrap().remove("created");
+    assert_eq!(a, b);
 }
