@@ -52,6 +52,7 @@ rm -rf "$out" "$cat_out"
 m() { printf '%s\n' ${all[$1]} | median; }
 ratio() { echo "$(m "$1") / $(m "$2")" | bc -l | cut -c1-4; }
 mib() { echo "$(( ${peak[$1]} / 1024 )) MiB"; }
+for k in cat reshard pigz gunzip shuffle; do echo "  $k runs:${all[$k]}"; done
 echo "inputs: $bytes bytes of records in $(ls "$in256"/*.tfrecord | wc -l) plain shards; $gz_bytes bytes gzip; $runs interleaved runs, medians"
 echo "reshard to 32 MiB:   tfshard $(m reshard) s (peak $(mib reshard)), cat + sync $(m cat) s: ratio $(ratio reshard cat) (goal <= 1.3)"
 echo "gzip in, plain out:  tfshard $(m gunzip) s (peak $(mib gunzip)), pigz -dc -p 2 + sync $(m pigz) s: ratio $(ratio gunzip pigz) (goal <= 1.2)"

@@ -280,6 +280,13 @@ pub enum ErrorKind {
         "payload has feature_lists (field 2): a tf.train.SequenceExample, not a tf.train.Example"
     )]
     SequenceExampleAsExample,
+    /// `convert tfrecord`: an input file that is not what the manifest beside it lists
+    /// (its size, its CRC32C or its records).
+    #[error("differs from the manifest that lists it: {detail}")]
+    NotAsListed {
+        /// What differs, both values.
+        detail: String,
+    },
     /// `convert tfrecord --split-key F`: a record whose feature F holds several values.
     #[error("the split key feature holds {values} values; a split key holds one (or none)")]
     SplitKeyNotScalar {

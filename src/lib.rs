@@ -1,6 +1,7 @@
 //! # tfshard
 //!
-//! Parquet tables and image folders in, size-targeted TFRecord shards out, and the
+//! Parquet and Delta tables, image folders and existing TFRecords in, size-targeted
+//! TFRecord shards out, and the
 //! tools to prove the shards sound and fast to read.
 //!
 //! Every job has one shape: `Job::builder(required)` (for conversions, one
@@ -10,7 +11,7 @@
 //!
 //! | job | builder | returns |
 //! | --- | --- | --- |
-//! | convert | [`Converter::parquet`], [`Converter::images`] | [`ConvertSummary`] |
+//! | convert | [`Converter::parquet`], [`Converter::delta`], [`Converter::images`], [`Converter::tfrecord`] | [`ConvertSummary`] |
 //! | verify | [`Verifier::builder`] | [`VerifyReport`] (typed [`verify::Problem`]s) |
 //! | read | [`Pipeline::builder`] | an iterator of [`Batch`]es |
 //! | bench | [`bench::Bench::builder`] | [`bench::BenchReport`] |
@@ -23,8 +24,8 @@
 //! reading, writing, compression: knows no store and no Arrow); [`store`] (URLs,
 //! clients, and the one `Destination` every output is staged in,
 //! placed and published through, on disk or in an object store); `source` (Arrow
-//! batches or image files in input order; fixed-size lists of numbers through a page
-//! decoder of our own, everything else through arrow-rs); [`example`] (the
+//! batches, image files or TFRecord files in input order; fixed-size lists of numbers
+//! through a page decoder of our own, everything else through arrow-rs); [`example`] (the
 //! `tf.train.Example` codec, both ways) and `shard` (size targeting, the shuffle's
 //! buckets, names); [`manifest`]; then the jobs: [`convert`] (the only module that
 //! wires source, codec, shards and destination), [`finalize`], [`tfds`], [`dataset`]

@@ -2,13 +2,14 @@
 //! shards → one commit with a manifest per output. The only module that wires source,
 //! encoder, shard writer and manifest together.
 //!
-//! [`Converter`] is the front door: `Converter::parquet(inputs)` or
-//! `Converter::images(dir)`, then `.output(dir)` and options, then `build()` (which
-//! checks every rule about the options, so a run fails only on its data), then
-//! `run(&progress)`. Each source lives in one file behind the `Source` trait
-//! (`parquet`, `images`); `route` holds splits, `--shuffle` and `--min-shards`. A
-//! run owns a thread pool of its `threads` and stops when its [`CancelToken`] is
-//! cancelled.
+//! [`Converter`] is the front door: `Converter::parquet(inputs)`,
+//! `Converter::delta(table)`, `Converter::images(dir)` or `Converter::tfrecord(inputs)`,
+//! then `.output(dir)` and options, then `build()` (which checks every rule about the
+//! options, so a run fails only on its data), then `run(&progress)`. Each source lives
+//! in one file behind the `Source` trait (`parquet` for Parquet and Delta, `images`,
+//! `tfrecord`); `ordered` runs the units of a file source in parallel and writes them
+//! in order; `route` holds splits, `--shuffle` and `--min-shards`. A run owns a thread
+//! pool of its `threads` and stops when its [`CancelToken`] is cancelled.
 //!
 //! ```
 //! use tfshard::convert::Converter;

@@ -12,7 +12,7 @@
 //! records of its files as one machine would.
 
 use std::io::{Cursor, Read};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use prost::Message as _;
@@ -24,6 +24,7 @@ use crate::convert::{ConvertOptions, Source};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::EncodedBatch;
 use crate::example::proto::{self, Example, Feature, SequenceExample};
+use crate::example::scan::{ExampleScan, Scanned};
 use crate::example::schema::SpecInference;
 use crate::example::{Record, RecordType};
 use crate::hash::{file_position_hash, stable_hash};
@@ -128,14 +129,22 @@ impl TfrecordSource {
         emit: &mut Emit<'_, BatchMeta>,
     ) -> Result<()> {
         let input = &self.files[f];
+        if let Some(listed) = input.listed.bytes.filter(|&b| b != input.bytes) {
+            return Err(not_as_listed(format!(
+                "{} bytes, the manifest says {listed}",
+                input.bytes
+            ))
+            .with_file(input.name()));
+        }
         let counted = Arc::new(AtomicU64::new(0));
+        let crc = Arc::new(AtomicU32::new(0));
         let mut raw = Counting {
             inner: input.open()?,
             count: counted.clone(),
+            crc: input.listed.crc32c.is_some().then(|| crc.clone()),
         };
         let at = |e: std::io::Error| Error::from(e).with_file(input.name());
-        let compression = match self.input_compression {
-            Some(c) => c,
+        let records = match self.input_compression {
             None => {
                 let mut head = Vec::with_capacity(frame::HEADER_LEN);
                 (&mut raw)
@@ -144,10 +153,21 @@ impl TfrecordSource {
                     .map_err(at)?;
                 let c = Compression::detect(&crate::tfrecord::file_name(input.name()), &head);
                 let stream: Box<dyn Read + Send> = Box::new(Cursor::new(head).chain(raw));
-                return self.read_stream(options, f, stream, c, &counted, emit);
+                self.read_stream(options, f, stream, c, &counted, emit)?
             }
+            Some(c) => self.read_stream(options, f, Box::new(raw), c, &counted, emit)?,
         };
-        self.read_stream(options, f, Box::new(raw), compression, &counted, emit)
+        let crc = format!("{:08x}", crc.load(Ordering::Relaxed));
+        match (&input.listed.crc32c, &input.listed.records) {
+            (Some(listed), _) if *listed != crc => Err(not_as_listed(format!(
+                "CRC32C {crc}, the manifest says {listed}"
+            ))),
+            (_, Some(listed)) if *listed != records => Err(not_as_listed(format!(
+                "{records} records, the manifest says {listed}"
+            ))),
+            _ => Ok(()),
+        }
+        .map_err(|e| e.with_file(input.name()))
     }
 
     fn read_stream(
@@ -158,7 +178,7 @@ impl TfrecordSource {
         compression: Compression,
         counted: &AtomicU64,
         emit: &mut Emit<'_, BatchMeta>,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         let input = &self.files[f];
         let mut reader = RecordReader::new(crate::tfrecord::decompress(stream, compression))
             .with_path(input.name());
@@ -170,6 +190,9 @@ impl TfrecordSource {
         let mut reported = 0u64;
         let mut batch = emit.buffer();
         let mut meta = BatchMeta::new();
+        // Examples without a key to hash are counted from their bytes.
+        let scan = self.record_type == RecordType::Example && key.is_none();
+        let mut scanned = ExampleScan::new();
         loop {
             let (index, offset) = (reader.record_index(), reader.offset());
             let Some(framed) = reader.read_framed()? else {
@@ -181,10 +204,13 @@ impl TfrecordSource {
                     .with_record(index)
                     .with_offset(offset)
             };
-            if self.record_type != RecordType::Bytes {
-                if self.guessed && has_feature_lists(payload) {
-                    return Err(located(Error::new(ErrorKind::SequenceExampleAsExample)));
-                }
+            // (`guessed` is only ever Example.)
+            if self.guessed && has_feature_lists(payload) {
+                return Err(located(Error::new(ErrorKind::SequenceExampleAsExample)));
+            }
+            let parsed = self.record_type != RecordType::Bytes
+                && (!scan || scanned.add(payload).map_err(located)? == Scanned::Unusual);
+            if parsed {
                 let record = parse(payload, self.record_type).map_err(located)?;
                 meta.spec.add(&record).map_err(located)?;
                 if let Some(name) = key {
@@ -203,6 +229,9 @@ impl TfrecordSource {
             batch.sizes.push(framed.len() as u64);
             meta.records += 1;
             if batch.data.len() >= BATCH_BYTES {
+                std::mem::take(&mut scanned)
+                    .finish_into(&mut meta.spec)
+                    .map_err(|e| e.with_file(input.name()))?;
                 let now = counted.load(Ordering::Relaxed);
                 meta.raw_bytes = now - reported;
                 reported = now;
@@ -211,8 +240,12 @@ impl TfrecordSource {
                 options.cancel.check()?;
             }
         }
+        scanned
+            .finish_into(&mut meta.spec)
+            .map_err(|e| e.with_file(input.name()))?;
         meta.raw_bytes = counted.load(Ordering::Relaxed) - reported;
-        emit.send(batch, meta)
+        emit.send(batch, meta)?;
+        Ok(reader.record_index())
     }
 }
 
@@ -227,18 +260,28 @@ impl BatchMeta {
     }
 }
 
-/// Counts the bytes read through it (the progress bar's bytes of the file on disk).
+/// Counts the bytes read through it (the progress bar's bytes of the file on disk)
+/// and, for a file a manifest lists, their CRC32C.
 struct Counting {
     inner: Box<dyn Read + Send>,
     count: Arc<AtomicU64>,
+    crc: Option<Arc<AtomicU32>>,
 }
 
 impl Read for Counting {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
         self.count.fetch_add(n as u64, Ordering::Relaxed);
+        if let Some(crc) = &self.crc {
+            let now = frame::crc32c_append(crc.load(Ordering::Relaxed), &buf[..n]);
+            crc.store(now, Ordering::Relaxed);
+        }
         Ok(n)
     }
+}
+
+fn not_as_listed(detail: String) -> Error {
+    Error::new(ErrorKind::NotAsListed { detail })
 }
 
 /// Whether a payload has a top-level length-delimited field 2: a SequenceExample's

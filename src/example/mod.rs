@@ -8,6 +8,7 @@ pub mod decode;
 pub mod encode;
 pub(crate) mod image;
 pub mod proto;
+pub(crate) mod scan;
 pub mod schema;
 pub(crate) mod wire;
 

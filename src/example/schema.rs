@@ -272,6 +272,24 @@ impl SpecInference {
         Ok(())
     }
 
+    /// Adds `records` records whose Example features had these kinds and lengths (what
+    /// [`super::scan::ExampleScan`] counted).
+    ///
+    /// # Errors
+    ///
+    /// A feature whose kind differs from one already here.
+    pub(crate) fn absorb<'a>(
+        &mut self,
+        records: u64,
+        features: impl Iterator<Item = (&'a str, FeatureKind, &'a ShapeStat)>,
+    ) -> Result<()> {
+        self.records += records;
+        for (name, kind, stat) in features {
+            self.entry(None, name, kind)?.1.merge(stat);
+        }
+        Ok(())
+    }
+
     /// Combines the inference of two disjoint sets of records.
     ///
     /// # Errors

@@ -1,4 +1,5 @@
-//! Inputs: Parquet tables (and, later, image folders) as Arrow batches in input order.
+//! Inputs: Parquet files and Delta tables as Arrow batches, image folders and TFRecord
+//! files, each in input order.
 
 mod contain;
 pub mod delta;

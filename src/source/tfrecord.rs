@@ -35,6 +35,20 @@ pub struct TfrecordInput {
     pub object: Option<Listed>,
     /// Size on disk.
     pub bytes: u64,
+    /// What the manifest listing it says: size and CRC32C (ours), records (ours and
+    /// TFDS's); the conversion checks the file against them.
+    pub listed: Listing,
+}
+
+/// What a manifest says of a file it lists.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// Size on disk.
+    pub bytes: Option<u64>,
+    /// CRC32C of the file's bytes (8 lowercase hex digits).
+    pub crc32c: Option<String>,
+    /// Records in it.
+    pub records: Option<u64>,
 }
 
 impl TfrecordInput {
@@ -52,6 +66,7 @@ impl TfrecordInput {
             path: Some(path),
             object: None,
             bytes: meta.len(),
+            listed: Listing::default(),
         })
     }
 
@@ -61,6 +76,7 @@ impl TfrecordInput {
             path: None,
             bytes: object.size,
             object: Some(object),
+            listed: Listing::default(),
         }
     }
 
@@ -150,12 +166,12 @@ fn discover_local(input: &Path, path: &Path, io: IoOptions, found: &mut Found) -
         if given.ends_with(MANIFEST_SUFFIX) {
             let dir = path.parent().unwrap_or(Path::new("."));
             let dir_display = given.rsplit_once('/').map_or(".", |(d, _)| d);
-            for (file, record_type) in listed_by_manifest(path, io)? {
+            for (file, record_type, listing) in listed_by_manifest(path, io)? {
                 note_type(found, record_type);
-                found.files.push(TfrecordInput::local(
-                    dir.join(&file),
-                    format!("{dir_display}/{file}"),
-                )?);
+                let mut input =
+                    TfrecordInput::local(dir.join(&file), format!("{dir_display}/{file}"))?;
+                input.listed = listing;
+                found.files.push(input);
             }
             return Ok(());
         }
@@ -168,20 +184,19 @@ fn discover_local(input: &Path, path: &Path, io: IoOptions, found: &mut Found) -
     let manifest_names: Vec<String> = manifests.iter().map(|m| file_name(m)).collect();
     if let Some(manifest) = one_listing(given, &manifest_names, path.join(TFDS_INFO).is_file())? {
         let files = match manifest {
-            Listing::Ours(i) => listed_by_manifest(&manifests[i], io)?,
-            Listing::Tfds => listed_by_tfds(
+            ListedBy::Ours(i) => listed_by_manifest(&manifests[i], io)?,
+            ListedBy::Tfds => listed_by_tfds(
                 &std::fs::read(path.join(TFDS_INFO))
                     .map_err(|e| Error::from(e).with_file(path.join(TFDS_INFO)))?,
                 &path.join(TFDS_INFO),
                 given,
             )?,
         };
-        for (file, record_type) in files {
+        for (file, record_type, listing) in files {
             note_type(found, record_type);
-            found.files.push(TfrecordInput::local(
-                path.join(&file),
-                format!("{given}/{file}"),
-            )?);
+            let mut input = TfrecordInput::local(path.join(&file), format!("{given}/{file}"))?;
+            input.listed = listing;
+            found.files.push(input);
         }
         return Ok(());
     }
@@ -231,9 +246,11 @@ fn discover_remote(url: &ObjectUrl, io: IoOptions, found: &mut Found) -> Result<
         if url.file_name().ends_with(MANIFEST_SUFFIX) {
             let dir = url.parent();
             let siblings = store::list(&dir)?;
-            for (file, record_type) in listed_by_manifest(&url.to_path(), io)? {
+            for (file, record_type, listing) in listed_by_manifest(&url.to_path(), io)? {
                 note_type(found, record_type);
-                found.files.push(listed_object(&siblings, &dir, &file)?);
+                let mut input = listed_object(&siblings, &dir, &file)?;
+                input.listed = listing;
+                found.files.push(input);
             }
             return Ok(());
         }
@@ -257,17 +274,19 @@ fn discover_remote(url: &ObjectUrl, io: IoOptions, found: &mut Found) -> Result<
         .find(|o| rel(o).as_deref() == Some(TFDS_INFO));
     if let Some(listing) = one_listing(&given, &manifest_names, info.is_some())? {
         let files = match (listing, info) {
-            (Listing::Ours(i), _) => {
+            (ListedBy::Ours(i), _) => {
                 listed_by_manifest(&url.join(&manifest_names[i]).to_path(), io)?
             }
-            (Listing::Tfds, Some(info)) => {
+            (ListedBy::Tfds, Some(info)) => {
                 listed_by_tfds(&store::read_all(&info.url)?, &info.url.to_path(), &given)?
             }
-            (Listing::Tfds, None) => Vec::new(),
+            (ListedBy::Tfds, None) => Vec::new(),
         };
-        for (file, record_type) in files {
+        for (file, record_type, listing) in files {
             note_type(found, record_type);
-            found.files.push(listed_object(&objects, url, &file)?);
+            let mut input = listed_object(&objects, url, &file)?;
+            input.listed = listing;
+            found.files.push(input);
         }
         return Ok(());
     }
@@ -311,7 +330,7 @@ fn file_name(path: &Path) -> String {
 }
 
 /// What names a folder's files.
-enum Listing {
+enum ListedBy {
     /// Our manifest, by its index among the folder's manifests.
     Ours(usize),
     /// TFDS's `dataset_info.json`.
@@ -320,11 +339,11 @@ enum Listing {
 
 /// The one listing of a folder, if any: our manifest, else TFDS's; several manifests
 /// (splits) are refused.
-fn one_listing(folder: &str, manifests: &[String], tfds: bool) -> Result<Option<Listing>> {
+fn one_listing(folder: &str, manifests: &[String], tfds: bool) -> Result<Option<ListedBy>> {
     match manifests {
-        [] if tfds => Ok(Some(Listing::Tfds)),
+        [] if tfds => Ok(Some(ListedBy::Tfds)),
         [] => Ok(None),
-        [_] => Ok(Some(Listing::Ours(0))),
+        [_] => Ok(Some(ListedBy::Ours(0))),
         several => Err(Error::invalid_option(
             "input",
             format!(
@@ -340,7 +359,7 @@ fn one_listing(folder: &str, manifests: &[String], tfds: bool) -> Result<Option<
 
 /// The shard files a manifest of ours lists, relative to its folder, with its record
 /// type.
-fn listed_by_manifest(path: &Path, io: IoOptions) -> Result<Vec<(String, RecordType)>> {
+fn listed_by_manifest(path: &Path, io: IoOptions) -> Result<Vec<(String, RecordType, Listing)>> {
     let m = read_manifest(path, io)?;
     m.shards
         .iter()
@@ -356,14 +375,23 @@ fn listed_by_manifest(path: &Path, io: IoOptions) -> Result<Vec<(String, RecordT
                     .with_file(path),
                 );
             }
-            Ok((s.file.clone(), m.record_type))
+            let listing = Listing {
+                bytes: Some(s.bytes),
+                crc32c: Some(s.crc32c.clone()),
+                records: Some(s.records),
+            };
+            Ok((s.file.clone(), m.record_type, listing))
         })
         .collect()
 }
 
 /// The shard files TFDS's `dataset_info.json` names (one split; several are refused),
 /// by its `filepathTemplate` (default `{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}`).
-fn listed_by_tfds(bytes: &[u8], path: &Path, folder: &str) -> Result<Vec<(String, RecordType)>> {
+fn listed_by_tfds(
+    bytes: &[u8],
+    path: &Path,
+    folder: &str,
+) -> Result<Vec<(String, RecordType, Listing)>> {
     let bad = |why: String| {
         Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(why))).with_file(path)
     };
@@ -399,7 +427,18 @@ fn listed_by_tfds(bytes: &[u8], path: &Path, folder: &str) -> Result<Vec<(String
     let split_name = split["name"]
         .as_str()
         .ok_or_else(|| bad("a split without a \"name\"".into()))?;
-    let shards = split["shardLengths"].as_array().map_or(0, Vec::len);
+    let lengths: Vec<Option<u64>> = split["shardLengths"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| {
+                    v.as_u64()
+                        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let shards = lengths.len();
     let template = split["filepathTemplate"]
         .as_str()
         .filter(|t| !t.is_empty())
@@ -418,7 +457,11 @@ fn listed_by_tfds(bytes: &[u8], path: &Path, folder: &str) -> Result<Vec<(String
                     "unsafe path: {file:?} leaves the dataset's folder"
                 )));
             }
-            Ok((file, RecordType::Example))
+            let listing = Listing {
+                records: lengths[i],
+                ..Listing::default()
+            };
+            Ok((file, RecordType::Example, listing))
         })
         .collect()
 }
@@ -461,7 +504,7 @@ mod tests {
         let info =
             br#"{"name": "mnist", "splits": [{"name": "train", "shardLengths": ["3", "2"]}]}"#;
         let files = listed_by_tfds(info, Path::new("i.json"), "ds").unwrap();
-        let names: Vec<&str> = files.iter().map(|(f, _)| f.as_str()).collect();
+        let names: Vec<&str> = files.iter().map(|(f, _, _)| f.as_str()).collect();
         assert_eq!(
             names,
             [

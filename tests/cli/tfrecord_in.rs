@@ -460,6 +460,38 @@ fn every_corruption_of_an_input_fails_cleanly_and_publishes_nothing() {
     );
     assert!(err.contains("--record-type sequence-example"), "{err}");
     nothing_published(&out);
+    // A shard whose bytes changed under valid framing (a payload byte, its CRC
+    // recomputed) is caught by the CRC32C the manifest beside it lists.
+    let listed = scratch("tfin-listed");
+    converted(
+        &[&input("spark")],
+        &listed,
+        &["--target-shard-size", "30KB"],
+    );
+    let shard = listed.join("data-00001-of-00003.tfrecord");
+    let mut reader = tfshard::tfrecord::open(&shard, None).unwrap();
+    let mut changed = Vec::new();
+    let mut i = 0;
+    while let Some(p) = reader.read_record().unwrap() {
+        let mut p = p.to_vec();
+        if i == 3 {
+            let last = p.len() - 1;
+            p[last] ^= 0x01;
+        }
+        tfshard::tfrecord::append_record(&mut changed, &p);
+        i += 1;
+    }
+    fs::write(&shard, &changed).unwrap();
+    let out = scratch("tfin-bad-listed");
+    let (code, _, err) = convert(&[&listed], &out, &["--record-type", "bytes"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "data-00001-of-00003.tfrecord: differs from the manifest that lists it: CRC32C"
+        ),
+        "{err}"
+    );
+    nothing_published(&out);
     // A payload that is not an Example names its record, with the hint.
     let out = scratch("tfin-bad-payload");
     let (code, _, err) = convert(&[&input("opaque")], &out, &[]);
