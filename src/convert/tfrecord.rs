@@ -26,7 +26,7 @@ use crate::example::encode::EncodedBatch;
 use crate::example::proto::{self, Example, Feature, SequenceExample};
 use crate::example::scan::{ExampleScan, Scanned};
 use crate::example::schema::SpecInference;
-use crate::example::{Record, RecordType};
+use crate::example::{FeatureSpec, Record, RecordType};
 use crate::hash::{file_position_hash, stable_hash};
 use crate::manifest::{InputInfo, Manifest};
 use crate::progress::Progress;
@@ -69,6 +69,10 @@ struct Pass {
     spec: SpecInference,
     /// With `--split-key`: whether any record held the key feature.
     key_seen: bool,
+    /// Files found as their manifest lists them: its spec, and their records.
+    listed: Vec<(Arc<Vec<FeatureSpec>>, u64)>,
+    /// The spec, once the pass is done.
+    features: Vec<FeatureSpec>,
 }
 
 /// One batch's account, from the worker that read it.
@@ -78,6 +82,9 @@ struct BatchMeta {
     raw_bytes: u64,
     spec: SpecInference,
     key_seen: bool,
+    /// On a file's last batch, when its records were not parsed: the spec of the
+    /// manifest listing it, and its records.
+    listed: Option<(Arc<Vec<FeatureSpec>>, u64)>,
 }
 
 impl TfrecordSource {
@@ -190,8 +197,13 @@ impl TfrecordSource {
         let mut reported = 0u64;
         let mut batch = emit.buffer();
         let mut meta = BatchMeta::new();
-        // Examples without a key to hash are counted from their bytes.
-        let scan = self.record_type == RecordType::Example && key.is_none();
+        // Examples without a key to hash are counted from their bytes, or not at all
+        // when our manifest lists the file: its spec is what `schema` gives for it, and
+        // the file's CRC32C is checked against the manifest at its end.
+        let examples = self.record_type == RecordType::Example && key.is_none();
+        let listed = input.listed.spec.clone().filter(|_| examples);
+        let scan = examples && listed.is_none();
+        let parsing = self.record_type != RecordType::Bytes && listed.is_none();
         let mut scanned = ExampleScan::new();
         loop {
             let (index, offset) = (reader.record_index(), reader.offset());
@@ -208,8 +220,8 @@ impl TfrecordSource {
             if self.guessed && has_feature_lists(payload) {
                 return Err(located(Error::new(ErrorKind::SequenceExampleAsExample)));
             }
-            let parsed = self.record_type != RecordType::Bytes
-                && (!scan || scanned.add(payload).map_err(located)? == Scanned::Unusual);
+            let parsed =
+                parsing && (!scan || scanned.add(payload).map_err(located)? == Scanned::Unusual);
             if parsed {
                 let record = parse(payload, self.record_type).map_err(located)?;
                 meta.spec.add(&record).map_err(located)?;
@@ -244,8 +256,32 @@ impl TfrecordSource {
             .finish_into(&mut meta.spec)
             .map_err(|e| e.with_file(input.name()))?;
         meta.raw_bytes = counted.load(Ordering::Relaxed) - reported;
+        meta.listed = listed.map(|spec| (spec, reader.record_index()));
         emit.send(batch, meta)?;
         Ok(reader.record_index())
+    }
+}
+
+impl Pass {
+    /// The spec: inferred from the records parsed, with the specs of the manifests
+    /// that list the files not parsed. Files of one manifest alone: its spec as it is
+    /// (with its Arrow types).
+    ///
+    /// # Errors
+    ///
+    /// A feature of two kinds in two of them.
+    fn features(&self) -> Result<Vec<FeatureSpec>> {
+        if let Some((first, _)) = self.listed.first() {
+            let one = self.listed.iter().all(|(s, _)| Arc::ptr_eq(s, first));
+            if one && self.spec.records() == 0 {
+                return Ok(first.to_vec());
+            }
+        }
+        let mut all = self.spec.clone();
+        for (spec, records) in &self.listed {
+            all.absorb_spec(*records, spec)?;
+        }
+        Ok(all.finish())
     }
 }
 
@@ -256,6 +292,7 @@ impl BatchMeta {
             raw_bytes: 0,
             spec: SpecInference::new(),
             key_seen: false,
+            listed: None,
         }
     }
 }
@@ -365,6 +402,7 @@ impl InOrder<BatchMeta> for PassWriter<'_, '_> {
         self.router.put_batch(batch)?;
         self.pass.records_per_input[f] += meta.records;
         self.pass.key_seen |= meta.key_seen;
+        self.pass.listed.extend(meta.listed);
         self.pass
             .spec
             .merge(meta.spec)
@@ -433,6 +471,7 @@ impl Source for TfrecordSource {
                 }));
             }
         }
+        pass.features = pass.features()?;
         self.pass = Some(pass);
         Ok(())
     }
@@ -451,7 +490,9 @@ impl Source for TfrecordSource {
             })
             .collect();
         let features = match (&self.pass, self.record_type) {
-            (Some(pass), RecordType::Example | RecordType::SequenceExample) => pass.spec.finish(),
+            (Some(pass), RecordType::Example | RecordType::SequenceExample) => {
+                pass.features.clone()
+            }
             _ => Vec::new(),
         };
         let mut m = options.new_manifest(self.record_type, inputs, features);

@@ -46,8 +46,19 @@ struct Slot {
 }
 
 /// A varint at `*pos`, or `None` when cut short or longer than 10 bytes.
-#[inline]
+#[inline(always)]
 fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+    // Tags and short lengths: one byte.
+    let &first = buf.get(*pos)?;
+    if first < 0x80 {
+        *pos += 1;
+        return Some(u64::from(first));
+    }
+    varint_long(buf, pos)
+}
+
+#[inline(never)]
+fn varint_long(buf: &[u8], pos: &mut usize) -> Option<u64> {
     let mut value = 0u64;
     for shift in (0..70).step_by(7) {
         let byte = *buf.get(*pos)?;
@@ -64,7 +75,7 @@ fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
 }
 
 /// A length-delimited field's bytes at `*pos` (after its tag).
-#[inline]
+#[inline(always)]
 fn delimited<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
     let len = usize::try_from(varint(buf, pos)?).ok()?;
     let end = pos.checked_add(len).filter(|&e| e <= buf.len())?;
@@ -98,11 +109,19 @@ fn list_len(kind: FeatureKind, list: &[u8]) -> Option<u64> {
             }
             (FeatureKind::Int64, 0x0a) => {
                 let run = delimited(list, &mut pos)?;
-                let mut at = 0;
-                while at < run.len() {
-                    varint(run, &mut at)?;
-                    n += 1;
+                // A varint ends at each byte below 0x80, and a run ends on one.
+                let ends = run.iter().filter(|&&b| b < 0x80).count();
+                if run.last().is_some_and(|&b| b >= 0x80) {
+                    return None;
                 }
+                if run.len() > ends {
+                    // Some varint spans bytes: each must be at most 10 long.
+                    let mut at = 0;
+                    while at < run.len() {
+                        varint(run, &mut at)?;
+                    }
+                }
+                n += ends as u64;
             }
             (FeatureKind::Int64, 0x08) => {
                 varint(list, &mut pos)?;
@@ -112,6 +131,12 @@ fn list_len(kind: FeatureKind, list: &[u8]) -> Option<u64> {
         }
     }
     Some(n)
+}
+
+/// Byte equality of two short names without a `memcmp` call per feature.
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 impl ExampleScan {
@@ -132,15 +157,16 @@ impl ExampleScan {
             return Ok(Scanned::Unusual);
         }
         let record = self.records + 1;
-        // A key twice in one record: prost keeps the last; let it.
-        for &(slot, _) in &self.pending {
-            if self.slots[slot].seen_in == record {
+        for &(slot, counted) in &self.pending {
+            let s = &mut self.slots[slot];
+            // A key twice in one record: prost keeps the last; let it. (Slots marked
+            // before the repeat stay marked with a record number that is never counted:
+            // the next record has that number again, so the marks are cleared below.)
+            if s.seen_in == record {
+                self.unmark(record);
                 return Ok(Scanned::Unusual);
             }
-            self.slots[slot].seen_in = record;
-        }
-        for &(slot, counted) in &self.pending {
-            let s = &self.slots[slot];
+            s.seen_in = record;
             if let (Some(first), Some((kind, _))) = (s.kind, counted) {
                 if first != kind {
                     return Err(Error::new(ErrorKind::KindConflict {
@@ -160,6 +186,15 @@ impl ExampleScan {
         }
         self.records = record;
         Ok(Scanned::Counted)
+    }
+
+    /// Clears the marks of an uncounted record.
+    fn unmark(&mut self, record: u64) {
+        for &(slot, _) in &self.pending {
+            if self.slots[slot].seen_in == record {
+                self.slots[slot].seen_in = 0;
+            }
+        }
     }
 
     /// Walks an Example, noting its features in `pending`; `None` when unusual.
@@ -191,13 +226,12 @@ impl ExampleScan {
                 }
             }
             let key = key.unwrap_or_default();
-            std::str::from_utf8(key).ok()?;
             // Feature { oneof kind { BytesList = 1; FloatList = 2; Int64List = 3; } }
             let value = value.unwrap_or_default();
             if value.is_empty() {
                 // No list set: the inference skips such a feature (its key still counts
                 // as given, once).
-                let slot = self.slot(key);
+                let slot = self.slot(key)?;
                 self.pending.push((slot, None));
                 continue;
             }
@@ -212,34 +246,37 @@ impl ExampleScan {
                 return None;
             }
             let len = list_len(kind, list)?;
-            let slot = self.slot(key);
+            let slot = self.slot(key)?;
             self.pending.push((slot, Some((kind, len))));
         }
         Some(())
     }
 
-    fn slot(&mut self, key: &[u8]) -> usize {
+    /// The slot of a feature name; `None` when it is not UTF-8 (prost refuses it).
+    #[inline]
+    fn slot(&mut self, key: &[u8]) -> Option<usize> {
         // Records usually list their features in one order: try the next slot first.
         let guess = self.pending.last().map_or(0, |&(s, _)| s + 1);
         if self
             .slots
             .get(guess)
-            .is_some_and(|s| s.name.as_bytes() == key)
+            .is_some_and(|s| same(s.name.as_bytes(), key))
         {
-            return guess;
+            return Some(guess);
         }
         if let Some(&i) = self.by_name.get(key) {
-            return i;
+            return Some(i);
         }
+        let name = std::str::from_utf8(key).ok()?.to_owned();
         let i = self.slots.len();
         self.slots.push(Slot {
-            name: String::from_utf8_lossy(key).into_owned(),
+            name,
             kind: None,
             stat: ShapeStat::default(),
             seen_in: 0,
         });
         self.by_name.insert(key.to_vec(), i);
-        i
+        Some(i)
     }
 
     /// Adds what the scan counted to `inference`.

@@ -290,6 +290,39 @@ impl SpecInference {
         Ok(())
     }
 
+    /// Adds `records` Examples that a manifest describes with `spec`: a fixed shape as
+    /// that length in every record, a variable one as lengths that vary (which keeps the
+    /// merged feature variable, as it must be).
+    ///
+    /// # Errors
+    ///
+    /// A feature whose kind differs from one already here.
+    pub(crate) fn absorb_spec(&mut self, records: u64, spec: &[FeatureSpec]) -> Result<()> {
+        let stats: Vec<ShapeStat> = spec
+            .iter()
+            .map(|f| match &f.shape {
+                Some(shape) => {
+                    let len = shape.iter().product();
+                    ShapeStat {
+                        present: records,
+                        min_len: len,
+                        max_len: len,
+                    }
+                }
+                None => ShapeStat {
+                    present: records,
+                    min_len: 0,
+                    max_len: 2,
+                },
+            })
+            .collect();
+        let features = spec
+            .iter()
+            .zip(&stats)
+            .map(|(f, stat)| (f.name.as_str(), f.kind, stat));
+        self.absorb(records, features)
+    }
+
     /// Combines the inference of two disjoint sets of records.
     ///
     /// # Errors

@@ -41,7 +41,7 @@ pub struct TfrecordInput {
 }
 
 /// What a manifest says of a file it lists.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Listing {
     /// Size on disk.
     pub bytes: Option<u64>,
@@ -49,6 +49,9 @@ pub struct Listing {
     pub crc32c: Option<String>,
     /// Records in it.
     pub records: Option<u64>,
+    /// The feature spec of the whole set (ours), shared by its files; `schema` gives
+    /// it for them, so a conversion that finds a file as listed need not infer it.
+    pub spec: Option<std::sync::Arc<Vec<crate::example::FeatureSpec>>>,
 }
 
 impl TfrecordInput {
@@ -361,6 +364,7 @@ fn one_listing(folder: &str, manifests: &[String], tfds: bool) -> Result<Option<
 /// type.
 fn listed_by_manifest(path: &Path, io: IoOptions) -> Result<Vec<(String, RecordType, Listing)>> {
     let m = read_manifest(path, io)?;
+    let spec = std::sync::Arc::new(m.features.clone());
     m.shards
         .iter()
         .map(|s| {
@@ -379,6 +383,7 @@ fn listed_by_manifest(path: &Path, io: IoOptions) -> Result<Vec<(String, RecordT
                 bytes: Some(s.bytes),
                 crc32c: Some(s.crc32c.clone()),
                 records: Some(s.records),
+                spec: Some(spec.clone()),
             };
             Ok((s.file.clone(), m.record_type, listing))
         })

@@ -564,3 +564,33 @@ fn a_killed_run_resumes_to_the_same_output() {
     b.as_object_mut().unwrap().remove("created");
     assert_eq!(a, b);
 }
+
+#[test]
+fn a_set_of_ours_keeps_its_manifests_spec_and_mixed_inputs_merge() {
+    // Our own set: the features its manifest lists (with their Arrow types), which is
+    // what `schema` gives for it; the file CRC32Cs vouch for the records.
+    let table = root().join("testdata/small.parquet");
+    let ours = scratch("tfin-ours");
+    let (code, _, err) = crate::convert_parquet(&table, &ours, &["--target-shard-size", "100KB"]);
+    assert_eq!(code, 0, "{err}");
+    let out = scratch("tfin-ours-resharded");
+    converted(&[&ours], &out, &["--target-shard-size", "50KB"]);
+    let (a, b) = (read_manifest(&out, "data"), read_manifest(&ours, "data"));
+    assert_eq!(a["features"], b["features"]);
+    assert!(a["features"][0]["arrow_type"].is_string(), "{a}");
+    assert_eq!(
+        crate::records_in_order(&out, "data"),
+        crate::records_in_order(&ours, "data")
+    );
+    // Beside records parsed for their spec, a listed set's spec merges as inference
+    // would: a feature fixed in both stays fixed, one missing from some records is
+    // variable.
+    let spark = scratch("tfin-spark-ours");
+    converted(&[&input("spark")], &spark, &[]);
+    let mixed = scratch("tfin-mixed");
+    converted(&[&spark, &input("beam")], &mixed, &[]);
+    let (code, schema, err) = run(["schema", s(&input("spark")), s(&input("beam"))]);
+    assert_eq!(code, 0, "{err}");
+    let schema: Value = serde_json::from_str(&schema).unwrap();
+    assert_eq!(read_manifest(&mixed, "data")["features"], schema);
+}
