@@ -143,17 +143,7 @@ impl Dataset {
         let m = read_manifest(path, self.io)?;
         let dir = path.parent().unwrap_or(Path::new("."));
         for shard in &m.shards {
-            if !manifest::is_safe_relative(&shard.file) {
-                return Err(
-                    Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
-                        format!(
-                            "unsafe path: shard file {:?} leaves the manifest's folder",
-                            shard.file
-                        ),
-                    )))
-                    .with_file(path),
-                );
-            }
+            manifest::check_shard_file(&shard.file, path)?;
             self.shards.push(dir.join(&shard.file));
         }
         self.manifests.push((path.to_path_buf(), m));

@@ -155,6 +155,23 @@ pub fn is_safe_relative(file: &str) -> bool {
             .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
+/// Refuses a shard file name that would leave the folder of the manifest at `path`.
+///
+/// # Errors
+///
+/// [`ErrorKind::ManifestInvalid`](crate::ErrorKind::ManifestInvalid) naming the manifest.
+pub fn check_shard_file(file: &str, path: &std::path::Path) -> crate::Result<()> {
+    if is_safe_relative(file) {
+        return Ok(());
+    }
+    Err(
+        crate::Error::new(crate::ErrorKind::ManifestInvalid(serde::de::Error::custom(
+            format!("unsafe path: shard file {file:?} leaves the manifest's folder"),
+        )))
+        .with_file(path),
+    )
+}
+
 /// The current time as RFC 3339 in UTC, to the second (`2026-11-29T09:25:19Z`).
 pub fn now_rfc3339() -> String {
     let secs = SystemTime::now()

@@ -169,32 +169,7 @@ fn walk_local(input: &Path) -> Result<Vec<(String, PathBuf)>> {
         local_table_markers(input).iter().map(String::as_str),
         &input.display().to_string(),
     )?;
-    let mut found: Vec<(String, PathBuf)> = Vec::new();
-    let walker = walkdir::WalkDir::new(input).follow_links(false).into_iter();
-    let walker = walker.filter_entry(|e| {
-        e.depth() == 0 || !e.file_name().to_string_lossy().starts_with(['_', '.'])
-    });
-    for entry in walker {
-        let entry = entry.map_err(|e| {
-            let path = e
-                .path()
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| input.to_path_buf());
-            Error::from(std::io::Error::from(e)).with_file(path)
-        })?;
-        let name = entry.file_name().to_string_lossy();
-        if entry.file_type().is_file() && name.ends_with(".parquet") {
-            let rel = entry.path().strip_prefix(input).unwrap_or(entry.path());
-            let rel: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            found.push((rel.join("/"), entry.path().to_path_buf()));
-        }
-    }
-    // Byte order of the relative path with '/' separators, as Python's sorted().
-    found.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    Ok(found)
+    super::walk(input, |name| name.ends_with(".parquet"))
 }
 
 /// Expands inputs: files as given (any extension), folders (and store prefixes) walked

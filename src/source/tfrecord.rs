@@ -203,36 +203,10 @@ fn discover_local(input: &Path, path: &Path, io: IoOptions, found: &mut Found) -
         }
         return Ok(());
     }
-    let mut walked: Vec<(String, PathBuf)> = Vec::new();
-    let walker = walkdir::WalkDir::new(path).follow_links(false).into_iter();
-    let walker = walker.filter_entry(|e| {
-        e.depth() == 0 || !e.file_name().to_string_lossy().starts_with(['_', '.'])
-    });
-    for entry in walker {
-        let entry = entry.map_err(|e| {
-            let at = e
-                .path()
-                .map_or_else(|| path.to_path_buf(), Path::to_path_buf);
-            Error::from(std::io::Error::from(e)).with_file(at)
-        })?;
-        if !entry.file_type().is_file() {
-            continue;
-        }
-        let rel = entry.path().strip_prefix(path).unwrap_or(entry.path());
-        let rel: Vec<String> = rel
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned())
-            .collect();
-        let rel = rel.join("/");
-        if walk_takes(&rel) {
-            walked.push((rel, entry.path().to_path_buf()));
-        }
-    }
+    let walked = super::walk(path, takes_name)?;
     if walked.is_empty() {
         return Err(Error::new(ErrorKind::NoTfrecordFiles).with_file(input));
     }
-    // Byte order of the relative path with '/' separators, as Python's sorted().
-    walked.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     for (rel, file) in walked {
         found
             .files
@@ -368,17 +342,7 @@ fn listed_by_manifest(path: &Path, io: IoOptions) -> Result<Vec<(String, RecordT
     m.shards
         .iter()
         .map(|s| {
-            if !manifest::is_safe_relative(&s.file) {
-                return Err(
-                    Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
-                        format!(
-                            "unsafe path: shard file {:?} leaves the manifest's folder",
-                            s.file
-                        ),
-                    )))
-                    .with_file(path),
-                );
-            }
+            manifest::check_shard_file(&s.file, path)?;
             let listing = Listing {
                 bytes: Some(s.bytes),
                 crc32c: Some(s.crc32c.clone()),
