@@ -661,48 +661,27 @@ impl ConvertCommand {
 
     /// Runs the conversion.
     pub fn run(self) -> CliResult {
-        match self {
-            ConvertCommand::Parquet(args) => {
-                let converter = args.to_builder()?.build()?;
-                install_signal_handlers(&converter.options().cancel);
-                let bar = output::Bar::new(&args.common, "rows");
-                let result = converter.run(&bar);
-                bar.clear();
-                report(&args.common, &result?)
-            }
-            ConvertCommand::Tfrecord(args) => {
-                let converter = args.to_builder()?.build()?;
-                install_signal_handlers(&converter.options().cancel);
-                let bar = output::Bar::new(&args.common, "bytes");
-                let result = converter.run(&bar);
-                bar.clear();
-                report(&args.common, &result?)
-            }
-            ConvertCommand::Delta(args) => {
-                let converter = args.to_builder()?.build()?;
-                install_signal_handlers(&converter.options().cancel);
-                let bar = output::Bar::new(&args.common, "rows");
-                let result = converter.run(&bar);
-                bar.clear();
-                report(&args.common, &result?)
-            }
-            ConvertCommand::Images(args) => {
-                let converter = args.to_builder()?.build()?;
-                install_signal_handlers(&converter.options().cancel);
-                let bar = output::Bar::new(&args.common, "files");
-                let result = converter.run(&bar);
-                bar.clear();
-                let summary = result?;
-                if summary.skipped > 0 && !args.common.quiet {
-                    eprintln!(
-                        "warning: skipped {} file{} (listed with reasons in the manifest's \"skipped\")",
-                        summary.skipped,
-                        if summary.skipped == 1 { "" } else { "s" }
-                    );
-                }
-                report(&args.common, &summary)
-            }
+        let (builder, unit) = match &self {
+            ConvertCommand::Parquet(args) => (args.to_builder()?, "rows"),
+            ConvertCommand::Delta(args) => (args.to_builder()?, "rows"),
+            ConvertCommand::Images(args) => (args.to_builder()?, "files"),
+            ConvertCommand::Tfrecord(args) => (args.to_builder()?, "bytes"),
+        };
+        let common = self.common();
+        let converter = builder.build()?;
+        install_signal_handlers(&converter.options().cancel);
+        let bar = output::Bar::new(common, unit);
+        let result = converter.run(&bar);
+        bar.clear();
+        let summary = result?;
+        if summary.skipped > 0 && !common.quiet {
+            eprintln!(
+                "warning: skipped {} file{} (listed with reasons in the manifest's \"skipped\")",
+                summary.skipped,
+                if summary.skipped == 1 { "" } else { "s" }
+            );
         }
+        report(common, &summary)
     }
 }
 
