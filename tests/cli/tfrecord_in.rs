@@ -571,7 +571,8 @@ fn a_set_of_ours_keeps_its_manifests_spec_and_mixed_inputs_merge() {
     // what `schema` gives for it; the file CRC32Cs vouch for the records.
     let table = root().join("testdata/small.parquet");
     let ours = scratch("tfin-ours");
-    let (code, _, err) = crate::convert_parquet(&table, &ours, &["--target-shard-size", "100KB"]);
+    let flags = ["--target-shard-size", "100KB"];
+    let (code, _, err) = crate::convert_parquet(&table, &ours, &flags);
     assert_eq!(code, 0, "{err}");
     let out = scratch("tfin-ours-resharded");
     converted(&[&ours], &out, &["--target-shard-size", "50KB"]);
@@ -580,6 +581,26 @@ fn a_set_of_ours_keeps_its_manifests_spec_and_mixed_inputs_merge() {
     assert!(a["features"][0]["arrow_type"].is_string(), "{a}");
     assert_eq!(
         crate::records_in_order(&out, "data"),
+        crate::records_in_order(&ours, "data")
+    );
+    // Workers each take the manifest's spec too: finalize keeps it as it is.
+    let parts = scratch("tfin-ours-workers");
+    for i in ["0", "1", "2"] {
+        let flags = [
+            "--target-shard-size",
+            "50KB",
+            "--num-workers",
+            "3",
+            "--worker-index",
+            i,
+        ];
+        converted(&[&ours], &parts, &flags);
+    }
+    let (code, _, err) = run(["finalize", s(&parts)]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(read_manifest(&parts, "data")["features"], b["features"]);
+    assert_eq!(
+        crate::records_in_order(&parts, "data"),
         crate::records_in_order(&ours, "data")
     );
     // Beside records parsed for their spec, a listed set's spec merges as inference
