@@ -524,6 +524,33 @@ def finalized_workers():
     print("workers: TensorFlow reads a set finalized from 3 workers, record for record as one machine's")
 
 
+def parses_as_inspect_shows(out, label):
+    """TensorFlow parses every record of the set in `out` with its manifest's spec, with
+    the values `tfshard inspect` shows."""
+    manifest = json.load(open(os.path.join(out, "data.manifest.json")))
+    files = [os.path.join(out, sh["file"]) for sh in manifest["shards"]]
+    want = [json.loads(l) for f in files for l in tfshard("inspect", f, "--limit", "100000").splitlines()]
+    spec = spec_of(os.path.join(out, "data.manifest.json"))
+    got = []
+    for batch in tf.data.TFRecordDataset(files).batch(256):
+        parsed = tf.io.parse_example(batch, spec)
+        n = int(batch.shape[0])
+        rows = [dict() for _ in range(n)]
+        for key, t in parsed.items():
+            if isinstance(t, tf.sparse.SparseTensor):
+                for (i, _), v in zip(t.indices.numpy().tolist(), t.values.numpy().tolist()):
+                    rows[i].setdefault(key, []).append(v)
+            else:
+                for i, v in enumerate(t.numpy().tolist()):
+                    rows[i][key] = v if isinstance(v, list) else [v]
+        got.extend(rows)
+    decoded = [{k: [x.decode() if isinstance(x, bytes) else x for x in v] for k, v in r.items()} for r in got]
+    wanted = [{k: values_of(v)[1] for k, v in r.items()} for r in want]
+    check(len(got) == manifest["records"] and decoded == wanted,
+          f"{label}: TensorFlow parses {len(got)} records as inspect shows them")
+    return len(got)
+
+
 def delta_tables():
     """Delta tables (deletion vectors, column mapping, partition values, a v2 checkpoint
     with sidecars): TensorFlow parses every record with the schema's spec, with the
@@ -534,28 +561,29 @@ def delta_tables():
     for name in names:
         out = os.path.join(WORK, "delta-" + name)
         tfshard("convert", "delta", os.path.join(tables, name), "-o", out, "--quiet")
-        manifest = json.load(open(os.path.join(out, "data.manifest.json")))
-        files = [os.path.join(out, sh["file"]) for sh in manifest["shards"]]
-        want = [json.loads(l) for f in files for l in tfshard("inspect", f, "--limit", "100000").splitlines()]
-        spec = spec_of(os.path.join(out, "data.manifest.json"))
-        got = []
-        for batch in tf.data.TFRecordDataset(files).batch(256):
-            parsed = tf.io.parse_example(batch, spec)
-            n = int(batch.shape[0])
-            rows = [dict() for _ in range(n)]
-            for key, t in parsed.items():
-                if isinstance(t, tf.sparse.SparseTensor):
-                    for (i, _), v in zip(t.indices.numpy().tolist(), t.values.numpy().tolist()):
-                        rows[i].setdefault(key, []).append(v)
-                else:
-                    for i, v in enumerate(t.numpy().tolist()):
-                        rows[i][key] = v if isinstance(v, list) else [v]
-            got.extend(rows)
-        decoded = [{k: [x.decode() if isinstance(x, bytes) else x for x in v] for k, v in r.items()} for r in got]
-        wanted = [{k: values_of(v)[1] for k, v in r.items()} for r in want]
-        check(len(got) == manifest["records"] and decoded == wanted,
-              f"delta {name}: TensorFlow parses {len(got)} records as inspect shows them")
+        parses_as_inspect_shows(out, f"delta {name}")
     print(f"delta: TensorFlow parses {len(names)} Delta tables' records (deletion vectors, column mapping, partitions)")
+
+
+def iceberg_tables():
+    """Iceberg tables pyiceberg wrote (tf_interop.sh runs scripts/iceberg_tables.py):
+    every snapshot converted (renamed, added and dropped columns, identity and day
+    partitions, position and equality deletes, format v1); TensorFlow parses every
+    record with the manifest's spec, as many as pyiceberg's rows (tests/cli/iceberg.rs
+    checks the values against pyiceberg)."""
+    folder = os.path.join(WORK, "iceberg-tables")
+    expected = json.load(open(os.path.join(folder, "expected.json")))
+    runs = 0
+    for table in ("events", "deletes", "v1"):
+        location = expected["locations"][table].removeprefix("file://")
+        for snapshot in expected[table]:
+            out = os.path.join(WORK, f"iceberg-{table}-{runs}")
+            tfshard("convert", "iceberg", location, "-o", out, "--snapshot-id",
+                    str(snapshot["snapshot_id"]), "--quiet")
+            n = parses_as_inspect_shows(out, f"iceberg {table} {snapshot['snapshot_id']}")
+            check(n == len(snapshot["records"]), f"iceberg {table}: pyiceberg's {len(snapshot['records'])} rows")
+            runs += 1
+    print(f"iceberg: TensorFlow parses {runs} snapshots of 3 Iceberg tables (schema changes, partitions, deletes)")
 
 
 def chunked_compression():
@@ -634,6 +662,7 @@ tfrecords_in()
 chunked_compression()
 hive_from_store()
 delta_tables()
+iceberg_tables()
 finalized_workers()
 shuffled_splits()
 image_folder()

@@ -17,6 +17,9 @@ work="$root/target/interop"
 rm -rf "$work"
 mkdir -p "$work"
 "$example" "$work/library" >/dev/null
+# Iceberg tables written by pyiceberg (its own venv: it pins other packages than TensorFlow).
+icevenv=$(scripts/iceberg_venv.sh)
+"$icevenv/bin/python" scripts/iceberg_tables.py "$work/iceberg-tables" >/dev/null
 # A Hive table through the S3 server: converted S3 -> S3, copied down with a plain client
 # (TensorFlow cannot reach the server: it has no S3 file system without tensorflow-io).
 if s3venv=$(TFSHARD_S3_VENV=${TFSHARD_S3_VENV:-} scripts/s3_venv.sh 2>/dev/null); then

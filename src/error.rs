@@ -504,10 +504,11 @@ pub enum ErrorKind {
          once it has ended (a claim not refreshed for 60 s, its holder killed, is taken over)"
     )]
     FinalizeClaimed,
-    /// A Delta Lake table that cannot be read as asked: not a table, a version that does
-    /// not exist, a corrupt log, a reader feature we cannot honour, a missing data file.
+    /// A Delta Lake or Iceberg table that cannot be read as asked: not a table, a
+    /// snapshot that does not exist, a corrupt log or metadata file, a reader feature or
+    /// format version we cannot honour, a missing data file.
     #[error("{detail}")]
-    DeltaTable {
+    Table {
         /// What went wrong, one line.
         detail: String,
     },

@@ -421,15 +421,15 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
         }
         if m.table != first.table {
             let name = |t: &Option<crate::manifest::TableInfo>| match t {
-                Some(t) => match (t.version, &t.timestamp) {
-                    (Some(v), Some(at)) => format!("{} version {v} ({at})", t.location),
-                    _ => format!("{} before its first commit", t.location),
+                Some(t) => match &t.timestamp {
+                    Some(at) => format!("{} {} ({at})", t.location, t.snapshot_words()),
+                    None => format!("{} {}", t.location, t.snapshot_words()),
                 },
                 None => "no table".to_owned(),
             };
             return Err(Error::new(ErrorKind::PartsDisagree {
                 detail: format!(
-                    "worker {i} read {}, worker 0 read {}: run every worker with the same --version",
+                    "worker {i} read {}, worker 0 read {}: run every worker with the same snapshot (--version, --snapshot-id or --timestamp)",
                     name(&m.table),
                     name(&first.table)
                 ),

@@ -93,7 +93,7 @@ pub struct Manifest {
     pub row_groups: Option<[u64; 2]>,
 }
 
-pub use crate::source::delta::TableInfo;
+pub use crate::source::table::TableInfo;
 
 /// A part manifest's `worker`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

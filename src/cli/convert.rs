@@ -1,4 +1,4 @@
-//! `tfshard convert parquet|delta|images|tfrecord`.
+//! `tfshard convert parquet|delta|iceberg|images|tfrecord`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -31,6 +31,12 @@ pub enum ConvertCommand {
         tfshard convert delta s3://lake/events -o s3://ml/events-v12 --version 12 --json"
     )]
     Delta(DeltaArgs),
+    /// One snapshot of an Apache Iceberg table (current, --snapshot-id or --timestamp) into shards of tf.train.Example.
+    #[command(
+        after_help = "Examples:\n  tfshard convert iceberg warehouse/db/events -o out/\n  \
+        tfshard convert iceberg s3://lake/db/events -o s3://ml/events --snapshot-id 4387213311232 --json"
+    )]
+    Iceberg(IcebergArgs),
     /// A folder of images, one sub-folder per class, into shards of tf.train.Example.
     #[command(after_help = "Examples:\n  tfshard convert images photos/ -o out/\n  \
         tfshard convert images photos/ -o out/ --labels labels.csv --on-error skip")]
@@ -351,7 +357,35 @@ pub struct DeltaArgs {
     pub common: Common,
 }
 
-/// The flags of a table's columns and workers (`convert parquet` and `convert delta`).
+/// Arguments of `convert iceberg`.
+#[derive(Args, Debug)]
+pub struct IcebergArgs {
+    /// The Iceberg table: its folder or store URL (holding metadata/), or one *.metadata.json.
+    #[arg(value_name = "TABLE")]
+    pub table_path: PathBuf,
+    #[command(flatten)]
+    pub shard: ShardFlags,
+    #[command(flatten)]
+    pub table: TableFlags,
+    /// The snapshot with this id [default: the current one].
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with = "timestamp",
+        allow_negative_numbers = true
+    )]
+    pub snapshot_id: Option<i64>,
+    /// The snapshot current at this time, by the table's snapshot log (RFC 3339, e.g. 2026-11-30T00:00:00Z).
+    #[arg(long, value_name = "T")]
+    pub timestamp: Option<String>,
+    /// Keep the data files of this partition value: KEY=VALUE, KEY a partition field (or an identity field's column), a date as 2026-11-30 (repeatable; all must hold).
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub partition_filter: Vec<String>,
+    #[command(flatten)]
+    pub common: Common,
+}
+
+/// The flags of a table's columns and workers (`convert parquet`, `delta` and `iceberg`).
 #[derive(Args, Debug)]
 pub struct TableFlags {
     /// Keep only these columns (flattened names like parent/child; a struct's name keeps all its children).
@@ -544,19 +578,46 @@ impl DeltaArgs {
         if let Some(v) = self.version {
             builder = builder.with_version(v);
         }
-        if let Some(t) = &self.timestamp {
-            builder = builder.with_timestamp(t.clone());
-        }
-        for filter in &self.partition_filter {
-            let Some((key, value)) = filter.split_once('=').filter(|(k, _)| !k.is_empty()) else {
-                return Err(CliError::Usage(format!(
-                    "invalid --partition-filter {filter:?}: use KEY=VALUE"
-                )));
-            };
-            builder = builder.with_partition_filter(key, value);
-        }
-        Ok(builder)
+        snapshot_flags(builder, self.timestamp.as_ref(), &self.partition_filter)
     }
+}
+
+impl IcebergArgs {
+    /// Resolves flags into the library's builder.
+    pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
+        let builder = self
+            .shard
+            .apply(Converter::iceberg(self.table_path.clone()))?;
+        let mut builder = self
+            .table
+            .apply(builder)?
+            .with_threads(self.common.thread_count())
+            .with_io(self.common.io()?);
+        if let Some(id) = self.snapshot_id {
+            builder = builder.with_snapshot_id(id);
+        }
+        snapshot_flags(builder, self.timestamp.as_ref(), &self.partition_filter)
+    }
+}
+
+/// A table's `--timestamp` and `--partition-filter` flags.
+fn snapshot_flags(
+    mut builder: ConverterBuilder,
+    timestamp: Option<&String>,
+    filters: &[String],
+) -> Result<ConverterBuilder, CliError> {
+    if let Some(t) = timestamp {
+        builder = builder.with_timestamp(t.clone());
+    }
+    for filter in filters {
+        let Some((key, value)) = filter.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            return Err(CliError::Usage(format!(
+                "invalid --partition-filter {filter:?}: use KEY=VALUE"
+            )));
+        };
+        builder = builder.with_partition_filter(key, value);
+    }
+    Ok(builder)
 }
 
 /// SIGINT/SIGTERM cancel the run (which removes its temporaries) and record which
@@ -615,12 +676,17 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
             output::mb_per_sec(summary.bytes, summary.seconds),
         );
         if let Some(t) = &summary.table {
-            match (t.version, &t.timestamp) {
-                (Some(v), Some(at)) => println!(
-                    "read {} table {} at version {v} (committed {at})",
-                    t.format, t.location
+            match &t.timestamp {
+                Some(at) => println!(
+                    "read {} table {} at {} (committed {at})",
+                    t.format,
+                    t.location,
+                    t.snapshot_words()
                 ),
-                _ => println!("read {} table {}: no commit yet", t.format, t.location),
+                None if t.format == "iceberg" => {
+                    println!("read iceberg table {}: no snapshot yet", t.location)
+                }
+                None => println!("read {} table {}: no commit yet", t.format, t.location),
             }
         }
         if let Some(m) = &summary.manifest {
@@ -654,6 +720,7 @@ impl ConvertCommand {
         match self {
             ConvertCommand::Parquet(args) => &args.common,
             ConvertCommand::Delta(args) => &args.common,
+            ConvertCommand::Iceberg(args) => &args.common,
             ConvertCommand::Images(args) => &args.common,
             ConvertCommand::Tfrecord(args) => &args.common,
         }
@@ -664,6 +731,7 @@ impl ConvertCommand {
         let (builder, unit) = match &self {
             ConvertCommand::Parquet(args) => (args.to_builder()?, "rows"),
             ConvertCommand::Delta(args) => (args.to_builder()?, "rows"),
+            ConvertCommand::Iceberg(args) => (args.to_builder()?, "rows"),
             ConvertCommand::Images(args) => (args.to_builder()?, "files"),
             ConvertCommand::Tfrecord(args) => (args.to_builder()?, "bytes"),
         };

@@ -107,7 +107,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Convert Parquet and Delta tables, image folders or existing TFRecords into TFRecord shards.
+    /// Convert Parquet, Delta and Iceberg tables, image folders or existing TFRecords into TFRecord shards.
     #[command(
         subcommand,
         after_help = "Example:\n  tfshard convert parquet testdata/small.parquet -o out/"

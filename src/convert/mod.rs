@@ -47,9 +47,11 @@ use crate::store;
 use crate::store::destination::{Publication, StagePlan, StagedOutput};
 use crate::tfrecord::Compression;
 
-pub use crate::source::delta::{rfc3339_ms, DeltaOptions, DeltaTable, TableInfo};
+pub use crate::source::delta::{DeltaOptions, DeltaTable};
+pub use crate::source::iceberg::{IcebergOptions, IcebergTable};
 pub use crate::source::images::{Labels, OnError};
 pub use crate::source::parquet::BATCH_ROWS as PARQUET_BATCH_ROWS;
+pub use crate::source::table::{rfc3339_ms, TableInfo};
 pub use images::ImageOptions;
 pub use tfrecord::TfrecordOptions;
 
@@ -470,7 +472,7 @@ pub struct ConvertSummary {
     pub reused: Option<Reused>,
     /// With `--split`: each split's own summary, in the order given.
     pub splits: Vec<SplitSummary>,
-    /// `convert delta`: the snapshot read.
+    /// `convert delta` and `convert iceberg`: the snapshot read.
     pub table: Option<TableInfo>,
 }
 
@@ -583,6 +585,7 @@ pub(crate) trait Source {
 enum Input {
     Parquet,
     Delta(DeltaOptions),
+    Iceberg(IcebergOptions),
     Images(ImageOptions),
     Tfrecord(TfrecordOptions),
 }
@@ -621,6 +624,18 @@ impl Converter {
         ConverterBuilder {
             options: ConvertOptions::new(vec![table.into()], PathBuf::new()),
             input: Input::Delta(DeltaOptions::default()),
+            misapplied: None,
+        }
+    }
+
+    /// One snapshot of an Apache Iceberg table (its root, a folder or a store URL, or one
+    /// `*.metadata.json`): the current one, or the one
+    /// [`ConverterBuilder::with_snapshot_id`] or [`ConverterBuilder::with_timestamp`]
+    /// names.
+    pub fn iceberg(table: impl Into<PathBuf>) -> ConverterBuilder {
+        ConverterBuilder {
+            options: ConvertOptions::new(vec![table.into()], PathBuf::new()),
+            input: Input::Iceberg(IcebergOptions::default()),
             misapplied: None,
         }
     }
@@ -669,6 +684,11 @@ impl Converter {
                 parquet::ParquetSource::open_delta(options, delta)?,
                 progress,
             ),
+            Input::Iceberg(iceberg) => run(
+                options,
+                parquet::ParquetSource::open_iceberg(options, iceberg)?,
+                progress,
+            ),
             Input::Images(images) => run(
                 options,
                 images::ImageSource::open(options, images)?,
@@ -714,9 +734,9 @@ impl ConverterBuilder {
         self
     }
 
-    /// Records that `option` does not apply to a Delta table.
-    fn not_for_delta(mut self, option: &'static str) -> Self {
-        if matches!(self.input, Input::Delta(_)) {
+    /// Records that `option` does not apply to a Delta or Iceberg table.
+    fn not_for_tables(mut self, option: &'static str) -> Self {
+        if matches!(self.input, Input::Delta(_) | Input::Iceberg(_)) {
             self.misapplied.get_or_insert(option);
         }
         self
@@ -749,23 +769,45 @@ impl ConverterBuilder {
         self
     }
 
-    /// The Delta table's last commit at or before `timestamp` (RFC 3339). Delta only.
-    pub fn with_timestamp(mut self, timestamp: impl Into<String>) -> Self {
-        if let Some(delta) = self.delta_mut("timestamp") {
-            delta.timestamp = Some(timestamp.into());
+    /// The Iceberg table's snapshot `id` (default: the current one). Iceberg only.
+    pub fn with_snapshot_id(mut self, id: i64) -> Self {
+        match &mut self.input {
+            Input::Iceberg(iceberg) => iceberg.snapshot_id = Some(id),
+            _ => {
+                self.misapplied.get_or_insert("snapshot-id");
+            }
         }
         self
     }
 
-    /// Keep the data files whose partition column `key` has the value `value` (as the
-    /// log writes it); repeatable, all must hold. Delta only.
+    /// The table's snapshot at `timestamp` (RFC 3339): a Delta table's last commit at or
+    /// before it, an Iceberg table's snapshot current then. Tables only.
+    pub fn with_timestamp(mut self, timestamp: impl Into<String>) -> Self {
+        match &mut self.input {
+            Input::Delta(delta) => delta.timestamp = Some(timestamp.into()),
+            Input::Iceberg(iceberg) => iceberg.timestamp = Some(timestamp.into()),
+            _ => {
+                self.misapplied.get_or_insert("timestamp");
+            }
+        }
+        self
+    }
+
+    /// Keep the data files whose partition `key` has the value `value` (as a Delta log
+    /// writes it; an Iceberg partition field's value, a date as `2026-11-28`);
+    /// repeatable, all must hold. Tables only.
     pub fn with_partition_filter(
         mut self,
         key: impl Into<String>,
         value: impl Into<String>,
     ) -> Self {
-        if let Some(delta) = self.delta_mut("partition-filter") {
-            delta.partition_filters.push((key.into(), value.into()));
+        let filter = (key.into(), value.into());
+        match &mut self.input {
+            Input::Delta(delta) => delta.partition_filters.push(filter),
+            Input::Iceberg(iceberg) => iceberg.partition_filters.push(filter),
+            _ => {
+                self.misapplied.get_or_insert("partition-filter");
+            }
         }
         self
     }
@@ -914,7 +956,7 @@ impl ConverterBuilder {
     /// input). Parquet only.
     pub fn with_partition_base(mut self, base: impl Into<PathBuf>) -> Self {
         self.options.partition_base = Some(base.into());
-        self.not_for_delta("partition-base")
+        self.not_for_tables("partition-base")
             .not_for_tfrecord("partition-base")
             .only_for(false, "partition-base")
     }
@@ -922,7 +964,7 @@ impl ConverterBuilder {
     /// Hive partition features (default [`Partitioning::Auto`]). Parquet only.
     pub fn with_partitioning(mut self, partitioning: Partitioning) -> Self {
         self.options.partitioning = partitioning;
-        self.not_for_delta("partitioning")
+        self.not_for_tables("partitioning")
             .not_for_tfrecord("partitioning")
             .only_for(false, "partitioning")
     }
@@ -996,11 +1038,19 @@ impl ConverterBuilder {
         if let Some(option) = misapplied {
             let source = match (&input, option) {
                 (Input::Images(_), _) => "an image folder; it applies to Parquet inputs only",
-                (_, "version" | "timestamp" | "partition-filter") => {
-                    "Parquet inputs or images; it applies to Delta tables only"
+                (Input::Iceberg(_), "version") => {
+                    "an Iceberg table; name its snapshot with --snapshot-id"
                 }
-                (Input::Delta(_), "partition-base" | "partitioning") => {
-                    "a Delta table, whose partition values come from its log"
+                (Input::Delta(_), "snapshot-id") => {
+                    "a Delta table; name its snapshot with --version"
+                }
+                (_, "version") => "this input; it applies to Delta tables only",
+                (_, "snapshot-id") => "this input; it applies to Iceberg tables only",
+                (_, "timestamp" | "partition-filter") => {
+                    "Parquet inputs or images; it applies to Delta and Iceberg tables only"
+                }
+                (Input::Delta(_) | Input::Iceberg(_), "partition-base" | "partitioning") => {
+                    "a table, whose partition values come from its metadata"
                 }
                 (_, "input-compression") => {
                     "Parquet inputs or images; it applies to TFRecord inputs only"
@@ -1041,6 +1091,24 @@ impl ConverterBuilder {
                         "it names a feature, and --record-type bytes does not parse the payloads",
                     ));
                 }
+            }
+        }
+        if let Input::Iceberg(iceberg) = &input {
+            if iceberg.snapshot_id.is_some() && iceberg.timestamp.is_some() {
+                return Err(Error::invalid_option(
+                    "timestamp",
+                    "--snapshot-id and --timestamp both name the snapshot: give one",
+                ));
+            }
+            if options.worker.is_some()
+                && iceberg.snapshot_id.is_none()
+                && iceberg.timestamp.is_none()
+            {
+                return Err(Error::invalid_option(
+                    "num-workers",
+                    "every worker must read the same snapshot: name it with --snapshot-id N (or \
+                     --timestamp T)",
+                ));
             }
         }
         if let Input::Delta(delta) = &input {

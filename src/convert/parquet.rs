@@ -14,14 +14,18 @@ use rayon::prelude::*;
 
 use crate::convert::ordered::{self, Emit, InOrder};
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, DeltaOptions, ParquetDecoder, Source, TableInfo};
+use crate::convert::{
+    ConvertOptions, DeltaOptions, IcebergOptions, ParquetDecoder, Source, TableInfo,
+};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{schema_difference, EncodePlan, EncodeStats, EncodedBatch};
 use crate::manifest::{InputInfo, Manifest};
 use crate::progress::Progress;
-use crate::source::delta::{DeltaTable, SideFile};
+use crate::source::delta::DeltaTable;
 use crate::source::hive;
+use crate::source::iceberg::IcebergTable;
 use crate::source::parquet::{self as source, ParquetInput};
+use crate::source::table::SideFile;
 
 /// Whether units end in checkpoints: `--resume` with one output written directly (a
 /// shuffle, splits or `--min-shards` need every record again).
@@ -51,15 +55,33 @@ struct Unit {
     records: u64,
 }
 
-/// What a Delta table's manifest says beside its data files.
-struct DeltaExtra {
+/// The snapshot a Delta or Iceberg table was asked for.
+#[derive(Clone)]
+enum Asked {
+    Delta(DeltaOptions),
+    Iceberg(IcebergOptions),
+}
+
+impl Asked {
+    /// Whether the snapshot was named (a version, snapshot id or time).
+    fn named(&self) -> bool {
+        match self {
+            Asked::Delta(d) => d.version.is_some() || d.timestamp.is_some(),
+            Asked::Iceberg(i) => i.snapshot_id.is_some() || i.timestamp.is_some(),
+        }
+    }
+}
+
+/// What a table's manifest says beside its data files.
+struct TableExtra {
     /// The snapshot asked for.
-    asked: DeltaOptions,
+    asked: Asked,
     table: TableInfo,
-    /// The log file that defines the snapshot (listed first; none before a first commit).
+    /// The log or metadata file that defines the snapshot (listed first; none before a
+    /// Delta table's first commit).
     log: Option<SideFile>,
-    /// Its deletion vector files (listed after the data files).
-    deletion_vectors: Vec<SideFile>,
+    /// Its deletion vector or delete files (listed after the data files).
+    deletes: Vec<SideFile>,
 }
 
 /// Opens every input and validates the whole plan before anything is written.
@@ -120,8 +142,8 @@ pub(crate) struct ParquetSource {
     first_record: u64,
     /// `--resume`: the checkpoint to restart from (its units are skipped).
     restart: Option<Checkpoint>,
-    /// A Delta table's snapshot.
-    delta: Option<DeltaExtra>,
+    /// A Delta or Iceberg table's snapshot.
+    table: Option<TableExtra>,
 }
 
 impl ParquetSource {
@@ -166,11 +188,44 @@ impl ParquetSource {
                 Ok(input)
             })
             .collect::<Result<_>>()?;
-        let extra = DeltaExtra {
-            asked: delta.clone(),
+        let extra = TableExtra {
+            asked: Asked::Delta(delta.clone()),
             table: table.info(),
             log: table.log_file.clone(),
-            deletion_vectors,
+            deletes: deletion_vectors,
+        };
+        Self::with_inputs(options, inputs, plan, Some(extra))
+    }
+
+    /// Plans one snapshot of an Iceberg table (see [`crate::source::iceberg`]) and opens
+    /// its data files' footers, in the contract's order.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`IcebergTable::open`] and [`IcebergTable::plan`], a column that cannot
+    /// be encoded, a data file that is not Parquet.
+    pub(crate) fn open_iceberg(
+        options: &ConvertOptions,
+        iceberg: &IcebergOptions,
+    ) -> Result<ParquetSource> {
+        let table = IcebergTable::open(&options.inputs[0], iceberg, options.io)?;
+        let plan = EncodePlan::new(&table.schema, &options.encode)
+            .map_err(|e| e.with_file(&table.location))?;
+        let (files, deletes) = table.plan(plan.roots(), &iceberg.partition_filters)?;
+        let schema = std::sync::Arc::new(table.schema.clone());
+        let inputs: Vec<ParquetInput> = files
+            .into_par_iter()
+            .map(|f| {
+                let mut input = ParquetInput::open(f.input)?;
+                input.set_iceberg(f.read, schema.clone());
+                Ok(input)
+            })
+            .collect::<Result<_>>()?;
+        let extra = TableExtra {
+            asked: Asked::Iceberg(iceberg.clone()),
+            table: table.info(),
+            log: Some(table.metadata_file.clone()),
+            deletes,
         };
         Self::with_inputs(options, inputs, plan, Some(extra))
     }
@@ -180,7 +235,7 @@ impl ParquetSource {
         options: &ConvertOptions,
         inputs: Vec<ParquetInput>,
         plan: EncodePlan,
-        delta: Option<DeltaExtra>,
+        table: Option<TableExtra>,
     ) -> Result<ParquetSource> {
         let mut units = Vec::new();
         for (i, input) in inputs.iter().enumerate() {
@@ -204,6 +259,19 @@ impl ParquetSource {
                 .map(|u| inputs[u.input].selected_bytes(u.row_group, plan.roots()))
                 .collect();
             let [first, end] = worker.share(&bytes);
+            // A position split numbers records over the whole run: the records before
+            // this share must be known without reading them.
+            let before = &units[..first as usize];
+            if options.splits.is_some()
+                && options.encode.split_key.is_none()
+                && before.iter().any(|u| !inputs[u.input].exact_rows())
+            {
+                return Err(Error::invalid_option(
+                    "split",
+                    "the snapshot has delete files, so a worker cannot count the records \
+                     before its share: split by a column (--split-key) or convert on one machine",
+                ));
+            }
             range = Some([first, end]);
             first_record = units[..first as usize].iter().map(|u| u.records).sum();
             units = units[first as usize..end as usize].to_vec();
@@ -216,7 +284,7 @@ impl ParquetSource {
             range,
             first_record,
             restart: None,
-            delta,
+            table,
         })
     }
 }
@@ -255,7 +323,9 @@ impl Source for ParquetSource {
             return 0;
         };
         let rows: u64 = done.iter().map(|u| u.records).sum();
-        let fits = rows == c.records
+        // With Iceberg delete files, units count rows, an upper bound of their records.
+        let exact = done.iter().all(|u| self.inputs[u.input].exact_rows());
+        let fits = (rows == c.records || !exact && rows >= c.records)
             && c.stats.rows == c.records
             && c.rows_per_input.iter().sum::<u64>() == c.records
             && c.rows_per_input.len() <= self.inputs.len()
@@ -277,26 +347,40 @@ impl Source for ParquetSource {
         options: &ConvertOptions,
         header: &serde_json::Value,
     ) -> Result<()> {
-        let Some(delta) = &self.delta else {
+        let Some(table) = &self.table else {
             return Ok(());
         };
-        let journaled = header["table"]["version"].as_u64();
-        let named = delta.asked.version.is_some() || delta.asked.timestamp.is_some();
-        match journaled {
-            Some(v) if !named && Some(v) != delta.table.version => {
-                let asked = DeltaOptions {
-                    version: Some(v),
-                    ..delta.asked.clone()
-                };
-                *self = ParquetSource::open_delta(options, &asked)?;
-                // The manifest names the snapshot as asked (no --version given).
-                if let Some(d) = &mut self.delta {
-                    d.asked.version = None;
-                }
-                Ok(())
-            }
-            _ => Ok(()),
+        if table.asked.named() {
+            return Ok(());
         }
+        // No snapshot named: continue the one the interrupted run read.
+        match &table.asked {
+            Asked::Delta(asked) => match header["table"]["version"].as_u64() {
+                Some(v) if Some(v) != table.table.version => {
+                    let pinned = DeltaOptions {
+                        version: Some(v),
+                        ..asked.clone()
+                    };
+                    *self = ParquetSource::open_delta(options, &pinned)?;
+                }
+                _ => return Ok(()),
+            },
+            Asked::Iceberg(asked) => match header["table"]["snapshot_id"].as_i64() {
+                Some(id) if Some(id) != table.table.snapshot_id => {
+                    let pinned = IcebergOptions {
+                        snapshot_id: Some(id),
+                        ..asked.clone()
+                    };
+                    *self = ParquetSource::open_iceberg(options, &pinned)?;
+                }
+                _ => return Ok(()),
+            },
+        }
+        // The manifest names the snapshot as asked (none given).
+        if let Some(t) = &mut self.table {
+            t.asked = table_asked_unnamed(&t.asked);
+        }
+        Ok(())
     }
 
     fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {
@@ -308,7 +392,7 @@ impl Source for ParquetSource {
             etag: f.etag.clone(),
         };
         let mut inputs: Vec<InputInfo> = self
-            .delta
+            .table
             .iter()
             .filter_map(|d| d.log.as_ref())
             .map(side)
@@ -319,8 +403,8 @@ impl Source for ParquetSource {
             rows: rows.and_then(|r| r.get(i).copied()).unwrap_or(0),
             etag: input.file.object.as_ref().and_then(|o| o.etag.clone()),
         }));
-        if let Some(d) = &self.delta {
-            inputs.extend(d.deletion_vectors.iter().map(side));
+        if let Some(t) = &self.table {
+            inputs.extend(t.deletes.iter().map(side));
         }
         let stats = self.pass.as_ref().map(|p| &p.stats);
         let features = match stats {
@@ -328,8 +412,22 @@ impl Source for ParquetSource {
             None => self.plan.features(&self.plan.new_stats()),
         };
         let mut manifest = options.new_manifest(self.plan.record_type(), inputs, features);
-        manifest.table = self.delta.as_ref().map(|d| d.table.clone());
+        manifest.table = self.table.as_ref().map(|t| t.table.clone());
         manifest
+    }
+}
+
+/// The snapshot asked for, without the id or version a resumed run pinned.
+fn table_asked_unnamed(asked: &Asked) -> Asked {
+    match asked {
+        Asked::Delta(d) => Asked::Delta(DeltaOptions {
+            version: None,
+            ..d.clone()
+        }),
+        Asked::Iceberg(i) => Asked::Iceberg(IcebergOptions {
+            snapshot_id: None,
+            ..i.clone()
+        }),
     }
 }
 

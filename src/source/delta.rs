@@ -36,6 +36,7 @@ use parquet::arrow::ProjectionMask;
 use url::Url;
 
 use super::parquet::InputFile;
+use super::table::{parse_time, rfc3339_ms, table_error, SideFile, TableInfo};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::{self, Listed, Location, ObjectUrl};
 
@@ -50,32 +51,6 @@ pub struct DeltaOptions {
     /// `--partition-filter KEY=VALUE`: keep the data files of these partition values
     /// (all must hold; values as the log writes them).
     pub partition_filters: Vec<(String, String)>,
-}
-
-/// The snapshot a conversion read: the manifest's `table`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[non_exhaustive]
-pub struct TableInfo {
-    /// `delta`.
-    pub format: String,
-    /// The table as given.
-    pub location: String,
-    /// The snapshot's version (none for a table with no commit yet).
-    pub version: Option<u64>,
-    /// Its commit time, RFC 3339 UTC.
-    pub timestamp: Option<String>,
-}
-
-/// A file the manifest's `inputs` list beside the data files: the log file that defines
-/// the snapshot, or a deletion vector file.
-#[derive(Debug, Clone)]
-pub struct SideFile {
-    /// As the manifest names it.
-    pub display: String,
-    /// Its size.
-    pub bytes: u64,
-    /// Its ETag in a store.
-    pub etag: Option<String>,
 }
 
 /// Where the table is.
@@ -115,7 +90,7 @@ impl std::fmt::Debug for DeltaTable {
 /// A kernel error, one line, naming the table.
 fn kernel<E: std::fmt::Display>(table: &str) -> impl Fn(E) -> Error + '_ {
     move |e| {
-        Error::new(ErrorKind::DeltaTable {
+        Error::new(ErrorKind::Table {
             detail: one_line(&e),
         })
         .with_file(table)
@@ -144,26 +119,12 @@ fn has_variant(t: &delta_kernel::schema::DataType) -> bool {
     }
 }
 
-fn table_error(table: &str, detail: impl Into<String>) -> Error {
-    Error::new(ErrorKind::DeltaTable {
-        detail: detail.into(),
-    })
-    .with_file(table)
-}
-
 /// `_delta_log/{version:020}.json`'s version, for a commit file's name.
 fn commit_version(name: &str) -> Option<u64> {
     let stem = name.strip_suffix(".json")?;
     (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()))
         .then(|| stem.parse().ok())
         .flatten()
-}
-
-/// Milliseconds since the epoch as RFC 3339 UTC (`2026-11-30T08:15:02.123Z`).
-pub fn rfc3339_ms(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
-        .unwrap_or_else(|| ms.to_string())
 }
 
 /// A commit's time from its JSON lines: `commitInfo.inCommitTimestamp`, else
@@ -342,12 +303,7 @@ impl DeltaTable {
 
     /// The manifest's `table`.
     pub fn info(&self) -> TableInfo {
-        TableInfo {
-            format: "delta".into(),
-            location: self.location.clone(),
-            version: self.version(),
-            timestamp: self.timestamp_ms.map(rfc3339_ms),
-        }
+        TableInfo::delta(&self.location, self.version(), self.timestamp_ms)
     }
 
     /// The scan of the logical columns `roots`: what its files share, its files in
@@ -770,14 +726,7 @@ impl Log<'_> {
         timestamp: &str,
         listing: &BTreeMap<String, delta_kernel::FileMeta>,
     ) -> Result<u64> {
-        let at = chrono::DateTime::parse_from_rfc3339(timestamp)
-            .map_err(|e| {
-                Error::invalid_option(
-                    "timestamp",
-                    format!("{timestamp:?} is not an RFC 3339 time (2026-11-30T08:00:00Z): {e}"),
-                )
-            })?
-            .timestamp_millis();
+        let at = parse_time(timestamp)?;
         let commits: Vec<(u64, &delta_kernel::FileMeta)> = listing
             .iter()
             .filter_map(|(name, meta)| commit_version(name).map(|v| (v, meta)))
@@ -1002,7 +951,7 @@ impl DeltaRead {
     /// A column of the table whose type the file cannot give.
     pub fn columns(self: &Arc<Self>, file: &ArrowReaderMetadata) -> Result<DeltaColumns> {
         let (reorder, mask) = parquet_read_plan(&self.shape.physical, file).map_err(|e| {
-            Error::new(ErrorKind::DeltaTable {
+            Error::new(ErrorKind::Table {
                 detail: one_line(&e),
             })
         })?;
@@ -1028,7 +977,7 @@ impl DeltaRead {
                 .map_err(|e| one_line(&e))
         });
         made.clone()
-            .map_err(|detail| Error::new(ErrorKind::DeltaTable { detail }))
+            .map_err(|detail| Error::new(ErrorKind::Table { detail }))
     }
 }
 
@@ -1044,7 +993,7 @@ impl DeltaColumns {
         let shape = &self.read.shape;
         let rows = batch.num_rows();
         let delta_error = |e: delta_kernel::KernelError| {
-            Error::new(ErrorKind::DeltaTable {
+            Error::new(ErrorKind::Table {
                 detail: one_line(&e),
             })
         };

@@ -30,6 +30,7 @@ use crate::source::contain::contain;
 use crate::source::delta::{DeltaColumns, DeltaRead};
 use crate::source::fixed_list::{self, FixedListReader};
 use crate::source::hive::{self, PartitionColumn};
+use crate::source::iceberg::IcebergRead;
 use crate::store::{self, Listed, Location, RemoteChunks, RemoteParquet};
 
 /// Rows per Arrow batch at most: large enough to amortize per-batch work (8192 rows of
@@ -325,6 +326,9 @@ pub struct ParquetInput {
     /// into the snapshot's rows ([`super::delta`]). Roots then index the table's
     /// logical schema, and partition values come from the log.
     delta: Option<(Arc<DeltaColumns>, SchemaRef)>,
+    /// An Iceberg table's data file: the `iceberg` crate reads its row groups, deletes
+    /// applied ([`super::iceberg`]). Roots then index the table's schema.
+    iceberg: Option<(Arc<IcebergRead>, SchemaRef)>,
 }
 
 impl ParquetInput {
@@ -396,6 +400,7 @@ impl ParquetInput {
             partitions: Default::default(),
             fast_lists: true,
             delta: None,
+            iceberg: None,
         })
     }
 
@@ -422,9 +427,27 @@ impl ParquetInput {
         Ok(())
     }
 
+    /// Makes this file an Iceberg table's data file, read by the `iceberg` crate as
+    /// `read` says; `table` is the snapshot's schema, which roots index from now on.
+    pub fn set_iceberg(&mut self, read: Arc<IcebergRead>, table: SchemaRef) {
+        self.iceberg = Some((read, table));
+        self.fast_lists = false;
+    }
+
+    /// Whether [`ParquetInput::kept_rows`] is exact: an Iceberg data file with delete
+    /// files knows its records only once read.
+    pub fn exact_rows(&self) -> bool {
+        self.iceberg
+            .as_ref()
+            .is_none_or(|(read, _)| !read.has_deletes)
+    }
+
     /// The projection of the file's columns that `file_roots` (from
     /// [`ParquetInput::file_roots`]) read: a Delta data file's is its read plan's.
     fn projection(&self, file_roots: &[usize]) -> ProjectionMask {
+        if let Some((read, _)) = &self.iceberg {
+            return read.projection(&self.metadata);
+        }
         match &self.delta {
             Some((columns, _)) => columns.mask(),
             None => {
@@ -445,7 +468,7 @@ impl ParquetInput {
     /// The file's own top-level columns that `roots` (indices of
     /// [`ParquetInput::table_schema`]) read, and the partition columns among them.
     fn file_roots(&self, roots: &[usize]) -> (Vec<usize>, Vec<usize>) {
-        if self.delta.is_some() {
+        if self.delta.is_some() || self.iceberg.is_some() {
             return (Vec::new(), Vec::new());
         }
         let file_columns = self.schema().fields().len();
@@ -488,7 +511,12 @@ impl ParquetInput {
     /// The file's columns, then the partition columns (a Delta table's data file: the
     /// table's logical schema).
     pub fn table_schema(&self) -> Schema {
-        if let Some((_, table)) = &self.delta {
+        if let Some(table) = self
+            .delta
+            .as_ref()
+            .map(|(_, t)| t)
+            .or(self.iceberg.as_ref().map(|(_, t)| t))
+        {
             return table.as_ref().clone();
         }
         let mut fields: Vec<arrow_schema::FieldRef> =
@@ -733,6 +761,9 @@ pub fn read_row_group(
     mut f: impl FnMut(RecordBatch, u64) -> Result<()>,
 ) -> Result<()> {
     let locate = |e: Error| e.with_file(&input.file.display);
+    if let Some((read, _)) = &input.iceberg {
+        return read_iceberg_row_group(input, read, row_group, first_row, f);
+    }
     let file_columns = input.schema().fields().len();
     let (file_roots, partition_roots) = input.file_roots(roots);
     let mask = input.projection(&file_roots);
@@ -875,6 +906,42 @@ pub fn read_row_group(
         })));
     }
     Ok(())
+}
+
+/// [`read_row_group`] of an Iceberg data file: the `iceberg` crate reads the row group's
+/// bytes (its row groups counted as the crate counts them: back to back after the
+/// magic), deletes applied. Batches are handed over in slices of about
+/// [`BATCH_BYTES`]; `f` gets the index of each slice's first record in the file's
+/// records (rows after deletes), as the crate cannot say which rows it dropped.
+fn read_iceberg_row_group(
+    input: &ParquetInput,
+    read: &IcebergRead,
+    row_group: usize,
+    first_row: u64,
+    mut f: impl FnMut(RecordBatch, u64) -> Result<()>,
+) -> Result<()> {
+    let groups = input.metadata.metadata().row_groups();
+    let start = 4 + groups[..row_group]
+        .iter()
+        .map(|g| g.compressed_size().max(0) as u64)
+        .sum::<u64>();
+    let length = groups[row_group].compressed_size().max(0) as u64;
+    if length == 0 {
+        return Ok(());
+    }
+    let mut at = first_row;
+    read.read_row_group(start..start + length, |batch| {
+        let rows = batch.num_rows();
+        let bytes = batch.get_array_memory_size() as u64;
+        let step = rows_for(BATCH_BYTES, bytes, rows).clamp(1, rows.max(1));
+        for begin in (0..rows).step_by(step) {
+            let slice = batch.slice(begin, step.min(rows - begin));
+            let first = at + begin as u64;
+            f(slice, first).map_err(|e| e.shift_row(first).with_file(&input.file.display))?;
+        }
+        at += rows as u64;
+        Ok(())
+    })
 }
 
 /// The selected columns that [`fixed_list`] reads, joined to arrow-rs's batches of the

@@ -50,7 +50,8 @@ pub(crate) use self::multipart::{
     abort_multipart, complete_multipart, put_part, put_part_streamed, streams_parts,
 };
 pub(crate) use self::objects::{
-    delete, get_range, list_async, list_dir_async, put_async, put_tagged,
+    delete, get_range, head_async, list_async, list_dir_async, put_async, put_tagged,
+    read_all_async,
 };
 pub use self::objects::{delete_object, head, list, list_dir, put, read_all, Listed};
 pub(crate) use self::parquet::{RemoteChunks, RemoteParquet};

@@ -84,9 +84,13 @@ pub(crate) async fn list_dir_async(url: &ObjectUrl) -> Result<(Vec<Listed>, Vec<
 ///
 /// A store error naming the URL (`not found` when there is no such object).
 pub fn head(url: &ObjectUrl) -> Result<Listed> {
+    block_on(head_async(url))
+}
+
+pub(crate) async fn head_async(url: &ObjectUrl) -> Result<Listed> {
     let b = bucket(url)?;
     let key = url.object_key()?;
-    let meta = block_on(request(url, b.store.head(&key)))?;
+    let meta = request(url, b.store.head(&key)).await?;
     Ok(listed(url, meta))
 }
 

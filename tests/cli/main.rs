@@ -6,6 +6,7 @@ mod delta;
 mod encode;
 mod golden;
 mod hive;
+mod iceberg;
 mod images;
 mod inspect_schema;
 mod pipeline;

@@ -1856,6 +1856,112 @@ fn two_runs_in_one_process_child() {
     });
 }
 
+/// Issue #31: an Iceberg table that pyiceberg wrote to the bucket (its SQL catalog's
+/// warehouse on the S3 server: appends and a copy-on-write delete over identity and day
+/// partitions): each snapshot converts to pyiceberg's rows, every file read through the
+/// store with its ETag; workers reading it plus `finalize` there equal one machine.
+#[test]
+fn an_iceberg_table_in_the_bucket_converts_as_pyiceberg_reads_it() {
+    let s = need_server!();
+    let Some(python) = crate::iceberg::python() else {
+        eprintln!("skipped: no pyiceberg venv (run scripts/iceberg_venv.sh)");
+        return;
+    };
+    let b = bucket(s, "iceberg");
+    let dir = scratch("s3-iceberg-tables");
+    let expected = crate::iceberg::write_tables(&python, &dir, &["--s3", &s.endpoint, &b]);
+    let table = expected["locations"]["s3_events"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(table.starts_with(&format!("s3://{b}/")), "{table}");
+    let snapshots = expected["s3_events"].as_array().unwrap();
+    for snapshot in snapshots {
+        let out = scratch("s3-iceberg-out");
+        let id = snapshot["snapshot_id"].as_i64().unwrap().to_string();
+        let (code, _, err) = tfshard_at(
+            &s.endpoint,
+            &[
+                "convert",
+                "iceberg",
+                &table,
+                "-o",
+                out.to_str().unwrap(),
+                "--overwrite",
+                "--snapshot-id",
+                &id,
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            crate::iceberg::records(&out),
+            snapshot["records"].as_array().unwrap().clone()
+        );
+        let manifest = crate::read_manifest(&out, "data");
+        assert_eq!(manifest["table"]["location"], table.as_str());
+        let inputs = manifest["inputs"].as_array().unwrap();
+        assert!(inputs.iter().all(|i| i["etag"].is_string()), "{manifest}");
+        assert_eq!(
+            inputs.len(),
+            1 + snapshot["files"].as_array().unwrap().len()
+        );
+    }
+
+    let last = snapshots.last().unwrap()["snapshot_id"]
+        .as_i64()
+        .unwrap()
+        .to_string();
+    let flags = [
+        "--snapshot-id",
+        last.as_str(),
+        "--target-shard-size",
+        "8KiB",
+    ];
+    let one = scratch("s3-iceberg-one");
+    let args = [
+        &[
+            "convert",
+            "iceberg",
+            &table,
+            "-o",
+            one.to_str().unwrap(),
+            "--overwrite",
+        ][..],
+        &flags,
+    ]
+    .concat();
+    let (code, _, err) = tfshard_at(&s.endpoint, &args);
+    assert_eq!(code, 0, "{err}");
+    let out = format!("s3://{b}/out");
+    for i in ["1", "0"] {
+        let args = [
+            &[
+                "convert",
+                "iceberg",
+                &table,
+                "-o",
+                &out,
+                "--num-workers",
+                "2",
+                "--worker-index",
+                i,
+            ][..],
+            &flags,
+        ]
+        .concat();
+        let (code, _, err) = tfshard_at(&s.endpoint, &args);
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
+    assert_eq!(code, 0, "{err}");
+    let got = scratch("s3-iceberg-workers-got");
+    client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+    assert_eq!(
+        crate::records_in_order(&got, "data"),
+        crate::records_in_order(&one, "data")
+    );
+}
+
 /// Issue #29: a Delta table in the bucket (written by deltalake: partitions, a delete, a
 /// checkpoint) converts to the bytes its copy on disk converts to, and workers reading
 /// it from the bucket plus `finalize` there equal one machine's run.
