@@ -26,6 +26,7 @@ use crate::source::hive;
 use crate::source::iceberg::IcebergTable;
 use crate::source::parquet::{self as source, ParquetInput};
 use crate::source::table::SideFile;
+use crate::store;
 
 /// Whether units end in checkpoints: `--resume` with one output written directly (a
 /// shuffle, splits or `--min-shards` need every record again).
@@ -371,7 +372,15 @@ impl Source for ParquetSource {
                         snapshot_id: Some(id),
                         ..asked.clone()
                     };
-                    *self = ParquetSource::open_iceberg(options, &pinned)?;
+                    // Read through the metadata file the interrupted run read (listed
+                    // first), while it is there: the inputs then match its journal.
+                    let mut at = options.clone();
+                    if let Some(file) = header["inputs"][0]["path"].as_str() {
+                        if store::paths::len(std::path::Path::new(file), options.io).is_ok() {
+                            at.inputs = vec![file.into()];
+                        }
+                    }
+                    *self = ParquetSource::open_iceberg(&at, &pinned)?;
                 }
                 _ => return Ok(()),
             },

@@ -555,3 +555,66 @@ fn verify_deep_accepts_a_converted_snapshot() {
     let (code, _, err) = run(["verify", s(&out), "--deep"]);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn resume_continues_the_snapshot_the_interrupted_run_read() {
+    let (_, expected) = need_tables!();
+    let table = copy_table(&table_dir(expected, "events"), "iceberg-resume-table");
+    // The last commit held back: the table's current snapshot is the one before it.
+    let newest = newest_metadata(&table);
+    let held = scratch("iceberg-resume-held").join("held.metadata.json");
+    std::fs::rename(&newest, &held).unwrap();
+    let size = ["--target-shard-size", "2KiB"];
+    let whole = scratch("iceberg-resume-whole");
+    let (code, _, err) = convert(&table, &whole, &size);
+    assert_eq!(code, 0, "{err}");
+    let out = scratch("iceberg-resume");
+    let _ = std::fs::remove_dir_all(&out);
+    let mut args = vec!["convert", "iceberg", s(&table), "-o", s(&out), "--resume"];
+    args.extend_from_slice(&size);
+    let killed = crate::tfshard()
+        .args(&args)
+        .env("TFSHARD_FAILPOINTS", "shard:journaled=exit@2")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success());
+    // The commit lands between the kill and the rerun.
+    std::fs::rename(&held, &newest).unwrap();
+    args.push("--json");
+    let (code, stdout, err) = run(&args);
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        summary["table"]["snapshot_id"], expected["events"][3]["snapshot_id"],
+        "{stdout}"
+    );
+    assert!(
+        summary["reused"]["shards"].as_u64().unwrap() >= 2,
+        "{stdout}"
+    );
+    assert_eq!(
+        records_in_order(&out, "data"),
+        records_in_order(&whole, "data")
+    );
+    // Without --resume the current snapshot is read: the new one.
+    let (code, stdout, err) = convert(&table, &scratch("iceberg-resume-current"), &["--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        summary["table"]["snapshot_id"],
+        expected["events"][4]["snapshot_id"]
+    );
+}
+
+/// The table the repo ships (testdata/iceberg-table: scripts/iceberg_tables.py's
+/// `events`, written under /tmp/tfshard-iceberg and read where it is now), each
+/// snapshot to the rows pyiceberg read then: no venv needed.
+#[test]
+fn the_shipped_table_converts_to_its_recorded_rows() {
+    let table = root().join("testdata/iceberg-table");
+    let expected: Value = serde_json::from_slice(
+        &std::fs::read(root().join("testdata/iceberg-table.expected.json")).unwrap(),
+    )
+    .unwrap();
+    every_snapshot_converts(&table, "iceberg-table", &expected["snapshots"], "shipped");
+}
