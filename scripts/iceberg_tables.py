@@ -14,7 +14,7 @@ Tables (a SQL catalog on SQLite, OUT/catalog.db; the warehouse OUT/warehouse):
   deletes   format v2, unpartitioned: s0 and s1 appends, s2 a position delete file, s3
             an equality delete file on `grp`, s4 an append with rows of that `grp` again
             (a later sequence number: the delete does not apply to them).
-  v1        format v1: two appends.
+  v1        format v1, partitioned by bucket(id) and truncate(name): two appends.
   empty     created, never written: no snapshot.
   s3_events (--s3 only) the first three snapshots of `events`, written to the bucket.
 
@@ -43,7 +43,7 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
-from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform, TruncateTransform
 from pyiceberg.typedef import Record
 from pyiceberg.types import (DateType, DoubleType, FloatType, IntegerType, ListType, LongType,
                              NestedField, StringType)
@@ -294,11 +294,17 @@ def deletes(catalog):
 def v1(catalog):
     schema = Schema(NestedField(1, "id", LongType(), required=False),
                     NestedField(2, "name", StringType(), required=False))
-    tbl = catalog.create_table("db.v1", schema=schema, properties={"format-version": "1"})
+    # Hidden partitions the reader needs nothing from: bucket(id) and truncate(name).
+    spec = PartitionSpec(
+        PartitionField(source_id=1, field_id=1000, transform=BucketTransform(4), name="id_bucket"),
+        PartitionField(source_id=2, field_id=1001, transform=TruncateTransform(2), name="name_trunc"),
+    )
+    tbl = catalog.create_table("db.v1", schema=schema, partition_spec=spec,
+                               properties={"format-version": "1"})
     ids = []
     for first in (0, 10):
         tbl.append(pa.table({"id": pa.array(range(first, first + 10), pa.int64()),
-                             "name": pa.array([f"v{i}" for i in range(first, first + 10)])}))
+                             "name": pa.array([f"v{i % 3}-{i}" for i in range(first, first + 10)])}))
         pause()
         ids.append(current(tbl))
     return [expected(tbl, i) for i in ids]

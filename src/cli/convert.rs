@@ -567,45 +567,49 @@ impl ParquetArgs {
 impl DeltaArgs {
     /// Resolves flags into the library's builder.
     pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
-        let builder = self
-            .shard
-            .apply(Converter::delta(self.table_path.clone()))?;
-        let mut builder = self
-            .table
-            .apply(builder)?
-            .with_threads(self.common.thread_count())
-            .with_io(self.common.io()?);
+        let mut builder = Converter::delta(self.table_path.clone());
         if let Some(v) = self.version {
             builder = builder.with_version(v);
         }
-        snapshot_flags(builder, self.timestamp.as_ref(), &self.partition_filter)
+        let flags = (&self.shard, &self.table, &self.common);
+        table_flags(
+            builder,
+            flags,
+            self.timestamp.as_ref(),
+            &self.partition_filter,
+        )
     }
 }
 
 impl IcebergArgs {
     /// Resolves flags into the library's builder.
     pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
-        let builder = self
-            .shard
-            .apply(Converter::iceberg(self.table_path.clone()))?;
-        let mut builder = self
-            .table
-            .apply(builder)?
-            .with_threads(self.common.thread_count())
-            .with_io(self.common.io()?);
+        let mut builder = Converter::iceberg(self.table_path.clone());
         if let Some(id) = self.snapshot_id {
             builder = builder.with_snapshot_id(id);
         }
-        snapshot_flags(builder, self.timestamp.as_ref(), &self.partition_filter)
+        let flags = (&self.shard, &self.table, &self.common);
+        table_flags(
+            builder,
+            flags,
+            self.timestamp.as_ref(),
+            &self.partition_filter,
+        )
     }
 }
 
-/// A table's `--timestamp` and `--partition-filter` flags.
-fn snapshot_flags(
-    mut builder: ConverterBuilder,
+/// The flags `convert delta` and `convert iceberg` share: shards, columns, workers,
+/// `--timestamp` and `--partition-filter`.
+fn table_flags(
+    builder: ConverterBuilder,
+    (shard, table, common): (&ShardFlags, &TableFlags, &Common),
     timestamp: Option<&String>,
     filters: &[String],
 ) -> Result<ConverterBuilder, CliError> {
+    let mut builder = table
+        .apply(shard.apply(builder)?)?
+        .with_threads(common.thread_count())
+        .with_io(common.io()?);
     if let Some(t) = timestamp {
         builder = builder.with_timestamp(t.clone());
     }

@@ -11,7 +11,10 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use crate::{read_manifest, records_in_order, root, run, s, scratch};
+use crate::{
+    copy_tree as copy_table, inspect_all as records, read_manifest, records_in_order, root, run, s,
+    scratch,
+};
 
 /// The deltalake venv's python: `TFSHARD_DELTA_VENV`, else `.venv-delta`.
 fn python() -> Option<PathBuf> {
@@ -61,23 +64,6 @@ macro_rules! need_tables {
             }
         }
     };
-}
-
-/// Every record of a shard folder, in order, as `inspect` prints it.
-fn records(dir: &Path) -> Vec<Value> {
-    let manifest = read_manifest(dir, "data");
-    let mut out = Vec::new();
-    for shard in manifest["shards"].as_array().unwrap() {
-        let file = dir.join(shard["file"].as_str().unwrap());
-        let (code, stdout, err) = run(["inspect", s(&file), "--limit", "100000"]);
-        assert_eq!(code, 0, "{err}");
-        out.extend(
-            stdout
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap()),
-        );
-    }
-    out
 }
 
 fn convert(table: &Path, out: &Path, extra: &[&str]) -> (i32, String, String) {
@@ -383,40 +369,6 @@ fn parquet_refuses_the_table_its_folders_and_its_files() {
     }
 }
 
-/// A copy of `table` (the tests that break a table break their own).
-fn copy_table(from: &Path, name: &str) -> PathBuf {
-    let to = scratch(name);
-    let _ = std::fs::remove_dir_all(&to);
-    for entry in walkdir::WalkDir::new(from) {
-        let entry = entry.unwrap();
-        let rel = entry.path().strip_prefix(from).unwrap();
-        if entry.file_type().is_dir() {
-            std::fs::create_dir_all(to.join(rel)).unwrap();
-        } else {
-            std::fs::copy(entry.path(), to.join(rel)).unwrap();
-        }
-    }
-    to
-}
-
-/// One line (and a hint where one helps), exit 1, nothing published.
-fn fails(table: &Path, extra: &[&str], needle: &str) {
-    let out = scratch("delta-fails");
-    let _ = std::fs::remove_dir_all(&out);
-    let (code, _, err) = convert(table, &out, extra);
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.lines().next().unwrap().contains(needle),
-        "{needle:?} not in {err}"
-    );
-    assert!(
-        err.lines().skip(1).all(|l| l.starts_with("hint: ")),
-        "{err}"
-    );
-    assert!(err.lines().count() <= 2, "{err}");
-    assert!(!out.join("data.manifest.json").exists());
-}
-
 #[test]
 fn bad_tables_fail_with_one_line() {
     let (dir, expected) = need_tables!();
@@ -653,4 +605,9 @@ fn compression_index_and_tfds_work_as_for_parquet() {
     let (code, _, err) = convert(&events, &out, &["--tfds", "events", "--exclude", "tags"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.join("events/1.0.0/dataset_info.json").exists());
+}
+
+/// One line (and a hint where one helps), exit 1, nothing published.
+fn fails(table: &Path, extra: &[&str], needle: &str) {
+    crate::table_refuses("delta", table, extra, needle);
 }

@@ -13,7 +13,10 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use crate::{read_manifest, records_in_order, root, run, s, scratch};
+use crate::{
+    copy_tree as copy_table, inspect_all as records, read_manifest, records_in_order, root, run, s,
+    scratch,
+};
 
 /// The pyiceberg venv's python: `TFSHARD_ICEBERG_VENV`, else `.venv-iceberg`.
 pub(crate) fn python() -> Option<PathBuf> {
@@ -72,23 +75,6 @@ macro_rules! need_tables {
             }
         }
     };
-}
-
-/// Every record of a shard folder, in order, as `inspect` prints it.
-pub(crate) fn records(dir: &Path) -> Vec<Value> {
-    let manifest = read_manifest(dir, "data");
-    let mut out = Vec::new();
-    for shard in manifest["shards"].as_array().unwrap() {
-        let file = dir.join(shard["file"].as_str().unwrap());
-        let (code, stdout, err) = run(["inspect", s(&file), "--limit", "100000"]);
-        assert_eq!(code, 0, "{err}");
-        out.extend(
-            stdout
-                .lines()
-                .map(|l| serde_json::from_str::<Value>(l).unwrap()),
-        );
-    }
-    out
 }
 
 /// A table's folder: where the catalog put it.
@@ -451,40 +437,6 @@ fn parquet_refuses_the_table_and_its_folders() {
     }
 }
 
-/// A copy of `table` (the tests that break a table break their own).
-fn copy_table(from: &Path, name: &str) -> PathBuf {
-    let to = scratch(name);
-    let _ = std::fs::remove_dir_all(&to);
-    for entry in walkdir::WalkDir::new(from) {
-        let entry = entry.unwrap();
-        let rel = entry.path().strip_prefix(from).unwrap();
-        if entry.file_type().is_dir() {
-            std::fs::create_dir_all(to.join(rel)).unwrap();
-        } else {
-            std::fs::copy(entry.path(), to.join(rel)).unwrap();
-        }
-    }
-    to
-}
-
-/// One line, exit 1, nothing published.
-fn fails(table: &Path, extra: &[&str], needle: &str) {
-    let out = scratch("iceberg-fails");
-    let _ = std::fs::remove_dir_all(&out);
-    let (code, _, err) = convert(table, &out, extra);
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.lines().next().unwrap().contains(needle),
-        "{needle:?} not in {err}"
-    );
-    assert!(
-        err.lines().skip(1).all(|l| l.starts_with("hint: ")),
-        "{err}"
-    );
-    assert!(err.lines().count() <= 2, "{err}");
-    assert!(!out.join("data.manifest.json").exists());
-}
-
 /// The newest `*.metadata.json` of a table folder.
 fn newest_metadata(table: &Path) -> PathBuf {
     let mut names: Vec<PathBuf> = std::fs::read_dir(table.join("metadata"))
@@ -617,4 +569,9 @@ fn the_shipped_table_converts_to_its_recorded_rows() {
     )
     .unwrap();
     every_snapshot_converts(&table, "iceberg-table", &expected["snapshots"], "shipped");
+}
+
+/// One line (and a hint where one helps), exit 1, nothing published.
+fn fails(table: &Path, extra: &[&str], needle: &str) {
+    crate::table_refuses("iceberg", table, extra, needle);
 }

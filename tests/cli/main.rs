@@ -131,3 +131,58 @@ pub fn records_in_order(dir: &Path, prefix: &str) -> Vec<u8> {
     }
     all
 }
+
+/// Every record of a shard folder, in order, as `inspect` prints it.
+pub fn inspect_all(dir: &Path) -> Vec<serde_json::Value> {
+    let manifest = read_manifest(dir, "data");
+    let mut out = Vec::new();
+    for shard in manifest["shards"].as_array().unwrap() {
+        let file = dir.join(shard["file"].as_str().unwrap());
+        let (code, stdout, err) = run(["inspect", s(&file), "--limit", "100000"]);
+        assert_eq!(code, 0, "{err}");
+        out.extend(
+            stdout
+                .lines()
+                .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()),
+        );
+    }
+    out
+}
+
+/// A copy of the folder `from` as scratch folder `name` (the tests that break a table
+/// break their own).
+pub fn copy_tree(from: &Path, name: &str) -> PathBuf {
+    let to = scratch(name);
+    let _ = std::fs::remove_dir_all(&to);
+    for entry in walkdir::WalkDir::new(from) {
+        let entry = entry.unwrap();
+        let rel = entry.path().strip_prefix(from).unwrap();
+        if entry.file_type().is_dir() {
+            std::fs::create_dir_all(to.join(rel)).unwrap();
+        } else {
+            std::fs::copy(entry.path(), to.join(rel)).unwrap();
+        }
+    }
+    to
+}
+
+/// `convert KIND TABLE` with `extra` fails as bad data: exit 1, one line holding
+/// `needle` (and a hint where one helps), nothing published.
+pub fn table_refuses(kind: &str, table: &Path, extra: &[&str], needle: &str) {
+    let out = scratch(&format!("{kind}-fails"));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut args = vec!["convert", kind, s(table), "-o", s(&out), "--overwrite"];
+    args.extend_from_slice(extra);
+    let (code, _, err) = run(args);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.lines().next().unwrap().contains(needle),
+        "{needle:?} not in {err}"
+    );
+    assert!(
+        err.lines().skip(1).all(|l| l.starts_with("hint: ")),
+        "{err}"
+    );
+    assert!(err.lines().count() <= 2, "{err}");
+    assert!(!out.join("data.manifest.json").exists());
+}

@@ -1856,6 +1856,43 @@ fn two_runs_in_one_process_child() {
     });
 }
 
+/// Runs `convert KIND TABLE` as two workers writing to `s3://{b}/out` with `flags`, then
+/// `finalize` there; the finalized set, copied down into scratch folder `name`.
+fn two_workers_then_finalize(
+    s: &Server,
+    kind: &str,
+    table: &str,
+    b: &str,
+    flags: &[&str],
+    name: &str,
+) -> PathBuf {
+    let out = format!("s3://{b}/out");
+    for i in ["1", "0"] {
+        let args = [
+            &[
+                "convert",
+                kind,
+                table,
+                "-o",
+                &out,
+                "--num-workers",
+                "2",
+                "--worker-index",
+                i,
+            ][..],
+            flags,
+        ]
+        .concat();
+        let (code, _, err) = tfshard_at(&s.endpoint, &args);
+        assert_eq!(code, 0, "worker {i}: {err}");
+    }
+    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
+    assert_eq!(code, 0, "{err}");
+    let got = scratch(name);
+    client(&s.endpoint, &["get-dir", b, "out", got.to_str().unwrap()]);
+    got
+}
+
 /// Issue #31: an Iceberg table that pyiceberg wrote to the bucket (its SQL catalog's
 /// warehouse on the S3 server: appends and a copy-on-write delete over identity and day
 /// partitions): each snapshot converts to pyiceberg's rows, every file read through the
@@ -1894,7 +1931,7 @@ fn an_iceberg_table_in_the_bucket_converts_as_pyiceberg_reads_it() {
         );
         assert_eq!(code, 0, "{err}");
         assert_eq!(
-            crate::iceberg::records(&out),
+            crate::inspect_all(&out),
             snapshot["records"].as_array().unwrap().clone()
         );
         let manifest = crate::read_manifest(&out, "data");
@@ -1932,30 +1969,7 @@ fn an_iceberg_table_in_the_bucket_converts_as_pyiceberg_reads_it() {
     .concat();
     let (code, _, err) = tfshard_at(&s.endpoint, &args);
     assert_eq!(code, 0, "{err}");
-    let out = format!("s3://{b}/out");
-    for i in ["1", "0"] {
-        let args = [
-            &[
-                "convert",
-                "iceberg",
-                &table,
-                "-o",
-                &out,
-                "--num-workers",
-                "2",
-                "--worker-index",
-                i,
-            ][..],
-            &flags,
-        ]
-        .concat();
-        let (code, _, err) = tfshard_at(&s.endpoint, &args);
-        assert_eq!(code, 0, "worker {i}: {err}");
-    }
-    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
-    assert_eq!(code, 0, "{err}");
-    let got = scratch("s3-iceberg-workers-got");
-    client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+    let got = two_workers_then_finalize(s, "iceberg", &table, &b, &flags, "s3-iceberg-workers-got");
     assert_eq!(
         crate::records_in_order(&got, "data"),
         crate::records_in_order(&one, "data")
@@ -1998,30 +2012,7 @@ fn a_delta_table_in_the_bucket_converts_as_on_disk() {
     assert_eq!(manifest["table"]["location"], table.as_str());
     assert!(manifest["inputs"][1]["etag"].is_string(), "{manifest}");
 
-    let out = format!("s3://{b}/out");
-    for i in ["1", "0"] {
-        let args = [
-            &[
-                "convert",
-                "delta",
-                &table,
-                "-o",
-                &out,
-                "--num-workers",
-                "2",
-                "--worker-index",
-                i,
-            ][..],
-            &flags,
-        ]
-        .concat();
-        let (code, _, err) = tfshard_at(&s.endpoint, &args);
-        assert_eq!(code, 0, "worker {i}: {err}");
-    }
-    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", &out]);
-    assert_eq!(code, 0, "{err}");
-    let got = scratch("s3-delta-workers-got");
-    client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+    let got = two_workers_then_finalize(s, "delta", &table, &b, &flags, "s3-delta-workers-got");
     assert_eq!(
         crate::records_in_order(&got, "data"),
         crate::records_in_order(&local, "data")
