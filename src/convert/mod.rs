@@ -25,6 +25,7 @@
 //! # Ok::<(), tfshard::Error>(())
 //! ```
 
+mod arrow;
 pub(crate) mod images;
 mod ordered;
 pub(crate) mod parquet;
@@ -52,6 +53,7 @@ pub use crate::source::iceberg::{IcebergOptions, IcebergTable};
 pub use crate::source::images::{Labels, OnError};
 pub use crate::source::parquet::BATCH_ROWS as PARQUET_BATCH_ROWS;
 pub use crate::source::table::{rfc3339_ms, TableInfo};
+pub use arrow::ArrowStream;
 pub use images::ImageOptions;
 pub use tfrecord::TfrecordOptions;
 
@@ -584,6 +586,7 @@ pub(crate) trait Source {
 #[derive(Debug, Clone)]
 enum Input {
     Parquet,
+    Arrow(ArrowStream),
     Delta(DeltaOptions),
     Iceberg(IcebergOptions),
     Images(ImageOptions),
@@ -613,6 +616,18 @@ impl Converter {
         ConverterBuilder {
             options: ConvertOptions::new(inputs, PathBuf::new()),
             input: Input::Parquet,
+            misapplied: None,
+        }
+    }
+
+    /// The record batches of an Arrow stream, in stream order, with the Parquet mapping
+    /// (the Python module's `convert` of a pyarrow Table, a polars DataFrame, a DuckDB
+    /// relation). Read once: `--min-shards`, `--resume`, `--num-workers` and Hive
+    /// partitioning do not apply.
+    pub fn arrow(stream: ArrowStream) -> ConverterBuilder {
+        ConverterBuilder {
+            options: ConvertOptions::new(vec![stream.name().into()], PathBuf::new()),
+            input: Input::Arrow(stream),
             misapplied: None,
         }
     }
@@ -679,6 +694,11 @@ impl Converter {
         let options = &self.options;
         self.pool.install(|| match &self.input {
             Input::Parquet => run(options, parquet::ParquetSource::open(options)?, progress),
+            Input::Arrow(stream) => run(
+                options,
+                arrow::ArrowSource::open(options, stream)?,
+                progress,
+            ),
             Input::Delta(delta) => run(
                 options,
                 parquet::ParquetSource::open_delta(options, delta)?,
@@ -1091,6 +1111,33 @@ impl ConverterBuilder {
                         "it names a feature, and --record-type bytes does not parse the payloads",
                     ));
                 }
+            }
+        }
+        if let Input::Arrow(_) = &input {
+            let refused = [
+                (
+                    options.partition_base.is_some() || options.partitioning != Partitioning::Auto,
+                    "partitioning",
+                    "an Arrow stream has no folders to take partition values from",
+                ),
+                (
+                    options.resume,
+                    "resume",
+                    "an Arrow stream cannot be read again from where a run stopped",
+                ),
+                (
+                    options.worker.is_some(),
+                    "num-workers",
+                    "one process reads an Arrow stream; give each worker its own part of the data",
+                ),
+                (
+                    options.min_shards.is_some(),
+                    "min-shards",
+                    "it reads the records twice, and an Arrow stream can be read once",
+                ),
+            ];
+            if let Some((_, option, why)) = refused.into_iter().find(|(set, _, _)| *set) {
+                return Err(Error::invalid_option(option, format!("not for {why}")));
             }
         }
         if let Input::Iceberg(iceberg) = &input {
