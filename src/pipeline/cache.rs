@@ -140,6 +140,9 @@ struct Header<'a> {
     record_type: RecordType,
     spec: &'a [FeatureSpec],
     sources: &'a [SourceFile],
+    /// The records read, when only a range of them (a rank's or a worker's share).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    records: Option<[u64; 2]>,
 }
 
 /// A shard the cache was filled from.
@@ -168,6 +171,7 @@ impl Cache {
         spec: &[FeatureSpec],
         record_type: RecordType,
         sources: &[SourceFile],
+        records: Option<[u64; 2]>,
     ) -> Result<Cache> {
         let (tx, rx) = bounded(0);
         let mut report = CacheReport {
@@ -194,6 +198,7 @@ impl Cache {
                     record_type,
                     spec,
                     sources,
+                    records,
                 })
                 .expect("the header serializes");
                 match check_file(path, &header, spec) {

@@ -39,11 +39,14 @@ pub struct Interleave {
     files: Vec<PathBuf>,
     opening: Opening,
     pending: VecDeque<usize>,
-    open: Vec<(usize, Open)>,
+    /// The open files: index, reader, records left to read.
+    open: Vec<(usize, Open, u64)>,
     cycle_length: usize,
     block_length: usize,
     current: usize,
     taken: usize,
+    /// Each file's (records to skip, records to read), when reading a range.
+    limits: Option<Vec<(u64, u64)>>,
     /// Counts the readers' block buffers and the copied records.
     held: Arc<Held>,
 }
@@ -68,6 +71,7 @@ impl Interleave {
         cycle_length: usize,
         block_length: usize,
         held: Arc<Held>,
+        limits: Option<Vec<(u64, u64)>>,
     ) -> Interleave {
         Interleave {
             files,
@@ -79,10 +83,27 @@ impl Interleave {
             current: 0,
             taken: 0,
             held,
+            limits,
         }
     }
 
-    fn open_file(&self, i: usize) -> Result<Open> {
+    /// Opens file `i`, past the records its range skips; with the records left to read.
+    fn open_file(&self, i: usize) -> Result<(Open, u64)> {
+        let mut open = self.open_whole(i)?;
+        let (skip, take) = self.limits.as_ref().map_or((0, u64::MAX), |l| l[i]);
+        for _ in 0..skip {
+            let more = match &mut open {
+                Open::Mapped(records) => records.next_record()?.is_some(),
+                Open::Stream(reader) => reader.read_record()?.is_some(),
+            };
+            if !more {
+                break;
+            }
+        }
+        Ok((open, take))
+    }
+
+    fn open_whole(&self, i: usize) -> Result<Open> {
         let path = &self.files[i];
         let Opening {
             compression,
@@ -110,8 +131,8 @@ impl Interleave {
             let Some(i) = self.pending.pop_front() else {
                 break;
             };
-            let file = self.open_file(i)?;
-            self.open.push((i, file));
+            let (file, take) = self.open_file(i)?;
+            self.open.push((i, file, take));
         }
         Ok(())
     }
@@ -131,8 +152,9 @@ impl Interleave {
             if self.current >= self.open.len() {
                 self.current = 0;
             }
-            let (file, open) = &mut self.open[self.current];
+            let (file, open, left) = &mut self.open[self.current];
             let record = match open {
+                _ if *left == 0 => None,
                 Open::Mapped(records) => records.next_record()?.map(|r| RawRecord {
                     payload: Payload::Mapped {
                         map: records.map().expect("a record implies a map").clone(),
@@ -165,6 +187,7 @@ impl Interleave {
             };
             match record {
                 Some(record) => {
+                    *left -= 1;
                     self.taken += 1;
                     if self.taken >= self.block_length {
                         self.taken = 0;
@@ -174,12 +197,12 @@ impl Interleave {
                 }
                 None => {
                     // This file is done: the next pending one takes its place.
-                    let (_, done) = self.open.remove(self.current);
+                    let (_, done, _) = self.open.remove(self.current);
                     self.held.sub(done.buffer_bytes() as u64);
                     self.taken = 0;
                     if let Some(i) = self.pending.pop_front() {
-                        let file = self.open_file(i)?;
-                        self.open.insert(self.current, (i, file));
+                        let (file, take) = self.open_file(i)?;
+                        self.open.insert(self.current, (i, file, take));
                     }
                 }
             }
@@ -189,7 +212,7 @@ impl Interleave {
 
 impl Drop for Interleave {
     fn drop(&mut self) {
-        for (_, open) in &self.open {
+        for (_, open, _) in &self.open {
             self.held.sub(open.buffer_bytes() as u64);
         }
     }

@@ -128,6 +128,55 @@ pub struct PipelineOptions {
     pub cache: Option<CacheMode>,
     /// Store settings of the reads of URLs (`--io-concurrency`, `--io-timeout`).
     pub io: IoOptions,
+    /// Read only these records of the files in order ([`PipelineBuilder::with_record_range`]).
+    pub records: Option<RecordRange>,
+    /// Batches of the first epoch left out, unparsed ([`PipelineBuilder::with_skip_batches`]).
+    pub skip_batches: u64,
+    /// A complete cache of an earlier pipeline over the same records, used as it is.
+    pub shared_cache: Option<SharedCache>,
+}
+
+/// A range `[start, end)` of the records of the files read in order, the files holding
+/// `counts` records each (from their manifest): one rank's or one data-loader worker's
+/// share of an epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordRange {
+    /// Records in each file, in file order.
+    pub counts: Vec<u64>,
+    /// The first record read (over all files, in order).
+    pub start: u64,
+    /// One past the last record read.
+    pub end: u64,
+}
+
+impl RecordRange {
+    /// Each file's `(records to skip, records to read)`.
+    fn limits(&self) -> Vec<(u64, u64)> {
+        let mut first = 0u64;
+        self.counts
+            .iter()
+            .map(|&n| {
+                let (lo, hi) = (
+                    self.start.clamp(first, first + n),
+                    self.end.clamp(first, first + n),
+                );
+                first += n;
+                (lo - (first - n), hi - lo)
+            })
+            .collect()
+    }
+}
+
+/// A complete cache ([`Pipeline::shared_cache`]) that a later pipeline over the same
+/// records and spec reads instead of the shards (the Python module's epochs, each a
+/// pipeline of its own).
+#[derive(Clone)]
+pub struct SharedCache(Arc<Cache>);
+
+impl std::fmt::Debug for SharedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SharedCache").finish_non_exhaustive()
+    }
 }
 
 impl PipelineOptions {
@@ -148,6 +197,18 @@ impl PipelineOptions {
         ] {
             if value == Some(0) {
                 return invalid(option, "must be at least 1".into());
+            }
+        }
+        if let Some(r) = &self.records {
+            let total: u64 = r.counts.iter().sum();
+            if r.start > r.end || r.end > total {
+                return invalid(
+                    "records",
+                    format!(
+                        "[{}, {}) is not a range of the {total} records",
+                        r.start, r.end
+                    ),
+                );
             }
         }
         if let Some(p) = self.parallelism.filter(|&p| p > self.threads) {
@@ -192,8 +253,35 @@ impl PipelineBuilder {
                 sequential: false,
                 cache: None,
                 io: IoOptions::default(),
+                records: None,
+                skip_batches: 0,
+                shared_cache: None,
             },
         }
+    }
+
+    /// Reads only records `[start, end)` of the files in order, the files holding
+    /// `counts` records each (their manifest's counts). With the file shuffle, the
+    /// files' parts are shuffled; with a cache file, the range is part of what the file
+    /// must hold.
+    pub fn with_record_range(mut self, counts: Vec<u64>, start: u64, end: u64) -> Self {
+        self.options.records = Some(RecordRange { counts, start, end });
+        self
+    }
+
+    /// Leaves out the first `batches` batches, read and shuffled as always (so the rest
+    /// are the same batches) but not parsed: resuming an epoch where it stopped. A cache
+    /// not yet complete is not used then (the epoch would not fill all of it).
+    pub fn with_skip_batches(mut self, batches: u64) -> Self {
+        self.options.skip_batches = batches;
+        self
+    }
+
+    /// Reads the records from a complete cache an earlier pipeline over the same records
+    /// and spec filled ([`Pipeline::shared_cache`]).
+    pub fn with_shared_cache(mut self, cache: SharedCache) -> Self {
+        self.options.shared_cache = Some(cache);
+        self
     }
 
     /// Store settings of the reads of URLs (default [`IoOptions`]'s).
@@ -328,15 +416,28 @@ impl PipelineBuilder {
         for f in &files {
             crate::store::paths::len(f, o.io)?;
         }
-        let cache = match &o.cache {
-            Some(mode) => Some(Arc::new(Cache::open(
+        if let Some(r) = &o.records {
+            if r.counts.len() != files.len() {
+                return Err(Error::invalid_option(
+                    "records",
+                    format!("{} record counts for {} files", r.counts.len(), files.len()),
+                ));
+            }
+        }
+        let range = o.records.as_ref().map(|r| [r.start, r.end]);
+        let cache = match (&o.shared_cache, &o.cache) {
+            (Some(shared), _) if shared.0.is_ready() => Some(shared.0.clone()),
+            (_, Some(mode)) => Some(Arc::new(Cache::open(
                 mode,
                 &spec,
                 record_type,
                 &cache_sources(&dataset)?,
+                range,
             )?)),
-            None => None,
+            _ => None,
         };
+        // A resumed epoch does not see every record: it cannot fill a cache.
+        let cache = cache.filter(|c| o.skip_batches == 0 || c.is_ready());
         let tuned = autotune(&o, files.len());
         let held = Arc::new(Held::default());
         let producer = Producer::new(
@@ -493,6 +594,10 @@ struct Producer {
     cached: Option<CachedEpoch>,
     /// The shuffle buffer of cached epochs: (chunk, row) pairs.
     row_shuffle: ShuffleBuffer<(u32, u32)>,
+    /// Each file's (records skipped, records read), when reading a range.
+    limits: Option<Vec<(u64, u64)>>,
+    /// Batches still to leave out.
+    skip_batches: u64,
 }
 
 /// Record buffers the pool keeps for reuse: enough for the shuffle buffer and a few
@@ -534,11 +639,15 @@ impl Producer {
             pool: Pool::new(pool_room(o.shuffle_buffer, o.batch_size.max(1))),
             held,
             shuffle_slot_bytes: 0,
+            limits: o.records.as_ref().map(RecordRange::limits),
+            skip_batches: o.skip_batches,
         }
     }
 
     fn start_epoch(&mut self) {
-        let mut order: Vec<usize> = (0..self.files.len()).collect();
+        let mut order: Vec<usize> = (0..self.files.len())
+            .filter(|&i| self.limits.as_ref().is_none_or(|l| l[i].1 > 0))
+            .collect();
         if self.shuffle_files {
             Rng::for_epoch(self.seed, self.epoch).shuffle(&mut order);
         }
@@ -553,6 +662,7 @@ impl Producer {
             self.cycle_length,
             self.block_length,
             self.held.clone(),
+            self.limits.clone(),
         ));
         self.draining = false;
     }
@@ -658,6 +768,13 @@ impl Producer {
             }
             cache_only = self.drop_remainder;
         }
+        if self.skip_batches > 0 && !cache_only {
+            self.skip_batches -= 1;
+            for buffer in records.into_iter().filter_map(RawRecord::into_buffer) {
+                self.pool.put_back(buffer, &self.held);
+            }
+            return Ok(None);
+        }
         let seq = self.seq;
         self.seq += 1;
         Ok(Some(RawBatch {
@@ -701,6 +818,10 @@ impl Producer {
             if rows.rows.is_empty() || self.drop_remainder {
                 return Ok(None);
             }
+        }
+        if self.skip_batches > 0 {
+            self.skip_batches -= 1;
+            return Ok(None);
         }
         let seq = self.seq;
         self.seq += 1;
@@ -1157,6 +1278,15 @@ impl Pipeline {
         self.cache.as_ref().map(|c| c.report())
     }
 
+    /// The cache, once complete, for a later pipeline over the same records
+    /// ([`PipelineBuilder::with_shared_cache`]).
+    pub fn shared_cache(&self) -> Option<SharedCache> {
+        self.cache
+            .as_ref()
+            .filter(|c| c.is_ready())
+            .map(|c| SharedCache(c.clone()))
+    }
+
     /// The settings in use (after automatic tuning; the prefetch depth as it is now).
     pub fn tuned(&self) -> Tuned {
         let mut tuned = self.tuned;
@@ -1251,6 +1381,103 @@ mod tests {
     use super::*;
     use crate::example::proto::{Example, Feature, Features};
     use prost::Message;
+
+    /// Three files of `n` records each, `i` numbering the records in file order.
+    fn numbered_files(dir: &std::path::Path, n: i64) -> Vec<PathBuf> {
+        std::fs::create_dir_all(dir).unwrap();
+        (0..3)
+            .map(|f| {
+                let path = dir.join(format!("{f}.tfrecord"));
+                let mut w =
+                    crate::tfrecord::RecordWriter::new(std::fs::File::create(&path).unwrap());
+                for i in f * n..(f + 1) * n {
+                    let mut features = Features::default();
+                    features.feature.insert("i".into(), Feature::int64(vec![i]));
+                    let example = Example {
+                        features: Some(features),
+                    };
+                    w.write_record(&example.encode_to_vec()).unwrap();
+                }
+                path
+            })
+            .collect()
+    }
+
+    fn numbers(pipeline: Pipeline) -> Vec<Vec<i64>> {
+        pipeline
+            .map(|b| match &b.unwrap().column("i").unwrap().values {
+                Values::Int64(v) => v.clone(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// Record ranges read exactly their records, across file boundaries, and together
+    /// every record once; shuffled, a range keeps to its records.
+    #[test]
+    fn record_ranges_read_their_records() {
+        let dir = std::env::temp_dir().join(format!("tfshard-ranges-{}", std::process::id()));
+        let files = numbered_files(&dir, 100);
+        let counts = vec![100, 100, 100];
+        let mut all = Vec::new();
+        for (start, end) in [(0, 95), (95, 210), (210, 210), (210, 300)] {
+            let read = numbers(
+                Pipeline::builder(files.clone())
+                    .with_interleave(1, 1)
+                    .with_batch(7, false)
+                    .with_record_range(counts.clone(), start, end)
+                    .build()
+                    .unwrap(),
+            );
+            let read: Vec<i64> = read.into_iter().flatten().collect();
+            assert_eq!(read, (start as i64..end as i64).collect::<Vec<_>>());
+            all.extend(read);
+            let mut shuffled: Vec<i64> = numbers(
+                Pipeline::builder(files.clone())
+                    .with_shuffle(50, 3)
+                    .with_shuffled_files(true)
+                    .with_batch(7, false)
+                    .with_record_range(counts.clone(), start, end)
+                    .build()
+                    .unwrap(),
+            )
+            .into_iter()
+            .flatten()
+            .collect();
+            shuffled.sort();
+            assert_eq!(shuffled, (start as i64..end as i64).collect::<Vec<_>>());
+        }
+        assert_eq!(all, (0..300).collect::<Vec<_>>());
+        let beyond = Pipeline::builder(files.clone())
+            .with_record_range(counts, 10, 301)
+            .build();
+        assert!(beyond.is_err());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Skipping batches leaves the rest of the epoch as it was, with or without threads.
+    #[test]
+    fn skipped_batches_leave_the_same_remaining_batches() {
+        let dir = std::env::temp_dir().join(format!("tfshard-skip-{}", std::process::id()));
+        let files = numbered_files(&dir, 100);
+        let build = |skip: u64, sequential: bool| {
+            let b = Pipeline::builder(files.clone())
+                .with_shuffle(64, 9)
+                .with_shuffled_files(true)
+                .with_batch(16, false)
+                .with_skip_batches(skip);
+            numbers(if sequential { b.sequential() } else { b }.build().unwrap())
+        };
+        for sequential in [false, true] {
+            let whole = build(0, sequential);
+            assert_eq!(whole.len(), 19);
+            for skip in [1, 5, 18, 19, 30] {
+                let rest = &whole[whole.len().min(skip as usize)..];
+                assert_eq!(build(skip, sequential), rest, "skip {skip}");
+            }
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     /// `threads` bounds every thread the pipeline keeps busy, the consumer's included.
     #[test]
