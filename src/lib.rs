@@ -63,6 +63,11 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+/// The command line of the `tfshard` binary (and of the Python module's `convert`,
+/// which parses its options as the flags they are). Not a stable API.
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub mod cli;
 pub mod convert;
 pub mod dataset;
 pub mod error;
@@ -73,6 +78,8 @@ mod hash;
 pub mod manifest;
 pub mod pipeline;
 pub mod progress;
+#[cfg(feature = "python")]
+mod python;
 pub mod records;
 mod scratch;
 pub(crate) mod shard;

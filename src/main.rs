@@ -1,7 +1,7 @@
 //! The `tfshard` binary: parses the command line, runs one command, maps the outcome to
 //! an exit code. The only place that exits.
 
-mod cli;
+use tfshard::cli;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::process::ExitCode;

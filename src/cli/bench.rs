@@ -8,8 +8,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
-use tfshard::bench::{Bench, BenchBuilder, RunReport};
-use tfshard::pipeline::{Pipeline, DEFAULT_BATCH_SIZE, DEFAULT_SHUFFLE_BUFFER};
+use crate::bench::{Bench, BenchBuilder, RunReport};
+use crate::pipeline::{Pipeline, DEFAULT_BATCH_SIZE, DEFAULT_SHUFFLE_BUFFER};
 
 /// Arguments of `bench`.
 #[derive(Args, Debug)]
@@ -224,16 +224,16 @@ impl BenchArgs {
             builder = builder.with_prefetch(p);
         }
         if self.cache {
-            builder = builder.with_cache(tfshard::pipeline::CacheMode::Memory);
+            builder = builder.with_cache(crate::pipeline::CacheMode::Memory);
         }
         if let Some(path) = &self.cache_file {
-            if tfshard::store::is_url(path) {
+            if crate::store::is_url(path) {
                 return Err(CliError::Usage(format!(
                     "--cache-file must be a local path, not {}",
                     path.display()
                 )));
             }
-            builder = builder.with_cache(tfshard::pipeline::CacheMode::File(path.clone()));
+            builder = builder.with_cache(crate::pipeline::CacheMode::File(path.clone()));
         }
         let mut bench = Bench::builder(builder).with_compare(self.compare);
         if let Some(step) = self.step_time.as_deref().map(parse_duration).transpose()? {

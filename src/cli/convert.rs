@@ -8,13 +8,13 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
 use super::{output, CliError, CliResult, Common};
-use tfshard::convert::{
+use crate::convert::{
     ConvertSummary, Converter, ConverterBuilder, Labels, OnError, ParquetDecoder, Partitioning,
     DEFAULT_SHUFFLE_MEMORY,
 };
-use tfshard::example::RecordType;
-use tfshard::progress::CancelToken;
-use tfshard::tfrecord::Compression;
+use crate::example::RecordType;
+use crate::progress::CancelToken;
+use crate::tfrecord::Compression;
 
 /// `convert` subcommands.
 #[derive(Subcommand, Debug)]
@@ -289,7 +289,7 @@ impl ShuffleFlags {
                 None => DEFAULT_SHUFFLE_MEMORY,
             };
             builder = builder.with_shuffle(memory_bytes);
-        } else if self.tmp_dir.is_some() && !tfshard::store::is_url(output) {
+        } else if self.tmp_dir.is_some() && !crate::store::is_url(output) {
             return Err(CliError::Usage(
                 "--tmp-dir holds --shuffle's temporary files (and, for a URL output, the shards \
                  before upload); it needs --shuffle or an output URL"
@@ -505,7 +505,7 @@ fn parse_rename(pairs: &[String]) -> Result<Vec<(String, String)>, CliError> {
 
 /// `OUT/NAME/1.0.0`, the folder `--tfds NAME` writes to.
 pub fn tfds_dir(output: &Path, name: &str) -> PathBuf {
-    output.join(name).join(tfshard::tfds::VERSION)
+    output.join(name).join(crate::tfds::VERSION)
 }
 
 impl ShardFlags {
@@ -546,21 +546,27 @@ impl ShardFlags {
 impl ParquetArgs {
     /// Resolves flags into the library's builder.
     pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
-        let builder = self.shard.apply(Converter::parquet(self.inputs.clone()))?;
-        let mut builder = self
-            .table
-            .apply(builder)?
-            .with_partitioning(match self.partitioning {
+        self.with_builder(Converter::parquet(self.inputs.clone()))
+    }
+
+    /// The flags but the inputs' (which a Python caller's Arrow stream replaces), on
+    /// `builder`.
+    pub fn with_builder(&self, builder: ConverterBuilder) -> Result<ConverterBuilder, CliError> {
+        let mut builder = self.table.apply(self.shard.apply(builder)?)?;
+        // (Auto is the library's default, and the only value an Arrow stream takes.)
+        if self.partitioning != PartitioningFlag::Auto {
+            builder = builder.with_partitioning(match self.partitioning {
                 PartitioningFlag::Auto => Partitioning::Auto,
                 PartitioningFlag::Hive => Partitioning::Hive,
                 PartitioningFlag::None => Partitioning::None,
-            })
-            .with_threads(self.common.thread_count())
-            .with_io(self.common.io()?);
+            });
+        }
         if let Some(base) = &self.partition_base {
             builder = builder.with_partition_base(base.clone());
         }
-        Ok(builder)
+        Ok(builder
+            .with_threads(self.common.thread_count())
+            .with_io(self.common.io()?))
     }
 }
 
@@ -637,9 +643,20 @@ fn install_signal_handlers(cancel: &CancelToken) {
     }
 }
 
-/// Prints the summary: JSON with `--json`, a short report otherwise.
-fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
-    if common.json {
+/// How the Python module runs a conversion: cancelled through its token (on
+/// KeyboardInterrupt), with no signal handler of ours, and for an Arrow stream source
+/// (parsed as `convert parquet`'s flags) the stream.
+#[derive(Debug, Clone, Default)]
+pub struct Embedded {
+    /// Cancels the run.
+    pub cancel: CancelToken,
+    /// The record batches to convert instead of `convert parquet`'s inputs.
+    pub stream: Option<crate::convert::ArrowStream>,
+}
+
+/// The `--json` summary of a conversion.
+pub fn summary_json(summary: &ConvertSummary) -> serde_json::Value {
+    {
         let mut value = json!({
             "output": summary.output,
             "manifest": summary.manifest,
@@ -667,7 +684,14 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
                 .collect();
             value["splits"] = serde_json::Value::Object(splits);
         }
-        output::print_json(&value)?;
+        value
+    }
+}
+
+/// Prints the summary: JSON with `--json`, a short report otherwise.
+fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
+    if common.json {
+        output::print_json(&summary_json(summary))?;
     } else if !common.quiet {
         println!(
             "wrote {} records in {} shard{} ({:.1} MB) to {} in {:.2} s ({:.0} MB/s)",
@@ -730,18 +754,28 @@ impl ConvertCommand {
         }
     }
 
-    /// Runs the conversion.
-    pub fn run(self) -> CliResult {
+    /// Runs the conversion (for the Python module when `embedded`).
+    pub fn run(self, embedded: Option<Embedded>) -> CliResult {
         let (builder, unit) = match &self {
-            ConvertCommand::Parquet(args) => (args.to_builder()?, "rows"),
+            ConvertCommand::Parquet(args) => match embedded.as_ref().and_then(|e| e.stream.clone())
+            {
+                Some(stream) => (args.with_builder(Converter::arrow(stream))?, "rows"),
+                None => (args.to_builder()?, "rows"),
+            },
             ConvertCommand::Delta(args) => (args.to_builder()?, "rows"),
             ConvertCommand::Iceberg(args) => (args.to_builder()?, "rows"),
             ConvertCommand::Images(args) => (args.to_builder()?, "files"),
             ConvertCommand::Tfrecord(args) => (args.to_builder()?, "bytes"),
         };
         let common = self.common();
-        let converter = builder.build()?;
-        install_signal_handlers(&converter.options().cancel);
+        let converter = match &embedded {
+            Some(e) => builder.with_cancel(e.cancel.clone()).build()?,
+            None => {
+                let converter = builder.build()?;
+                install_signal_handlers(&converter.options().cancel);
+                converter
+            }
+        };
         let bar = output::Bar::new(common, unit);
         let result = converter.run(&bar);
         bar.clear();

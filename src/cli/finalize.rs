@@ -32,7 +32,7 @@ impl FinalizeArgs {
             Some(name) => super::convert::tfds_dir(&self.output, name),
             None => self.output.clone(),
         };
-        let mut finalizer = tfshard::finalize::Finalizer::builder(&output)
+        let mut finalizer = crate::finalize::Finalizer::builder(&output)
             .with_overwrite(self.overwrite)
             .with_io(self.common.io()?);
         if let Some(prefix) = &self.prefix {

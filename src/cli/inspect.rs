@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{output, CliResult, Common, ReadFlags};
-use tfshard::example::decode::push_json;
-use tfshard::records::Inspector;
+use crate::example::decode::push_json;
+use crate::records::Inspector;
 
 /// Arguments of `inspect`.
 #[derive(Args, Debug)]

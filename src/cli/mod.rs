@@ -2,20 +2,20 @@
 //! (their doc comments are `--help`), `to_options()` resolving flags into library
 //! options, and `run()`: one library call plus the human or `--json` summary.
 
-mod bench;
-mod convert;
-mod finalize;
-mod inspect;
+pub mod bench;
+pub mod convert;
+pub mod finalize;
+pub mod inspect;
 pub mod output;
-mod schema;
-mod verify;
+pub mod schema;
+pub mod verify;
 
 use std::io;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use tfshard::example::RecordType;
-use tfshard::tfrecord::Compression;
+use crate::example::RecordType;
+use crate::tfrecord::Compression;
 
 /// How a command ended, when not in success.
 #[derive(Debug)]
@@ -23,16 +23,16 @@ pub enum CliError {
     /// Flags that make no sense together, or a bad value: exit 2.
     Usage(String),
     /// Bad data or a failed run: exit 1 (130/143 when interrupted).
-    Data(tfshard::Error),
+    Data(crate::Error),
     /// `verify` found problems and already reported them: exit 1, nothing more to say.
     Failed,
 }
 
-impl From<tfshard::Error> for CliError {
+impl From<crate::Error> for CliError {
     /// The library's option errors are usage (exit 2); every other error is data (1).
-    fn from(err: tfshard::Error) -> CliError {
+    fn from(err: crate::Error) -> CliError {
         match err.kind() {
-            tfshard::ErrorKind::InvalidOption { .. } => CliError::Usage(err.to_string()),
+            crate::ErrorKind::InvalidOption { .. } => CliError::Usage(err.to_string()),
             _ => CliError::Data(err),
         }
     }
@@ -55,7 +55,7 @@ impl CliError {
             }
             CliError::Failed => 1,
             CliError::Data(err) => {
-                if let tfshard::error::ErrorKind::Interrupted = err.kind() {
+                if let crate::error::ErrorKind::Interrupted = err.kind() {
                     if resume_requested() {
                         eprintln!(
                             "tfshard: interrupted; finished shards kept: rerun with --resume"
@@ -105,8 +105,9 @@ struct Cli {
     command: Command,
 }
 
+/// A command and its arguments.
 #[derive(Subcommand, Debug)]
-enum Command {
+pub enum Command {
     /// Convert Parquet, Delta and Iceberg tables, image folders or existing TFRecords into TFRecord shards.
     #[command(
         subcommand,
@@ -263,13 +264,13 @@ impl Common {
     }
 
     /// `--io-concurrency` and `--io-timeout`: the store settings handed to the library.
-    pub fn io(&self) -> Result<tfshard::store::IoOptions, CliError> {
+    pub fn io(&self) -> Result<crate::store::IoOptions, CliError> {
         if self.io_concurrency == 0 {
             return Err(CliError::Usage(
                 "--io-concurrency must be at least 1".into(),
             ));
         }
-        Ok(tfshard::store::IoOptions::new()
+        Ok(crate::store::IoOptions::new()
             .with_concurrency(self.io_concurrency)
             .with_timeout(parse_duration(&self.io_timeout)?))
     }
@@ -300,11 +301,31 @@ impl Common {
 
 /// Parses the command line and runs the command.
 pub fn run() -> CliResult {
-    let cli = Cli::parse();
-    match cli.command {
+    run_command(Cli::parse().command, None)
+}
+
+/// Parses arguments (without the program's name) as the command line.
+///
+/// # Errors
+///
+/// What clap says of them (unknown flag, missing or bad value).
+pub fn parse<I, T>(args: I) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let argv = std::iter::once(std::ffi::OsString::from("tfshard"))
+        .chain(args.into_iter().map(Into::into));
+    Cli::try_parse_from(argv).map(|cli| cli.command)
+}
+
+/// Runs a parsed command; `embedded` when the Python module runs it (no signal handlers,
+/// its cancel token, and an Arrow stream as the `convert parquet` input).
+pub fn run_command(command: Command, embedded: Option<convert::Embedded>) -> CliResult {
+    match command {
         Command::Convert(cmd) => {
             cmd.common().setup_io()?;
-            cmd.run()
+            cmd.run(embedded)
         }
         Command::Inspect(args) => {
             args.common.setup_threads()?;
@@ -331,7 +352,7 @@ pub fn run() -> CliResult {
 
 /// The error line as one line: control characters from the input (a column name with a
 /// newline or a vertical tab, say) are escaped, never printed raw.
-fn one_line(text: &str) -> String {
+pub fn one_line(text: &str) -> String {
     text.chars()
         .map(|c| {
             if c.is_control() {

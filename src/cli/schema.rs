@@ -5,8 +5,8 @@ use std::io::Write;
 use clap::{Args, ValueEnum};
 
 use super::{output, CliResult, Common, ReadFlags};
-use tfshard::example::schema::to_python;
-use tfshard::records::SchemaReader;
+use crate::example::schema::to_python;
+use crate::records::SchemaReader;
 
 /// `--format`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
-use tfshard::verify::{Verifier, VerifierBuilder};
+use crate::verify::{Verifier, VerifierBuilder};
 
 /// Arguments of `verify`.
 #[derive(Args, Debug)]

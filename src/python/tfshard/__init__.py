@@ -1,0 +1,392 @@
+"""tfshard: Parquet, Delta and Iceberg tables, Arrow data, image folders and TFRecords into
+size-targeted, CRC-framed TFRecord shards; and a fast reader of them for any training loop.
+
+The commands are the ``tfshard`` command line's, returning data instead of printing::
+
+    import tfshard
+    summary = tfshard.convert("events.parquet", "out/", target_shard_size="128MiB")
+    report = tfshard.verify("out/", deep=True)
+    assert report["ok"]
+
+    for batch in tfshard.Dataset("out/", batch_size=256, seed=1):
+        x, y = batch["x"], batch["y"]        # NumPy arrays, [256, ...]
+
+Options are the command's long flags in snake_case (``--target-shard-size`` is
+``target_shard_size=``), with the same defaults and rules. Usage errors raise
+``ValueError``; bad data raises :class:`tfshard.Error`. Nothing is printed unless asked
+(``progress="always"`` draws the command line's progress bar on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from ._tfshard import Error, Shards as _Shards, __version__, run as _run
+
+__all__ = ["Dataset", "Error", "convert", "finalize", "inspect", "schema", "verify", "__version__"]
+
+_SOURCE_FORMATS = ("parquet", "delta", "iceberg", "tfrecord", "images")
+
+
+def _paths(paths: Any) -> List[str]:
+    """A path, a URL or a sequence of them, as strings."""
+    if isinstance(paths, (str, bytes, os.PathLike)):
+        return [os.fsdecode(paths)]
+    out = [os.fsdecode(p) for p in paths]
+    if not out:
+        raise ValueError("no path given")
+    return out
+
+
+def _flags(options: Dict[str, Any]) -> List[str]:
+    """Keyword options as the long flags they name: ``True`` is the bare flag, ``False``
+    and ``None`` leave it out, a list repeats it, a dict gives ``KEY=VALUE`` pairs (joined
+    by commas for ``split``)."""
+    argv: List[str] = []
+    for key, value in options.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, dict):
+            pairs = [f"{k}={v}" for k, v in value.items()]
+            if key == "split":
+                argv += [flag, ",".join(pairs)]
+            else:
+                for pair in pairs:
+                    argv += [flag, pair]
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                argv += [flag, os.fsdecode(item) if isinstance(item, os.PathLike) else str(item)]
+        else:
+            argv += [flag, os.fsdecode(value) if isinstance(value, os.PathLike) else str(value)]
+    return argv
+
+
+def _command(argv: List[str], options: Dict[str, Any], stream: Any = None) -> str:
+    """Runs a command with ``--json``, quietly unless a progress bar is asked for."""
+    options = dict(options)
+    progress = options.pop("progress", "never")
+    if progress is True:
+        progress = "always"
+    elif progress is False:
+        progress = "never"
+    for reserved in ("json", "quiet"):
+        if reserved in options:
+            raise ValueError(f"{reserved}= is not an option here: results are returned, never printed")
+    return _run(argv + _flags(options) + ["--progress", str(progress), "--json", "--quiet"], stream)
+
+
+def convert(source: Any, output: Union[str, os.PathLike], *, format: Optional[str] = None, **options: Any) -> Dict[str, Any]:
+    """Converts ``source`` into TFRecord shards in ``output`` (a folder or a store URL) and
+    returns the run's summary (what ``tfshard convert ... --json`` prints).
+
+    ``source`` is what the command line takes: a path, a URL or a list of them, read as
+    ``format`` (``"parquet"``, the default; ``"delta"``, ``"iceberg"``, ``"tfrecord"``,
+    ``"images"``); or any object with ``__arrow_c_stream__`` (a pyarrow Table or
+    RecordBatchReader, a polars DataFrame, a DuckDB relation; pandas through
+    ``pyarrow.Table.from_pandas``), converted in stream order with the Parquet mapping.
+
+    ``options`` are ``tfshard convert FORMAT``'s long flags in snake_case:
+    ``target_shard_size="128MiB"``, ``compression="gzip"``, ``overwrite=True``,
+    ``columns=["x", "y"]``, ``split={"train": 0.8, "test": 0.2}``, ``shuffle=True``,
+    ``version=12`` (Delta), ``snapshot_id=...`` (Iceberg), ``threads=4`` ...
+
+    Raises ``ValueError`` for options that make no sense, :class:`tfshard.Error` for bad
+    data (nothing of the run is left in ``output``), ``KeyboardInterrupt`` when
+    interrupted (its temporaries removed).
+    """
+    stream = None
+    if hasattr(source, "__arrow_c_stream__") or type(source).__name__ == "RecordBatchReader":
+        if format not in (None, "arrow"):
+            raise ValueError(f"format={format!r} names a kind of file; an Arrow stream is converted as it is")
+        stream = source
+        argv = ["convert", "parquet", f"<{type(source).__module__}.{type(source).__qualname__}>"]
+    else:
+        format = format or "parquet"
+        if format not in _SOURCE_FORMATS:
+            raise ValueError(f"format must be one of {', '.join(_SOURCE_FORMATS)}, not {format!r}")
+        if isinstance(source, (str, bytes, os.PathLike)) or isinstance(source, (list, tuple)):
+            inputs = _paths(source)
+        else:
+            raise ValueError(
+                f"source must be a path, a URL, a list of them, or an object with __arrow_c_stream__; "
+                f"not a {type(source).__name__}"
+            )
+        argv = ["convert", format] + inputs
+    argv += ["--output", os.fsdecode(output)]
+    return json.loads(_command(argv, options, stream))
+
+
+def verify(paths: Any, **options: Any) -> Dict[str, Any]:
+    """Checks every record's framing and CRCs, and the manifest's counts, sizes and
+    checksums (``deep=True``: every record parses and matches the schema). Returns the
+    report (``tfshard verify --json``): ``ok`` is False, with the ``problems``, when
+    something is wrong. Raises :class:`tfshard.Error` only when nothing can be read."""
+    return json.loads(_command(["verify"] + _paths(paths), options))
+
+
+def schema(paths: Any, **options: Any) -> Union[List[Dict[str, Any]], str]:
+    """The feature spec of shards (their manifest's, or inferred from every record), as
+    ``tfshard schema`` prints it: a list of features, or with ``format="python"`` the
+    ``tf.io.parse_example`` feature-spec dict as Python source."""
+    text = _command(["schema"] + _paths(paths), options)
+    if options.get("format") == "python":
+        return text
+    return json.loads(text)
+
+
+def inspect(path: Union[str, os.PathLike], *, limit: Optional[int] = None, **options: Any) -> List[Dict[str, Any]]:
+    """The records of a shard (or of a folder's or manifest's shards), decoded, as
+    ``tfshard inspect`` prints them (one dict per record; bytes as base64 where they are
+    not UTF-8). ``limit``: at most this many."""
+    text = _command(["inspect", os.fsdecode(path)], dict(options, limit=limit))
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def finalize(output: Union[str, os.PathLike], **options: Any) -> Dict[str, Any]:
+    """Publishes the parts that ``convert(..., num_workers=N, worker_index=i)`` runs wrote
+    to ``output`` as one shard set with one manifest; returns ``tfshard finalize --json``'s
+    summary."""
+    return json.loads(_command(["finalize", os.fsdecode(output)], options))
+
+
+def _mix(seed: int, epoch: int) -> int:
+    """The shuffle seed of an epoch: the seed itself for epoch 0 (the order of
+    ``tfshard bench --seed S``'s first epoch), then a SplitMix64 step of (seed, epoch)."""
+    if epoch == 0:
+        return seed
+    z = (seed + epoch * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def _data_loader_worker() -> Tuple[int, int]:
+    """(this worker, workers) inside a PyTorch DataLoader worker, else (0, 1). torch is
+    never imported here: a process that runs DataLoader workers has imported it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return 0, 1
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        return 0, 1
+    return info.id, info.num_workers
+
+
+_STATE_KEYS = ("batch_size", "seed", "shuffle_buffer", "drop_remainder", "num_shards", "shard_index", "records", "cycle_length")
+
+
+class Dataset:
+    """TFRecord shards as an iterable of batches, read by tfshard's pipeline (interleave,
+    shuffle, batch, parallel parse, prefetch; the GIL released while it reads, parses and
+    waits).
+
+    Each batch is a dict from feature to NumPy arrays: fixed shapes dense
+    (``[batch, *shape]``), variable lengths as ``(values, row_splits)`` (the components of
+    a ``tf.RaggedTensor``), feature lists of SequenceExamples as
+    ``(values, row_splits, step_splits)``, bytes as object arrays of ``bytes``. With
+    ``format="arrow"``, a ``pyarrow.RecordBatch`` instead (numbers not copied).
+
+    ``paths``: shard files, folders or manifests (local or store URLs). ``shuffle_buffer``
+    (records; 0 or 1: no shuffle, files in order), ``seed``, ``drop_remainder``,
+    ``columns`` (a subset of the features), ``cache`` (``True``: what the first epoch
+    parsed is kept in memory for the next ones; a path: in that local file, also for later
+    runs), ``cycle_length`` (files read at once; default: up to 8), ``threads``,
+    ``compression`` as ``tfshard bench`` takes them.
+
+    ``num_shards``/``shard_index`` give this rank a contiguous share of the records (as
+    even as records allow); inside a PyTorch DataLoader worker the rank's share is split
+    again between the workers, in whole batches, so every record is read exactly once
+    per epoch over all ranks and workers. ``len()`` is the number of batches this rank
+    yields per epoch (from the manifest's counts). Each pass is an epoch; its shuffle
+    order depends on (seed, epoch), the epoch advancing with each complete pass or set by
+    :meth:`set_epoch`. :meth:`state` and ``Dataset(..., state=...)`` resume in the middle
+    of an epoch with the same remaining batches.
+    """
+
+    def __init__(
+        self,
+        paths: Any,
+        batch_size: int = 64,
+        *,
+        shuffle_buffer: int = 10_000,
+        seed: int = 0,
+        drop_remainder: bool = False,
+        columns: Optional[Sequence[str]] = None,
+        cache: Union[None, bool, str, os.PathLike] = None,
+        num_shards: int = 1,
+        shard_index: int = 0,
+        format: str = "numpy",
+        cycle_length: Optional[int] = None,
+        threads: Optional[int] = None,
+        compression: str = "auto",
+        state: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
+        if shuffle_buffer < 0 or seed < 0:
+            raise ValueError("shuffle_buffer and seed must not be negative")
+        if num_shards < 1 or not 0 <= shard_index < num_shards:
+            raise ValueError(f"shard_index must be in [0, num_shards), got {shard_index} of {num_shards}")
+        if format not in ("numpy", "arrow"):
+            raise ValueError(f'format must be "numpy" or "arrow", not {format!r}')
+        if cache is True:
+            cache = "memory"
+        elif cache is False:
+            cache = None
+        elif cache is not None:
+            cache = os.fsdecode(cache)
+        self._args = (_paths(paths), None if columns is None else list(columns), compression, threads)
+        self._shards = _Shards(*self._args)
+        self.batch_size = batch_size
+        self.shuffle_buffer = shuffle_buffer
+        self.seed = seed
+        self.drop_remainder = drop_remainder
+        self.num_shards = num_shards
+        self.shard_index = shard_index
+        self.format = format
+        self.cycle_length = cycle_length
+        self._cache = cache
+        self._epoch = 0
+        self._position = 0
+        self._resume = 0
+        if state is not None:
+            self._restore(state)
+
+    @property
+    def files(self) -> List[str]:
+        """The shard files, in reading order."""
+        return self._shards.files
+
+    @property
+    def spec(self) -> List[Dict[str, Any]]:
+        """The features the batches hold, as :func:`schema` gives them."""
+        return json.loads(self._shards.spec)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next pass reads."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch the next pass reads (its shuffle order), as
+        ``DistributedSampler.set_epoch``; forgets a resumed position."""
+        if epoch < 0:
+            raise ValueError("epoch must not be negative")
+        self._epoch = epoch
+        self._position = 0
+        self._resume = 0
+
+    def _records(self) -> int:
+        return sum(self._shards.counts())
+
+    def _rank_range(self) -> Tuple[int, int]:
+        n = self._records()
+        return n * self.shard_index // self.num_shards, n * (self.shard_index + 1) // self.num_shards
+
+    def _batches_of(self, records: int) -> int:
+        if self.drop_remainder:
+            return records // self.batch_size
+        return -(-records // self.batch_size)
+
+    def __len__(self) -> int:
+        start, end = self._rank_range()
+        return self._batches_of(end - start)
+
+    def _worker_range(self, worker: int, workers: int) -> Tuple[int, int]:
+        """A DataLoader worker's share of the rank's records: whole batches, contiguous."""
+        start, end = self._rank_range()
+        if workers == 1:
+            return start, end
+        batches = self._batches_of(end - start)
+        first, last = batches * worker // workers, batches * (worker + 1) // workers
+        if worker == workers - 1:
+            return start + first * self.batch_size, end
+        return start + first * self.batch_size, start + last * self.batch_size
+
+    def state(self) -> Dict[str, Any]:
+        """Where iteration is: a small JSON-serializable dict for ``Dataset(..., state=)``,
+        which then yields the rest of this epoch's batches, the same ones. (In a PyTorch
+        DataLoader with workers, each worker iterates its own copy: resume at epoch
+        boundaries there, with :meth:`set_epoch`.)"""
+        state = {"version": 1, "epoch": self._epoch, "batches": self._position}
+        state.update(self._config())
+        return state
+
+    def _config(self) -> Dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "shuffle_buffer": self.shuffle_buffer,
+            "drop_remainder": self.drop_remainder,
+            "num_shards": self.num_shards,
+            "shard_index": self.shard_index,
+            "records": self._records(),
+            "cycle_length": self.cycle_length,
+        }
+
+    def _restore(self, state: Dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise ValueError("state must be a dict that Dataset.state() returned")
+        config = self._config()
+        for key in _STATE_KEYS:
+            if state.get(key) != config[key]:
+                raise ValueError(
+                    f"the state was taken with {key}={state.get(key)!r}, this dataset has {config[key]!r}: "
+                    "it would not give the same batches"
+                )
+        self._epoch = int(state["epoch"])
+        self._resume = self._position = int(state["batches"])
+
+    def __iter__(self) -> Iterator[Any]:
+        worker, workers = _data_loader_worker()
+        start, end = self._worker_range(worker, workers)
+        epoch, skip = self._epoch, self._resume
+        self._resume = 0
+        batches = self._shards.batches(
+            self.batch_size,
+            shuffle_buffer=self.shuffle_buffer,
+            seed=_mix(self.seed, epoch),
+            drop_remainder=self.drop_remainder,
+            start=start,
+            end=end,
+            skip_batches=skip,
+            cache=self._cache,
+            cycle_length=self.cycle_length,
+            format=self.format,
+        )
+        return self._epoch_of(batches, epoch, skip)
+
+    def _epoch_of(self, batches: Any, epoch: int, skip: int) -> Iterator[Any]:
+        self._position = skip
+        try:
+            for batch in batches:
+                self._position += 1
+                yield batch
+        finally:
+            batches.close()
+        self._epoch = epoch + 1
+        self._position = 0
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # Pickled (a DataLoader's workers under the spawn start method): the native half
+        # is made again from the arguments on the other side.
+        state = dict(self.__dict__)
+        del state["_shards"]
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._shards = _Shards(*self._args)
+
+    def __repr__(self) -> str:
+        return (
+            f"tfshard.Dataset({len(self.files)} files, batch_size={self.batch_size}, "
+            f"shuffle_buffer={self.shuffle_buffer}, seed={self.seed}, epoch={self._epoch}, "
+            f"shard {self.shard_index} of {self.num_shards})"
+        )
