@@ -4,7 +4,9 @@
 # warm, each reader in its own process: tfshard.Dataset, tf.data's
 # TFRecordDataset.batch(256).map(parse_example, AUTOTUNE).prefetch().as_numpy_iterator(),
 # and the PyPI `tfrecord` reader (tfrecord_loader), the last two parsing two of the three
-# features. Peak RSS of each, and of `tfshard bench` on the same shards.
+# features (tfshard.Dataset both ways: all three, and columns=["x", "y"]). Peak RSS of
+# each, and of `tfshard bench` on the same shards. Ratios are to tfshard.Dataset parsing
+# the same two features; each reader's best of three runs.
 #
 #   scripts/bench_python.sh
 set -euo pipefail
@@ -20,7 +22,7 @@ cat "$dir"/*.tfrecord > /dev/null
 echo "== $records records, $(ls "$dir"/*.tfrecord | wc -l) shards, $(nproc) cores; batches of 256, one epoch"
 printf "%-58s %12s %10s %14s\n" reader records/s "peak MiB" "vs tfshard"
 declare -A rate peak
-for reader in tfshard tfshard-arrow tfdata tfrecord; do
+for reader in tfshard tfshard-xy tfshard-arrow tfdata tfrecord; do
   best=0
   for _ in 1 2 3; do
     /usr/bin/time -f "%M" -o "$data/time.txt" "$python" scripts/python_read_bench.py "$reader" "$dir" > "$data/out.txt"
@@ -35,16 +37,17 @@ for reader in tfshard tfshard-arrow tfdata tfrecord; do
 done
 /usr/bin/time -f "%M" -o "$data/time.txt" "$bin" bench "$dir" --batch-size 256 --shuffle-buffer 0 --epochs 1 --quiet > /dev/null
 bench_peak=$(( $(cat "$data/time.txt") / 1024 ))
-for reader in tfshard tfshard-arrow tfdata tfrecord; do
+for reader in tfshard tfshard-xy tfshard-arrow tfdata tfrecord; do
   name=$reader
   case $reader in
-    tfshard) name="tfshard.Dataset (NumPy)" ;;
-    tfshard-arrow) name='tfshard.Dataset(format="arrow")' ;;
+    tfshard) name="tfshard.Dataset (NumPy, 3 features)" ;;
+    tfshard-xy) name='tfshard.Dataset(columns=["x", "y"])' ;;
+    tfshard-arrow) name='tfshard.Dataset(format="arrow", 3 features)' ;;
     tfdata) name="tf.data batch(256).map(parse_example).prefetch()" ;;
     tfrecord) name="PyPI tfrecord 1.14.6 tfrecord_loader" ;;
   esac
   printf "%-58s %12.0f %10d %14s\n" "$name" "${rate[$reader]}" "${peak[$reader]}" \
-    "$(echo "scale=1; ${rate[tfshard]} / ${rate[$reader]}" | bc)x"
+    "$(echo "scale=1; ${rate[tfshard-xy]} / ${rate[$reader]}" | bc)x"
 done
 printf "%-58s %12s %10d\n" "tfshard bench (same shards, batch 256, one epoch)" "" "$bench_peak"
 echo "peak memory, tfshard.Dataset / tfshard bench: $(echo "scale=2; ${peak[tfshard]} / $bench_peak" | bc)"

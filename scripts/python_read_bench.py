@@ -3,7 +3,8 @@
 scripts/bench_python.sh (each reader in its own process, so its peak memory is its own).
 Prints `records seconds`.
 
-Usage: python_read_bench.py tfshard|tfshard-arrow|tfdata|tfrecord DIR
+Usage: python_read_bench.py tfshard|tfshard-xy|tfshard-arrow|tfdata|tfrecord DIR
+(tfshard-xy parses the two features the other two readers parse.)
 """
 import glob
 import os
@@ -18,7 +19,8 @@ if reader.startswith("tfshard"):
     import tfshard
 
     fmt = "arrow" if reader == "tfshard-arrow" else "numpy"
-    data = tfshard.Dataset(folder, batch_size=256, shuffle_buffer=0, format=fmt)
+    columns = ["x", "y"] if reader == "tfshard-xy" else None
+    data = tfshard.Dataset(folder, batch_size=256, shuffle_buffer=0, format=fmt, columns=columns)
     start = time.perf_counter()
     for batch in data:
         n += batch.num_rows if fmt == "arrow" else len(batch["y"])

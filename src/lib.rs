@@ -1,8 +1,8 @@
 //! # tfshard
 //!
-//! Parquet and Delta tables, image folders and existing TFRecords in, size-targeted
-//! TFRecord shards out, and the
-//! tools to prove the shards sound and fast to read.
+//! Parquet, Delta and Iceberg tables, Arrow streams, image folders and existing TFRecords
+//! in, size-targeted TFRecord shards out, and the tools to prove the shards sound and fast
+//! to read.
 //!
 //! Every job has one shape: `Job::builder(required)` (for conversions, one
 //! constructor per source), `with_*` setters, `build()`, which checks every rule about
@@ -11,7 +11,7 @@
 //!
 //! | job | builder | returns |
 //! | --- | --- | --- |
-//! | convert | [`Converter::parquet`], [`Converter::delta`], [`Converter::images`], [`Converter::tfrecord`] | [`ConvertSummary`] |
+//! | convert | [`Converter::parquet`], [`Converter::delta`], [`Converter::iceberg`], [`Converter::arrow`], [`Converter::images`], [`Converter::tfrecord`] | [`ConvertSummary`] |
 //! | verify | [`Verifier::builder`] | [`VerifyReport`] (typed [`verify::Problem`]s) |
 //! | read | [`Pipeline::builder`] | an iterator of [`Batch`]es |
 //! | bench | [`bench::Bench::builder`] | [`bench::BenchReport`] |
@@ -29,7 +29,9 @@
 //! `tf.train.Example` codec, both ways) and `shard` (size targeting, the shuffle's
 //! buckets, names); [`manifest`]; then the jobs: [`convert`] (the only module that
 //! wires source, codec, shards and destination), [`finalize`], [`tfds`], [`dataset`]
-//! and [`records`] (finding and decoding shards), [`pipeline`], [`verify`], [`bench`](mod@bench).
+//! and [`records`] (finding and decoding shards), [`pipeline`], [`verify`], [`bench`](mod@bench);
+//! last the command line (`cli`, which the binary runs) and, with the `python` feature, the
+//! Python module over it (`src/python/`, built into the wheel by `scripts/build_wheel.sh`).
 //!
 //! ```
 //! use tfshard::{Converter, NoProgress, Pipeline, Verifier};

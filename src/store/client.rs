@@ -9,7 +9,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use object_store::client::{
@@ -39,8 +39,39 @@ pub(super) struct Bucket {
 type Buckets = Mutex<HashMap<(Scheme, String, IoOptions), Arc<Bucket>>>;
 
 fn buckets() -> &'static Buckets {
-    static BUCKETS: OnceLock<Buckets> = OnceLock::new();
-    BUCKETS.get_or_init(Default::default)
+    static BUCKETS: PerProcess<Buckets> = PerProcess::new();
+    BUCKETS.get(Default::default)
+}
+
+/// A process-wide value (the I/O runtime, clients with their connection pools, the
+/// permits) made again in a forked child, whose copy of the parent's has no threads and
+/// shares the parent's sockets: a PyTorch DataLoader forks its workers after the
+/// dataset found its shards in the store. The parent's copy is left alone in the child
+/// (dropping it there would wait for threads that do not exist).
+struct PerProcess<T: 'static> {
+    made: Mutex<Option<(u32, &'static T)>>,
+}
+
+impl<T> PerProcess<T> {
+    const fn new() -> Self {
+        PerProcess {
+            made: Mutex::new(None),
+        }
+    }
+
+    /// This process's value, made by `make` the first time it asks.
+    fn get(&self, make: impl FnOnce() -> T) -> &'static T {
+        let pid = std::process::id();
+        let mut made = self.made.lock().unwrap_or_else(|p| p.into_inner());
+        match *made {
+            Some((owner, value)) if owner == pid => value,
+            _ => {
+                let value: &'static T = Box::leak(Box::new(make()));
+                *made = Some((pid, value));
+                value
+            }
+        }
+    }
 }
 
 pub(super) fn bucket(url: &ObjectUrl) -> Result<Arc<Bucket>> {
@@ -160,8 +191,8 @@ impl HttpConnector for StatusKeepingConnector {
 /// The runtime every store call blocks on (two I/O threads; requests are bounded by
 /// the permits, not the threads).
 fn runtime() -> &'static tokio::runtime::Runtime {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME.get_or_init(|| {
+    static RUNTIME: PerProcess<tokio::runtime::Runtime> = PerProcess::new();
+    RUNTIME.get(|| {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("tfshard-io")
@@ -174,9 +205,9 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 /// The `--io-concurrency` permits of these settings.
 fn permits(io: IoOptions) -> Arc<tokio::sync::Semaphore> {
     type Permits = Mutex<HashMap<IoOptions, Arc<tokio::sync::Semaphore>>>;
-    static PERMITS: OnceLock<Permits> = OnceLock::new();
+    static PERMITS: PerProcess<Permits> = PerProcess::new();
     let mut all = PERMITS
-        .get_or_init(Default::default)
+        .get(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     all.entry(io)
@@ -239,9 +270,9 @@ pub(super) const PRESIGNED_FOR: Duration = Duration::from_secs(15 * 60);
 /// public).
 pub(super) fn http_client(io: IoOptions) -> object_store::Result<reqwest::Client> {
     type Clients = Mutex<HashMap<IoOptions, std::result::Result<reqwest::Client, String>>>;
-    static CLIENTS: OnceLock<Clients> = OnceLock::new();
+    static CLIENTS: PerProcess<Clients> = PerProcess::new();
     let mut all = CLIENTS
-        .get_or_init(Default::default)
+        .get(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     let client = all.entry(io).or_insert_with(|| {

@@ -103,6 +103,12 @@ def shard_bytes(folder: Path) -> dict:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.name.endswith(".tfrecord")}
 
 
-def copy(src: Path, dst: Path) -> Path:
+def corrupt_copy(src: Path, dst: Path, shard: int, at=lambda n: n // 2) -> Path:
+    """A copy of a shard folder with one byte of its `shard`-th shard flipped (at
+    `at(length)`); returns that shard's path."""
     shutil.copytree(src, dst)
-    return dst
+    path = sorted(dst.glob("*.tfrecord"))[shard]
+    data = bytearray(path.read_bytes())
+    data[at(len(data))] ^= 0x55
+    path.write_bytes(bytes(data))
+    return path

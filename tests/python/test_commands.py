@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import tfshard
-from conftest import SMALL, TESTDATA, cli, shard_bytes
+from conftest import SMALL, TESTDATA, cli, corrupt_copy, shard_bytes
 
 
 @pytest.fixture(scope="module")
@@ -109,13 +109,7 @@ def test_verify_returns_its_report(small_shards, tmp_path):
     report = tfshard.verify(small_shards, deep=True)
     assert report["ok"] and report["records"] == 2000
     broken = tmp_path / "broken"
-    broken.mkdir()
-    for p in small_shards.iterdir():
-        (broken / p.name).write_bytes(p.read_bytes())
-    shard = sorted(broken.glob("*.tfrecord"))[0]
-    data = bytearray(shard.read_bytes())
-    data[100] ^= 0xFF
-    shard.write_bytes(bytes(data))
+    corrupt_copy(small_shards, broken, 0, at=lambda n: 100)
     report = tfshard.verify(broken)
     assert not report["ok"] and report["problems"]
     with pytest.raises(tfshard.Error):
@@ -170,3 +164,31 @@ def test_keyboard_interrupt_cancels_the_run_and_leaves_nothing(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         tfshard.convert(pa.RecordBatchReader.from_batches(schema, batches()), tmp_path / "out")
     assert not (tmp_path / "out").exists() or not any(p.suffix in (".tfrecord", ".json") for p in (tmp_path / "out").iterdir())
+
+
+def test_a_forked_child_reads_the_store_as_dataloader_workers_do(s3):
+    """The dataset found its shards in the bucket before the fork (a DataLoader forks its
+    workers then): the child reads through clients of its own."""
+    import os
+
+    bucket = s3("pytest-fork")
+    tfshard.convert(pq.read_table(SMALL), f"s3://{bucket}/small", target_shard_size="100KB")
+    ds = tfshard.Dataset(f"s3://{bucket}/small", batch_size=500, shuffle_buffer=0)
+    assert len(ds) == 4
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.write(write, str(sum(len(b["y"]) for b in ds)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    import select
+
+    ready, _, _ = select.select([read], [], [], 120)
+    if not ready:
+        os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    assert ready, "the forked child did not finish reading"
+    assert os.read(read, 100) == b"2000"
+    assert sum(len(b["y"]) for b in ds) == 2000

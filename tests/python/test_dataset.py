@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 import tfshard
-from conftest import ROOT, SMALL, cli
+from conftest import ROOT, corrupt_copy
 
 
 def ids(dataset):
@@ -144,13 +144,7 @@ def test_columns_and_their_errors(small_shards):
 
 def test_a_corrupt_record_raises_with_its_location(small_shards, tmp_path):
     broken = tmp_path / "broken"
-    broken.mkdir()
-    for p in small_shards.iterdir():
-        (broken / p.name).write_bytes(p.read_bytes())
-    shard = sorted(broken.glob("*.tfrecord"))[1]
-    data = bytearray(shard.read_bytes())
-    data[len(data) // 2] ^= 0x55
-    shard.write_bytes(bytes(data))
+    shard = corrupt_copy(small_shards, broken, 1)
     with pytest.raises(tfshard.Error) as caught:
         for _ in tfshard.Dataset(broken, batch_size=64, shuffle_buffer=0):
             pass
