@@ -91,6 +91,7 @@ impl Interleave {
     fn open_file(&self, i: usize) -> Result<(Open, u64)> {
         let mut open = self.open_whole(i)?;
         let (skip, take) = self.limits.as_ref().map_or((0, u64::MAX), |l| l[i]);
+        let before = open.buffer_bytes();
         for _ in 0..skip {
             let more = match &mut open {
                 Open::Mapped(records) => records.next_record()?.is_some(),
@@ -100,6 +101,8 @@ impl Interleave {
                 break;
             }
         }
+        // (A stream's buffer grows to its largest record, skipped ones too.)
+        self.held.resize(before, open.buffer_bytes());
         Ok((open, take))
     }
 

@@ -69,19 +69,26 @@ def test_epochs_advance_and_set_epoch_repeats_one(small_shards, every_id):
     assert ids(ds) == second
 
 
+class IterableDataset:
+    """Stands for torch.utils.data.IterableDataset."""
+
+
 class FakeTorch(types.ModuleType):
-    """What Dataset asks of torch: utils.data.get_worker_info() inside a worker."""
+    """What Dataset asks of torch: utils.data.get_worker_info() inside a worker, and the
+    IterableDataset class a DataLoader checks for."""
 
     def __init__(self, worker, workers):
         super().__init__("torch")
-        info = types.SimpleNamespace(id=worker, num_workers=workers)
-        self.utils = types.SimpleNamespace(data=types.SimpleNamespace(get_worker_info=lambda: info))
+        info = types.SimpleNamespace(id=worker, num_workers=workers) if workers else None
+        self.utils = types.SimpleNamespace(
+            data=types.SimpleNamespace(get_worker_info=lambda: info, IterableDataset=IterableDataset)
+        )
 
 
 @pytest.mark.parametrize("drop_remainder", [False, True])
 def test_ranks_times_workers_read_each_record_once(small_shards, every_id, monkeypatch, drop_remainder):
     ranks, workers, size = 3, 2, 64
-    seen, batches = [], 0
+    seen, batches, lens = [], 0, set()
     for rank in range(ranks):
         ds = tfshard.Dataset(
             small_shards, batch_size=size, seed=1, num_shards=ranks, shard_index=rank, drop_remainder=drop_remainder
@@ -95,10 +102,13 @@ def test_ranks_times_workers_read_each_record_once(small_shards, every_id, monke
                 assert len(batch["id"]) == size or not drop_remainder
         monkeypatch.delitem(sys.modules, "torch")
         assert rank_batches == len(ds)
+        lens.add(len(ds))
         batches += rank_batches
     if drop_remainder:
+        # Every rank the same batches (DDP): the smallest share's whole batches.
+        assert lens == {666 // size}
         assert len(seen) == len(set(seen)) and set(seen) <= set(every_id)
-        assert len(seen) == sum((n // size) * size for n in (666, 667, 667))
+        assert len(seen) == ranks * (666 // size) * size
     else:
         assert sorted(seen) == every_id
 
@@ -122,6 +132,49 @@ def test_state_resumes_with_the_same_remaining_batches(small_shards):
     assert head + rest == whole
     with pytest.raises(ValueError, match="seed"):
         tfshard.Dataset(small_shards, state=state, **dict(kwargs, seed=6))
+
+
+def test_with_torch_loaded_a_dataset_is_an_iterable_dataset(small_shards, monkeypatch):
+    import pickle
+
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch(0, 0))
+    ds = tfshard.Dataset(small_shards, batch_size=64, seed=3)
+    assert isinstance(ds, IterableDataset) and isinstance(ds, tfshard.Dataset)
+    copy = pickle.loads(pickle.dumps(ds))
+    assert isinstance(copy, IterableDataset) and len(copy) == len(ds) == 32
+
+
+def test_resumes_that_would_not_give_the_same_batches_are_refused(small_shards, monkeypatch):
+    ds = tfshard.Dataset(small_shards, batch_size=100, seed=1)
+    it = iter(ds)
+    next(it)
+    state = ds.state()
+    del it
+    resumed = tfshard.Dataset(small_shards, batch_size=100, seed=1, state=state)
+    monkeypatch.setitem(sys.modules, "torch", FakeTorch(0, 2))
+    with pytest.raises(ValueError, match="DataLoader workers"):
+        iter(resumed)
+    monkeypatch.delitem(sys.modules, "torch")
+    cached = tfshard.Dataset(small_shards, batch_size=100, seed=1, cache=True)
+    for _ in cached:
+        pass
+    it = iter(cached)
+    next(it)
+    with pytest.raises(ValueError, match="memory cache"):
+        tfshard.Dataset(small_shards, batch_size=100, seed=1, cache=True, state=cached.state())
+    with pytest.raises(ValueError, match="cache"):
+        tfshard.Dataset(small_shards, batch_size=100, seed=1, state=cached.state())
+
+
+def test_each_rank_keeps_its_own_cache_file(small_shards, tmp_path, every_id):
+    seen = []
+    for rank in range(2):
+        ds = tfshard.Dataset(small_shards, batch_size=128, seed=2, cache=tmp_path / "c", num_shards=2, shard_index=rank)
+        first, second = ids(ds), ids(ds)
+        assert sorted(first) == sorted(second)
+        seen += first
+    assert sorted(seen) == every_id
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.0-1000", "c.1000-2000"]
 
 
 def test_cache_serves_later_epochs(small_shards, tmp_path, every_id):

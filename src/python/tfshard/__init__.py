@@ -178,7 +178,30 @@ def _data_loader_worker() -> Tuple[int, int]:
     return info.id, info.num_workers
 
 
-_STATE_KEYS = ("batch_size", "seed", "shuffle_buffer", "drop_remainder", "num_shards", "shard_index", "records", "cycle_length")
+_STATE_KEYS = ("batch_size", "seed", "shuffle_buffer", "drop_remainder", "num_shards", "shard_index", "records", "cycle_length", "cache")
+
+_TORCH_CLASSES: Dict[int, type] = {}
+
+
+def _class_for(cls: type) -> type:
+    """`cls`, or with torch loaded a subclass of it and of torch's IterableDataset, which
+    a DataLoader needs to see to iterate it (rather than index it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or cls is not Dataset:
+        return cls
+    base = torch.utils.data.IterableDataset
+    made = _TORCH_CLASSES.get(id(base))
+    if made is None:
+        made = type("Dataset", (Dataset, base), {"__module__": __name__, "__qualname__": "Dataset"})
+        _TORCH_CLASSES[id(base)] = made
+    return made
+
+
+def _rebuild(state: Dict[str, Any]) -> "Dataset":
+    """Unpickles a Dataset (see Dataset.__reduce__)."""
+    ds = Dataset.__new__(Dataset)
+    ds.__setstate__(state)
+    return ds
 
 
 class Dataset:
@@ -207,7 +230,21 @@ class Dataset:
     order depends on (seed, epoch), the epoch advancing with each complete pass or set by
     :meth:`set_epoch`. :meth:`state` and ``Dataset(..., state=...)`` resume in the middle
     of an epoch with the same remaining batches.
+
+    With ``drop_remainder=True`` every rank yields the same number of batches (what DDP
+    needs): each rank's share is cut to whole batches of the smallest share, the records
+    past it left out with the short batches. Without it every record is read, and ranks'
+    counts may differ by one batch.
+
+    When torch is loaded, a Dataset is also a ``torch.utils.data.IterableDataset``: hand
+    it to a ``DataLoader`` with ``batch_size=None``.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Dataset":
+        return super().__new__(_class_for(cls))
+
+    def __reduce__(self) -> Any:
+        return (_rebuild, (self.__getstate__(),))
 
     def __init__(
         self,
@@ -287,7 +324,12 @@ class Dataset:
 
     def _rank_range(self) -> Tuple[int, int]:
         n = self._records()
-        return n * self.shard_index // self.num_shards, n * (self.shard_index + 1) // self.num_shards
+        start = n * self.shard_index // self.num_shards
+        if self.drop_remainder:
+            # Every rank the same whole batches: those of the smallest share.
+            per = n // self.num_shards // self.batch_size * self.batch_size
+            return start, start + per
+        return start, n * (self.shard_index + 1) // self.num_shards
 
     def _batches_of(self, records: int) -> int:
         if self.drop_remainder:
@@ -328,6 +370,7 @@ class Dataset:
             "shard_index": self.shard_index,
             "records": self._records(),
             "cycle_length": self.cycle_length,
+            "cache": self._cache,
         }
 
     def _restore(self, state: Dict[str, Any]) -> None:
@@ -342,12 +385,25 @@ class Dataset:
                 )
         self._epoch = int(state["epoch"])
         self._resume = self._position = int(state["batches"])
+        if self._cache == "memory" and self._epoch >= 1 and self._resume > 0:
+            raise ValueError(
+                "the epoch was read from a memory cache this process does not have: resume a cached "
+                "epoch with cache=PATH (a cache file), or from the epoch's start (set_epoch)"
+            )
 
     def __iter__(self) -> Iterator[Any]:
         worker, workers = _data_loader_worker()
         start, end = self._worker_range(worker, workers)
         epoch, skip = self._epoch, self._resume
-        self._resume = 0
+        if skip and workers > 1:
+            raise ValueError(
+                "a state taken in the middle of an epoch cannot be resumed by DataLoader workers "
+                "(each iterates its own copy): resume at an epoch's start with set_epoch"
+            )
+        cache = self._cache
+        if cache not in (None, "memory") and (self.num_shards > 1 or workers > 1):
+            # One file per share: ranks and workers that share a folder keep their own.
+            cache = f"{cache}.{start}-{end}"
         batches = self._shards.batches(
             self.batch_size,
             shuffle_buffer=self.shuffle_buffer,
@@ -356,10 +412,11 @@ class Dataset:
             start=start,
             end=end,
             skip_batches=skip,
-            cache=self._cache,
+            cache=cache,
             cycle_length=self.cycle_length,
             format=self.format,
         )
+        self._resume = 0
         return self._epoch_of(batches, epoch, skip)
 
     def _epoch_of(self, batches: Any, epoch: int, skip: int) -> Iterator[Any]:
