@@ -110,6 +110,19 @@ pub fn manifest_listing(file: &Path, io: IoOptions) -> Option<Manifest> {
 }
 
 impl Dataset {
+    /// Each shard a manifest lists, by its path (its folder joined with the entry's
+    /// name, as [`Dataset::shards`] names it), with the manifest's entry.
+    pub fn listed(&self) -> std::collections::HashMap<PathBuf, &manifest::ShardInfo> {
+        let mut out = std::collections::HashMap::new();
+        for (path, m) in &self.manifests {
+            let dir = path.parent().unwrap_or(Path::new("."));
+            for s in &m.shards {
+                out.insert(dir.join(&s.file), s);
+            }
+        }
+        out
+    }
+
     /// Resolves command-line paths; a store's requests run with `io`.
     ///
     /// # Errors

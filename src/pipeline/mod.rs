@@ -50,7 +50,6 @@ pub(crate) mod parse;
 pub(crate) mod prefetch;
 pub(crate) mod shuffle;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -529,19 +528,13 @@ fn autotune(o: &PipelineOptions, files: usize) -> Tuned {
 /// The shards a cache is filled from, as its header names them: the canonical path,
 /// the size, and the manifest's CRC32C (else the modification time).
 fn cache_sources(dataset: &Dataset) -> Result<Vec<SourceFile>> {
-    let mut crcs = HashMap::new();
-    for (path, m) in &dataset.manifests {
-        let dir = path.parent().unwrap_or(std::path::Path::new("."));
-        for s in &m.shards {
-            crcs.insert(dir.join(&s.file), s.crc32c.clone());
-        }
-    }
+    let listed = dataset.listed();
     dataset
         .shards
         .iter()
         .map(|shard| {
             let local = !crate::store::is_url(shard);
-            let crc32c = crcs.get(shard).cloned();
+            let crc32c = listed.get(shard).map(|s| s.crc32c.clone());
             let modified_ns = match (local, &crc32c) {
                 (true, None) => std::fs::metadata(shard)
                     .and_then(|m| m.modified())

@@ -45,12 +45,10 @@ pub struct Shards {
 }
 
 fn parse_compression(text: &str) -> PyResult<Option<Compression>> {
-    match text {
-        "auto" => Ok(None),
-        "none" => Ok(Some(Compression::None)),
-        "gzip" => Ok(Some(Compression::Gzip)),
-        "zlib" => Ok(Some(Compression::Zlib)),
-        other => Err(PyValueError::new_err(format!(
+    match (text, Compression::from_name(text)) {
+        ("auto", _) => Ok(None),
+        (_, Some(c)) => Ok(Some(c)),
+        (other, None) => Err(PyValueError::new_err(format!(
             "compression must be auto, none, gzip or zlib, not {other:?}"
         ))),
     }
@@ -101,17 +99,11 @@ impl Shards {
                     .collect()
             }
         };
-        let mut listed = std::collections::HashMap::new();
-        for (path, m) in &dataset.manifests {
-            let dir = path.parent().unwrap_or(std::path::Path::new("."));
-            for s in &m.shards {
-                listed.insert(dir.join(&s.file), s.records);
-            }
-        }
+        let entries = dataset.listed();
         let listed: Vec<Option<u64>> = dataset
             .shards
             .iter()
-            .map(|f| listed.get(f).copied())
+            .map(|f| entries.get(f).map(|s| s.records))
             .collect();
         Ok(Shards {
             paths,
