@@ -64,6 +64,8 @@
 
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+pub mod alloc;
 pub mod bench;
 /// The command line of the `tfshard` binary (and of the Python module's `convert`,
 /// which parses its options as the flags they are). Not a stable API.
@@ -82,6 +84,10 @@ pub mod pipeline;
 pub mod progress;
 #[cfg(feature = "python")]
 mod python;
+/// The Python module's allocator: glibc's until its reader starts (see [`alloc`]).
+#[cfg(feature = "python")]
+#[global_allocator]
+static GLOBAL: alloc::Allocator = alloc::Allocator;
 pub mod records;
 mod scratch;
 pub(crate) mod shard;

@@ -24,10 +24,13 @@ pub struct Origin {
 pub enum Payload {
     /// Copied out of a stream; the buffer is reused once parsed.
     Owned(Vec<u8>),
-    /// A range of a mapped file: nothing copied.
+    /// A range of a mapped file: nothing copied. The batch holds the map (one reference
+    /// a file per batch, not one a record: a reference counted per record was the
+    /// producer's costliest step, its count's cache line passed between the cores).
     Mapped {
-        /// The map (kept alive while any of its records is in flight).
-        map: SharedMap,
+        /// The map's place in the batch's [`RawBatch::maps`] (set when the record is
+        /// batched; in the shuffle buffer the record's file names it).
+        slot: u32,
         /// The payload within it.
         range: Range<usize>,
     },
@@ -51,12 +54,12 @@ pub struct RawRecord {
 }
 
 impl RawRecord {
-    /// The payload's bytes.
+    /// The payload's bytes; a mapped one's map is among `maps` (its batch's).
     #[inline]
-    pub fn bytes(&self) -> &[u8] {
+    pub fn bytes<'a>(&'a self, maps: &'a [SharedMap]) -> &'a [u8] {
         match &self.payload {
             Payload::Owned(v) => v,
-            Payload::Mapped { map, range } => &map[range.clone()],
+            Payload::Mapped { slot, range } => &maps[*slot as usize][range.clone()],
         }
     }
 
@@ -82,6 +85,8 @@ pub struct RawBatch {
     pub epoch: u64,
     /// The records (none for a batch of cached rows).
     pub records: Vec<RawRecord>,
+    /// The maps its mapped records point into (see [`Payload::Mapped`]).
+    pub maps: Vec<SharedMap>,
     /// A batch of the epoch that fills the cache: it goes into the cache once parsed.
     pub fill: bool,
     /// Only for the cache (the filling epoch's dropped remainder): not delivered.

@@ -8,19 +8,32 @@
 //! run in parallel.
 
 use crate::store::IoOptions;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::error::Result;
 use crate::pipeline::batch::{Origin, Payload, RawRecord};
 use crate::pipeline::memory::{Held, Pool};
+use crate::tfrecord::mapped::SharedMap;
 use crate::tfrecord::{Compression, MappedRecords, RecordReader, Source};
 
 /// An open file of the cycle.
 enum Open {
-    Mapped(MappedRecords),
+    /// With the number of records it has handed out.
+    Mapped(MappedRecords, u64),
     Stream(RecordReader<Source>),
+}
+
+/// A mapped file whose records may not all be batched yet: records waiting in the
+/// shuffle buffer name their file, not its map, so the map is kept here until the last
+/// of them is in a batch (which then holds it).
+struct Live {
+    map: SharedMap,
+    /// Records of it batched (or let go) so far.
+    batched: u64,
+    /// Records of it handed out, once the file is done.
+    handed_out: Option<u64>,
 }
 
 /// How the files of an interleave are opened.
@@ -49,13 +62,15 @@ pub struct Interleave {
     limits: Option<Vec<(u64, u64)>>,
     /// Counts the readers' block buffers and the copied records.
     held: Arc<Held>,
+    /// The maps of files with records not yet batched, by file.
+    live: HashMap<usize, Live>,
 }
 
 impl Open {
     /// Bytes of the reader's own buffer (a map is the page cache's, not ours).
     fn buffer_bytes(&self) -> usize {
         match self {
-            Open::Mapped(_) => 0,
+            Open::Mapped(..) => 0,
             Open::Stream(reader) => reader.buffer_capacity(),
         }
     }
@@ -84,6 +99,7 @@ impl Interleave {
             taken: 0,
             held,
             limits,
+            live: HashMap::new(),
         }
     }
 
@@ -94,7 +110,7 @@ impl Interleave {
         let before = open.buffer_bytes();
         for _ in 0..skip {
             let more = match &mut open {
-                Open::Mapped(records) => records.next_record()?.is_some(),
+                Open::Mapped(records, _) => records.next_record()?.is_some(),
                 Open::Stream(reader) => reader.read_record()?.is_some(),
             };
             if !more {
@@ -119,7 +135,7 @@ impl Interleave {
         };
         Ok(
             if mmap && compression == Compression::None && !crate::store::is_url(path) {
-                Open::Mapped(MappedRecords::open(path)?)
+                Open::Mapped(MappedRecords::open(path)?, 0)
             } else {
                 self.held.note_stream();
                 Open::Stream(
@@ -135,6 +151,7 @@ impl Interleave {
                 break;
             };
             let (file, take) = self.open_file(i)?;
+            self.note_open(i, &file);
             self.open.push((i, file, take));
         }
         Ok(())
@@ -158,17 +175,20 @@ impl Interleave {
             let (file, open, left) = &mut self.open[self.current];
             let record = match open {
                 _ if *left == 0 => None,
-                Open::Mapped(records) => records.next_record()?.map(|r| RawRecord {
-                    payload: Payload::Mapped {
-                        map: records.map().expect("a record implies a map").clone(),
-                        range: r.range,
-                    },
-                    crc: r.stored_crc,
-                    origin: Origin {
-                        file: *file,
-                        record: r.index,
-                        offset: r.offset,
-                    },
+                Open::Mapped(records, handed_out) => records.next_record()?.map(|r| {
+                    *handed_out += 1;
+                    RawRecord {
+                        payload: Payload::Mapped {
+                            slot: 0,
+                            range: r.range,
+                        },
+                        crc: r.stored_crc,
+                        origin: Origin {
+                            file: *file,
+                            record: r.index,
+                            offset: r.offset,
+                        },
+                    }
                 }),
                 Open::Stream(reader) => {
                     let (record, offset) = (reader.record_index(), reader.offset());
@@ -200,16 +220,90 @@ impl Interleave {
                 }
                 None => {
                     // This file is done: the next pending one takes its place.
-                    let (_, done, _) = self.open.remove(self.current);
+                    let (i, done, _) = self.open.remove(self.current);
                     self.held.sub(done.buffer_bytes() as u64);
+                    if let Open::Mapped(_, handed_out) = done {
+                        self.note_done(i, handed_out);
+                    }
                     self.taken = 0;
                     if let Some(i) = self.pending.pop_front() {
                         let (file, take) = self.open_file(i)?;
+                        self.note_open(i, &file);
                         self.open.insert(self.current, (i, file, take));
                     }
                 }
             }
         }
+    }
+}
+
+impl Interleave {
+    /// Keeps a mapped file's map for its records (an empty file has none).
+    fn note_open(&mut self, i: usize, file: &Open) {
+        if let Open::Mapped(records, _) = file {
+            if let Some(map) = records.map() {
+                let live = Live {
+                    map: map.clone(),
+                    batched: 0,
+                    handed_out: None,
+                };
+                self.live.insert(i, live);
+            }
+        }
+    }
+
+    /// A mapped file is done: its map goes once its last record is batched.
+    fn note_done(&mut self, i: usize, handed_out: u64) {
+        if let Some(live) = self.live.get_mut(&i) {
+            live.handed_out = Some(handed_out);
+            if live.batched == handed_out {
+                self.live.remove(&i);
+            }
+        }
+    }
+
+    /// How many files' maps are kept for records not yet batched.
+    #[cfg(test)]
+    pub fn live_maps(&self) -> usize {
+        self.live.len()
+    }
+
+    /// The maps of a batch's mapped records, each record's slot set to its map's place
+    /// among them. Records let go unbatched pass through here too, so that their files'
+    /// maps are released.
+    pub fn batch_maps(&mut self, records: &mut [RawRecord]) -> Vec<SharedMap> {
+        // (file, records) of the batch, in the order first seen: a few files, the last
+        // one the likeliest.
+        let mut files: Vec<(usize, u64)> = Vec::new();
+        for record in records.iter_mut() {
+            let Payload::Mapped { slot, .. } = &mut record.payload else {
+                continue;
+            };
+            let file = record.origin.file;
+            let found = match files.last() {
+                Some(&(f, _)) if f == file => Some(files.len() - 1),
+                _ => files.iter().position(|&(f, _)| f == file),
+            };
+            let k = found.unwrap_or_else(|| {
+                files.push((file, 0));
+                files.len() - 1
+            });
+            files[k].1 += 1;
+            *slot = k as u32;
+        }
+        let mut maps = Vec::with_capacity(files.len());
+        for (file, n) in files {
+            let live = self
+                .live
+                .get_mut(&file)
+                .expect("a mapped record's file is live until its records are batched");
+            maps.push(live.map.clone());
+            live.batched += n;
+            if live.handed_out == Some(live.batched) {
+                self.live.remove(&file);
+            }
+        }
+        maps
     }
 }
 

@@ -392,8 +392,8 @@ impl PipelineBuilder {
     ///
     /// # Errors
     ///
-    /// A path that does not exist, a manifest that cannot be read, no shard at all, a
-    /// SequenceExample spec, or (when the spec is inferred) a corrupt shard.
+    /// A path that does not exist, a manifest that cannot be read, no shard at all,
+    /// options out of range, or (when the spec is inferred) a corrupt shard.
     pub fn build(self) -> Result<Pipeline> {
         let o = self.options;
         o.validate()?;
@@ -741,6 +741,11 @@ impl Producer {
                 None => break,
             }
         }
+        let maps = self
+            .interleave
+            .as_mut()
+            .expect("started")
+            .batch_maps(&mut records);
         let epoch = self.epoch;
         let fill = self.filling && epoch == 0;
         let mut cache_only = false;
@@ -774,6 +779,7 @@ impl Producer {
             seq,
             epoch,
             records,
+            maps,
             fill,
             cache_only,
             cached: None,
@@ -822,6 +828,7 @@ impl Producer {
             seq,
             epoch,
             records: Vec::new(),
+            maps: Vec::new(),
             fill: false,
             cache_only: false,
             cached: Some(rows),
@@ -921,7 +928,9 @@ impl Parse {
                 self.held.note_batch(bytes);
             }
             self.held.sub(slots);
-            let _ = self.spare.send(spare);
+            if !spare.is_empty() {
+                let _ = self.spare.send(spare);
+            }
             parsed
         });
         if result.is_err() {
@@ -1403,6 +1412,66 @@ mod tests {
                 other => panic!("{other:?}"),
             })
             .collect()
+    }
+
+    /// A mapped file's map stays while any of its records waits unbatched (as in a
+    /// shuffle buffer), each batch holds the maps its records point into, and once every
+    /// record is batched the interleave holds none.
+    #[test]
+    fn batches_hold_the_maps_of_their_records() {
+        let dir = std::env::temp_dir().join(format!("tfshard-maps-{}", std::process::id()));
+        let files = numbered_files(&dir, 100);
+        let opening = Opening {
+            compression: None,
+            mmap: true,
+            io: IoOptions::default(),
+        };
+        let held = Arc::new(Held::default());
+        let mut interleave =
+            Interleave::new(files.clone(), vec![2, 0, 1], opening, 2, 3, held, None);
+        let mut pool = Pool::new(0);
+        let mut waiting = Vec::new();
+        while let Some(record) = interleave.next(&mut pool).unwrap() {
+            waiting.push(record);
+        }
+        // Every file is done, none of its records batched: all three maps are kept.
+        assert_eq!(waiting.len(), 300);
+        assert_eq!(interleave.live_maps(), 3);
+        waiting.reverse();
+        let spec = [FeatureSpec::new(
+            "i",
+            crate::FeatureKind::Int64,
+            Some(vec![]),
+        )];
+        let parser = Parser::new(&spec).unwrap();
+        let mut read = Vec::new();
+        let mut batches = Vec::new();
+        for chunk in waiting.chunks(70) {
+            let mut records = chunk.to_vec();
+            let maps = interleave.batch_maps(&mut records);
+            batches.push(RawBatch {
+                records,
+                maps,
+                ..RawBatch::default()
+            });
+        }
+        drop(waiting);
+        assert_eq!(interleave.live_maps(), 0, "every record is batched");
+        for raw in batches {
+            let maps = raw.maps.clone();
+            let (batch, _) = parser.parse(raw, &files);
+            match &batch.unwrap().column("i").unwrap().values {
+                Values::Int64(v) => read.extend(v.iter().copied()),
+                other => panic!("{other:?}"),
+            }
+            // Each batch names a map once, and only maps its records use.
+            for (k, m) in maps.iter().enumerate() {
+                assert!(!maps[..k].iter().any(|o| Arc::ptr_eq(o, m)));
+            }
+        }
+        read.sort();
+        assert_eq!(read, (0..300).collect::<Vec<_>>());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     /// Record ranges read exactly their records, across file boundaries, and together

@@ -31,10 +31,8 @@ impl Parser {
         })
     }
 
-    /// Parses a raw batch. Returns the batch and the records' payloads, also after an
-    /// error: buffers to reuse, and map references for the producer to drop (dropping
-    /// them there, a batch at a time, keeps the maps' reference counts from bouncing
-    /// between cores on every record).
+    /// Parses a raw batch. Returns the batch and the copied records' payloads, also
+    /// after an error: buffers for the producer to reuse.
     ///
     /// # Errors
     ///
@@ -46,7 +44,7 @@ impl Parser {
         raw: RawBatch,
         files: &[std::path::PathBuf],
     ) -> (Result<Batch>, Vec<Payload>) {
-        let mut spare = Vec::with_capacity(raw.records.len());
+        let mut spare = Vec::new();
         let rows = raw.records.len();
         let epoch = raw.epoch;
         let mut columns = self.decoder.start();
@@ -56,11 +54,16 @@ impl Parser {
         let mut failed = None;
         for (k, record) in raw.records.iter().enumerate() {
             if let Some(next) = raw.records.get(k + 1) {
-                for line in next.bytes().iter().step_by(64).take(PREFETCH_LINES) {
+                for line in next
+                    .bytes(&raw.maps)
+                    .iter()
+                    .step_by(64)
+                    .take(PREFETCH_LINES)
+                {
                     frame::prefetch(line);
                 }
             }
-            let bytes = record.bytes();
+            let bytes = record.bytes(&raw.maps);
             record_bytes += bytes.len() as u64 + frame::FRAME_OVERHEAD;
             let locate = |e: Error| {
                 let e = e
@@ -72,7 +75,9 @@ impl Parser {
                 }
             };
             let home = match &record.payload {
-                Payload::Mapped { map, range } => Home::Mapped(map, range.start),
+                Payload::Mapped { slot, range } => {
+                    Home::Mapped(&raw.maps[*slot as usize], range.start)
+                }
                 Payload::Owned(_) => Home::Owned,
             };
             let parsed = check_crc(bytes, record.crc)
@@ -83,7 +88,12 @@ impl Parser {
                 break;
             }
         }
-        spare.extend(raw.records.into_iter().map(|r| r.payload));
+        spare.extend(
+            raw.records
+                .into_iter()
+                .map(|r| r.payload)
+                .filter(|p| matches!(p, Payload::Owned(_))),
+        );
         if let Some(e) = failed {
             return (Err(e), spare);
         }

@@ -15,7 +15,7 @@ use arrow_array::{
 use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_pyarrow::ToPyArrow;
 use arrow_schema::{Field, Schema};
-use numpy::PyArray1;
+use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
@@ -214,6 +214,9 @@ impl Shards {
                 });
             }
         }
+        // The reader's batches are made on its workers and freed on Python's thread:
+        // mimalloc frees them without glibc's arena lock (see `crate::alloc`).
+        crate::alloc::use_mimalloc();
         let pipeline = py.detach(|| builder.build()).map_err(to_py_err)?;
         Ok(Batches {
             pipeline: Mutex::new(Some(pipeline)),
@@ -319,17 +322,31 @@ fn splits_i64(splits: Vec<u64>) -> Vec<i64> {
     splits.into_iter().map(|s| s as i64).collect()
 }
 
-/// A column's values as a flat NumPy array.
-fn values_to_numpy<'py>(py: Python<'py>, values: Values) -> Bound<'py, PyAny> {
+/// A column's values as a NumPy array: flat, or of shape `dims` (C order, a view of
+/// the same memory: reshaped by NumPy's C API, not a Python call).
+fn values_to_numpy<'py>(
+    py: Python<'py>,
+    values: Values,
+    dims: Option<&[usize]>,
+) -> PyResult<Bound<'py, PyAny>> {
+    fn shaped<'py, T: numpy::Element>(
+        flat: Bound<'py, PyArray1<T>>,
+        dims: Option<&[usize]>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        Ok(match dims {
+            None => flat.into_any(),
+            Some(dims) => flat.reshape(dims)?.into_any(),
+        })
+    }
     match values {
-        Values::Int64(v) => PyArray1::from_vec(py, v).into_any(),
-        Values::Float(v) => PyArray1::from_vec(py, v).into_any(),
+        Values::Int64(v) => shaped(PyArray1::from_vec(py, v), dims),
+        Values::Float(v) => shaped(PyArray1::from_vec(py, v), dims),
         Values::Bytes(b) => {
             let objects: Vec<Py<PyAny>> = b
                 .iter()
                 .map(|s| PyBytes::new(py, s).into_any().unbind())
                 .collect();
-            PyArray1::from_vec(py, objects).into_any()
+            shaped(PyArray1::from_vec(py, objects), dims)
         }
     }
 }
@@ -347,22 +364,24 @@ fn to_numpy(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyDict>> {
             row_splits,
             step_splits,
         } = column;
-        let values = values_to_numpy(py, values);
         let value = match (row_splits, step_splits) {
             (None, _) => {
                 let mut dims = vec![rows];
                 dims.extend(shape.unwrap_or_default().iter().map(|&d| d as usize));
-                values.call_method1("reshape", (PyTuple::new(py, dims)?,))?
+                values_to_numpy(py, values, Some(&dims))?
             }
             (Some(rows_), None) => PyTuple::new(
                 py,
-                [values, PyArray1::from_vec(py, splits_i64(rows_)).into_any()],
+                [
+                    values_to_numpy(py, values, None)?,
+                    PyArray1::from_vec(py, splits_i64(rows_)).into_any(),
+                ],
             )?
             .into_any(),
             (Some(rows_), Some(steps)) => PyTuple::new(
                 py,
                 [
-                    values,
+                    values_to_numpy(py, values, None)?,
                     PyArray1::from_vec(py, splits_i64(rows_)).into_any(),
                     PyArray1::from_vec(py, splits_i64(steps)).into_any(),
                 ],
