@@ -421,7 +421,20 @@ impl Source for ParquetSource {
             None => self.plan.features(&self.plan.new_stats()),
         };
         let mut manifest = options.new_manifest(self.plan.record_type(), inputs, features);
-        manifest.table = self.table.as_ref().map(|t| t.table.clone());
+        if let Some(t) = &self.table {
+            manifest.table = Some(t.table.clone());
+            // The partitions kept change the output: recorded as given (`KEY=VALUE`).
+            let filters = match &t.asked {
+                Asked::Delta(d) => &d.partition_filters,
+                Asked::Iceberg(i) => &i.partition_filters,
+            };
+            if !filters.is_empty() {
+                let given: Vec<String> = filters.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                manifest
+                    .options
+                    .insert("partition_filter".into(), serde_json::json!(given));
+            }
+        }
         manifest
     }
 }

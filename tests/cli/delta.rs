@@ -317,6 +317,11 @@ fn partition_filters_keep_those_files_and_split_and_shuffle_work() {
         .collect();
     assert!(!want.is_empty());
     assert_eq!(records(&out), want);
+    // The filters change the output: the manifest records them, as given.
+    assert_eq!(
+        read_manifest(&out, "data")["options"]["partition_filter"],
+        serde_json::json!(["region=eu west", "bucket=1"])
+    );
     // Only partition columns: no column of the files is read.
     let (code, _, err) = convert(&events, &out, &["--columns", "day,region"]);
     assert_eq!(code, 0, "{err}");

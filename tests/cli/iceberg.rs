@@ -400,6 +400,10 @@ fn partition_filters_keep_those_files_and_columns_select() {
         .collect();
     assert!(!want.is_empty());
     assert_eq!(records(&out), want);
+    assert_eq!(
+        read_manifest(&out, "data")["options"]["partition_filter"],
+        serde_json::json!(["region=eu west", "day_day=2026-11-29"])
+    );
     // The identity field's value that only the manifest holds.
     let (code, _, err) = convert(&events, &out, &["--partition-filter", "region=apac"]);
     assert_eq!(code, 0, "{err}");
