@@ -1,6 +1,6 @@
 //! Deflate back-ends at level 6 over fixed-size chunks of a record stream, on every
 //! core: how fast, and how small, each one is. `tfshard` picked its back-ends from this
-//! (see `src/tfrecord/deflate.rs` and the README).
+//! (see `src/tfrecord/deflate.rs` and docs/performance.md).
 //!
 //! ```text
 //! cargo run --release --example deflate_backends -- [--threads N] FILE...

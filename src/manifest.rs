@@ -159,7 +159,7 @@ pub fn is_safe_relative(file: &str) -> bool {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::ManifestInvalid`](crate::ErrorKind::ManifestInvalid) naming the manifest.
+/// [`ErrorKind::ManifestInvalid`] naming the manifest.
 pub fn check_shard_file(file: &str, path: &std::path::Path) -> crate::Result<()> {
     if is_safe_relative(file) {
         return Ok(());

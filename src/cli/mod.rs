@@ -150,7 +150,8 @@ pub struct Common {
     /// Progress bar: on a terminal (auto), always, or never.
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto, global = true)]
     pub progress: ProgressMode,
-    /// Print nothing but errors (and --json output).
+    /// No progress, and no summary of a run that went well: only errors and what the
+    /// command is for (verify's problems, bench's report, inspect's records, --json).
     #[arg(long, short = 'q', global = true)]
     pub quiet: bool,
     /// Print a machine-readable summary on stdout.

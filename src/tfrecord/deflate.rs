@@ -9,8 +9,8 @@
 //!   stream and ended by a sync flush, as pigz does, by zlib-rs at level 6 (libdeflate
 //!   only compresses whole buffers into final blocks, which cannot be chained).
 //!
-//! The back-ends were picked by measurement (`examples/deflate_backends.rs`, in the
-//! README). Chunks go to a [`DeflatePool`] when one is given, else compress on the
+//! The back-ends were picked by measurement (`examples/deflate_backends.rs`, in
+//! docs/performance.md). Chunks go to a [`DeflatePool`] when one is given, else compress on the
 //! calling thread; either way they are written in order.
 
 use std::collections::VecDeque;

@@ -3,6 +3,7 @@
 mod cache;
 mod convert;
 mod delta;
+mod docs;
 mod encode;
 mod golden;
 mod hive;
