@@ -1324,19 +1324,33 @@ fn on_disk_as(s: &Server, kind: &str, input: &Path, name: &str, flags: &[&str]) 
 /// Checks that bucket `b` holds nothing under `out/` but the set published there (no
 /// pending upload, no hidden object), with one machine's records (those in `local`), in order.
 fn only_the_set(s: &Server, b: &str, local: &Path, scratch_name: &str, what: &str) {
+    only_the_set_at(s, b, "out", local, scratch_name, what);
+}
+
+/// [`only_the_set`] under `prefix/`.
+fn only_the_set_at(
+    s: &Server,
+    b: &str,
+    prefix: &str,
+    local: &Path,
+    scratch_name: &str,
+    what: &str,
+) {
     assert_eq!(
         client(&s.endpoint, &["uploads", b]),
         "",
         "{what}: pending uploads"
     );
-    let keys = client(&s.endpoint, &["ls", b, "out/"]);
+    let keys = client(&s.endpoint, &["ls", b, &format!("{prefix}/")]);
+    assert!(!keys.is_empty(), "{what}: nothing under {prefix}/");
     assert!(
-        keys.lines().all(|k| k == "out/data.manifest.json"
-            || (k.starts_with("out/data-") && k.ends_with(".tfrecord"))),
+        keys.lines()
+            .all(|k| k == format!("{prefix}/data.manifest.json")
+                || (k.starts_with(&format!("{prefix}/data-")) && k.ends_with(".tfrecord"))),
         "{what}: {keys}"
     );
     let got = scratch(scratch_name);
-    client(&s.endpoint, &["get-dir", b, "out", got.to_str().unwrap()]);
+    client(&s.endpoint, &["get-dir", b, prefix, got.to_str().unwrap()]);
     assert_eq!(
         crate::records_in_order(&got, "data"),
         crate::records_in_order(local, "data"),
@@ -1631,6 +1645,107 @@ fn spark_recipe_retries_a_killed_worker_and_equals_one_machine() {
 #[test]
 fn ray_recipe_retries_a_killed_worker_and_equals_one_machine() {
     engine_recipe("ray");
+}
+
+/// The Airflow recipe (examples/engines/airflow_dag.py) run by `airflow dags test`:
+/// three mapped worker tasks, then `finalize`, in the bucket; the set is one machine's.
+#[test]
+fn airflow_recipe_converts_then_finalizes_in_the_bucket() {
+    let s = need_server!();
+    let Some(python) = engine_python("airflow") else {
+        eprintln!("skipped: no airflow venv (run scripts/engines_venv.sh)");
+        return;
+    };
+    let airflow = python.with_file_name("airflow");
+    let b = bucket(s, "engine-airflow");
+    let table = hive_in_bucket(s, &b);
+    let size = ["--target-shard-size", "600B"];
+    let local = on_disk(s, &table, "airflow-local", &size);
+    let home = scratch("airflow-home");
+    let bin = assert_cmd::cargo::cargo_bin("tfshard");
+    let settings = [
+        ("AIRFLOW_HOME", home.display().to_string()),
+        (
+            "AIRFLOW__CORE__DAGS_FOLDER",
+            root().join("examples/engines").display().to_string(),
+        ),
+        ("AIRFLOW__CORE__LOAD_EXAMPLES", "False".into()),
+        ("TFSHARD_INPUT", format!("s3://{b}/t")),
+        ("TFSHARD_OUTPUT", format!("s3://{b}/out")),
+        ("TFSHARD_WORKERS", "3".into()),
+        ("TFSHARD_FLAGS", size.join(" ")),
+        ("TFSHARD_BIN", bin.display().to_string()),
+    ];
+    for args in [&["db", "migrate"][..], &["dags", "test", "tfshard_convert"]] {
+        let out = Command::new(&airflow)
+            .args(args)
+            .envs(env(&s.endpoint))
+            .envs(settings.iter().map(|(k, v)| (k, v)))
+            .env("TMPDIR", scratch_tmp())
+            .output()
+            .unwrap();
+        let log = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "airflow {args:?}: {log}");
+        if args[0] == "dags" {
+            assert!(log.contains("state=success"), "the DAG run failed: {log}");
+        }
+    }
+    only_the_set(s, &b, &local, "airflow-got", "airflow");
+}
+
+/// The Kubernetes recipe (examples/engines/k8s-indexed-job.yaml): its container's
+/// command run as each of the Job's pods runs it (`$JOB_COMPLETION_INDEX` set), then
+/// the `finalize` its comment gives, in the bucket the recipe names; the set is one
+/// machine's.
+#[test]
+fn kubernetes_indexed_job_command_converts_then_finalizes() {
+    let s = need_server!();
+    let yaml =
+        std::fs::read_to_string(root().join("examples/engines/k8s-indexed-job.yaml")).unwrap();
+    let field = |name: &str| -> String {
+        yaml.lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("no {name} in the recipe"))
+            .trim()
+            .to_string()
+    };
+    let completions: usize = field("completions").parse().unwrap();
+    assert_eq!(field("completionMode"), "Indexed");
+    let command: Vec<String> = serde_json::from_str(&field("command")).unwrap();
+    assert_eq!(command[..2], ["sh", "-c"]);
+    let b = bucket(s, "lake");
+    let table = root().join("testdata/hive");
+    client(
+        &s.endpoint,
+        &["put-dir", table.to_str().unwrap(), &b, "events"],
+    );
+    let local = on_disk(s, &table, "k8s-local", &[]);
+    let bin = assert_cmd::cargo::cargo_bin("tfshard");
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    for index in 0..completions {
+        let out = Command::new("sh")
+            .args(["-c", &command[2]])
+            .envs(env(&s.endpoint))
+            .env("JOB_COMPLETION_INDEX", index.to_string())
+            .env("PATH", &path)
+            .env("TMPDIR", scratch_tmp())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pod {index}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let finalize = "tfshard finalize s3://lake/shards/";
+    assert!(yaml.contains(finalize), "the recipe's finalize changed");
+    let (code, _, err) = tfshard_at(&s.endpoint, &["finalize", "s3://lake/shards/"]);
+    assert_eq!(code, 0, "{err}");
+    only_the_set_at(s, &b, "shards", &local, "k8s-got", "kubernetes");
 }
 
 #[test]
