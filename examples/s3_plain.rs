@@ -1,5 +1,5 @@
 //! The plain client that `scripts/bench_s3.sh` compares tfshard with: the same bytes
-//! through the same server with nothing else done (issue #13). Uses `object_store`
+//! through the same server with nothing else done. Uses `object_store`
 //! directly, configured from the same environment variables.
 //!
 //! ```text

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Delta Lake tables (issue #29), each line in one run beside its alternative:
+# Delta Lake tables, each line in one run beside its alternative:
 #
 #   convert delta   on the standard table written by deltalake (~6 data files, x as
 #                   array<float>)   vs   convert parquet on the same data files

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Apache Iceberg tables (issue #31), in one run beside the alternative:
+# Apache Iceberg tables, in one run beside the alternative:
 #
 #   convert iceberg   on the standard table written by pyiceberg (~6 data files, x as
 #                     list<float>)   vs   convert parquet on the same data files

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --resume after a kill (issue #28): the standard table in 32 MiB shards, S3 -> S3 through
+# --resume after a kill: the standard table in 32 MiB shards, S3 -> S3 through
 # moto on 127.0.0.1 and disk -> disk, each
 #
 #   a whole run with --resume            vs  the same run killed once 40% of its shards

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Object-store performance (issues #13, #27), against moto's S3 server on 127.0.0.1,
+# Object-store performance, against moto's S3 server on 127.0.0.1,
 # beside plain clients moving the same bytes through the same server in the same run:
 #
 #   convert S3 -> S3 of the standard table  vs  boto3, 4 threads, 8 MiB parts: GET of the

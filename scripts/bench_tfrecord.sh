@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Existing TFRecords in (issue #30), each line in one run beside its alternative:
+# Existing TFRecords in, each line in one run beside its alternative:
 #
 #   reshard: the standard records (2M Examples, ~404 MB) in 256 MiB shards into 32 MiB
 #            shards   vs   `cat` of the same bytes into one file plus `sync` of it

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many machines on one (issue #14), in one run:
+# Many machines on one, in one run:
 #
 #   finalize of a ~2 GB, 64-shard output     (goal: under 1 s; it reads no shard data)
 #   planning 10,000 row groups in 1,000 files (goal: under 2 s)

@@ -1,4 +1,4 @@
-"""The tuned client that scripts/bench_s3.sh compares `convert` S3 -> S3 with (issue #27):
+"""The tuned client that scripts/bench_s3.sh compares `convert` S3 -> S3 with:
 boto3, the client most data-platform jobs already run, with 4 threads and 8 MiB parts,
 moving the same bytes through the same server and doing nothing else.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes testdata/delta-table/: a small Delta Lake table written by `deltalake`, with a
 row deleted, so its folder holds a Parquet file that is no longer part of the table.
-tfshard must refuse the folder (issue #13).
+tfshard must refuse the folder.
 
     python3 -m venv /tmp/delta && /tmp/delta/bin/pip install deltalake==1.6.6 pyarrow==26.0.1
     /tmp/delta/bin/python scripts/make_delta_table.py

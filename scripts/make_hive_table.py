@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes testdata/hive/: a Hive-partitioned table written by pyarrow, as data platforms
-lay tables out (issue #13), and testdata/hive.expected.json: every row as pyarrow's
+lay tables out, and testdata/hive.expected.json: every row as pyarrow's
 dataset reader gives it (partition keys included), in the order tfshard reads the files.
 
     .venv/bin/python scripts/make_hive_table.py

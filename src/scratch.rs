@@ -92,7 +92,7 @@ pub(crate) fn sweep(base: &Path, stem: &str) -> usize {
 mod tests {
     use super::*;
 
-    /// Issue #28: a dead run's folder goes, a live one's stays, whatever its age.
+    /// A dead run's folder goes, a live one's stays, whatever its age.
     #[test]
     fn the_next_run_removes_only_the_folders_of_dead_runs() {
         let base = std::env::temp_dir().join(format!("tfshard-scratch-{}", std::process::id()));

@@ -1001,7 +1001,7 @@ impl SchemaCheck {
 mod tests {
     use super::*;
 
-    /// Issue #27: problems are typed (kind and place); their text is their `Display`.
+    /// Problems are typed (kind and place); their text is their `Display`.
     #[test]
     fn problems_are_typed_with_their_place() {
         let dir = std::env::temp_dir().join(format!("tfshard-typed-{}", std::process::id()));

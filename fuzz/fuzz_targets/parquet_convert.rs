@@ -1,5 +1,5 @@
 //! Any bytes as a Parquet file, through the whole converter into a scratch folder: an
-//! error or a conversion, never a panic (issue #17), and never a manifest beside an
+//! error or a conversion, never a panic, and never a manifest beside an
 //! error.
 #![no_main]
 

@@ -1393,7 +1393,7 @@ mod tests {
         }
     }
 
-    /// Issue #12: the library checks what only the CLI checked, so a library caller
+    /// The library checks what only the CLI checked, so a library caller
     /// cannot write outside the output folder or panic on no inputs.
     #[test]
     fn every_rule_about_the_options_is_checked_before_a_run() {
@@ -1455,7 +1455,7 @@ mod tests {
         assert!(o.validate().is_ok(), "0.8 + 0.1 + 0.1 is 1 within rounding");
     }
 
-    /// Issue #27: a setter that does not apply to the source is a `build()` error
+    /// A setter that does not apply to the source is a `build()` error
     /// naming it, never silently ignored.
     #[test]
     fn each_converter_refuses_the_setters_of_the_other_source() {

@@ -439,7 +439,7 @@ mod tests {
         FeatureSpec::new("x", kind, shape)
     }
 
-    /// Issue #12: one check, one wording, for verify --deep and the pipeline.
+    /// One check, one wording, for verify --deep and the pipeline.
     #[test]
     fn a_feature_is_checked_for_kind_values_and_presence() {
         let fixed = spec(K::Float, Some(vec![2]));

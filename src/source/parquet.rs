@@ -7,7 +7,7 @@
 //! it delivers against the row group's count. Every column chunk's byte range and page
 //! offsets must lie inside the file ([`check_layout`]) before a page is read, and any
 //! call into the decoder is contained: a panic on corrupt data becomes
-//! [`ErrorKind::DecoderPanic`] (issue #17). Spark's INT96 timestamps are read as
+//! [`ErrorKind::DecoderPanic`]. Spark's INT96 timestamps are read as
 //! microseconds (Spark's own unit), so every real date fits.
 
 use std::fs::File;
@@ -38,7 +38,7 @@ use crate::store::{self, Listed, Location, RemoteChunks, RemoteParquet};
 pub const BATCH_ROWS: usize = 8192;
 /// Bytes of the selected columns per Arrow batch, at most about: rows of large values
 /// (images) come in fewer rows per batch, so that every batch in flight (decoded,
-/// encoded, queued) stays a few MB whatever the row size (issue #15: 8192 rows of 92 KB
+/// encoded, queued) stays a few MB whatever the row size (8192 rows of 92 KB
 /// images were a 46 MB row group per batch, 670 MiB of peak RSS).
 pub const BATCH_BYTES: u64 = 4 << 20;
 
@@ -1338,7 +1338,7 @@ mod tests {
         let (ours, fast) = read_all(&input);
         assert_eq!(fast, 2000);
         assert!(same_rows(&ours.unwrap(), &read_with_arrow(&path).unwrap()));
-        // Issue #27: switched off (`--parquet-decoder arrow-rs`), arrow-rs reads it all.
+        // Switched off (`--parquet-decoder arrow-rs`), arrow-rs reads it all.
         let mut plain = input.clone();
         plain.set_fast_lists(false);
         let (theirs, fast) = read_all(&plain);
@@ -1546,7 +1546,7 @@ mod tests {
         ParquetInput::open(InputFile::local(path, name.into())).unwrap()
     }
 
-    /// Issue #15: large values come in batches of about BATCH_BYTES, whether the
+    /// Large values come in batches of about BATCH_BYTES, whether the
     /// footer's sizes tell (plain) or not (a dictionary holds each value once); every
     /// row arrives once, in order.
     #[test]
@@ -1606,7 +1606,7 @@ mod tests {
         ParquetInput::open(InputFile::local(path, name.into())).unwrap()
     }
 
-    /// Issue #17: a page header whose skipped list runs past the end of the file fails
+    /// A page header whose skipped list runs past the end of the file fails
     /// at the end, instead of reading the end once per claimed element.
     #[test]
     fn a_read_at_the_end_of_the_file_is_an_error() {

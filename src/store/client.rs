@@ -344,7 +344,7 @@ mod tests {
     use super::*;
     use crate::store::url::{locate, Location};
 
-    /// Issue #27: each settings value has its own permits and clients; the first run's
+    /// Each settings value has its own permits and clients; the first run's
     /// settings are not the process's.
     #[test]
     fn each_settings_value_has_its_own_permits_and_clients() {

@@ -233,7 +233,7 @@ mod tests {
         }
     }
 
-    /// Issue #27: classified from statuses and error types, never from words: a URL's
+    /// Classified from statuses and error types, never from words: a URL's
     /// port or a key may hold "503" or "timeout".
     #[test]
     fn store_errors_are_classified_from_typed_values() {
@@ -267,7 +267,7 @@ mod tests {
             std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
         )));
         assert_eq!(problem(&refused, None), StoreProblem::Unreachable);
-        // Review of #27: a request that got no answer in the end is unreachable, whatever
+        // A request that got no answer in the end is unreachable, whatever
         // an earlier try was answered; our own answer outranks a kept status.
         assert_eq!(problem(&refused, Some(503)), StoreProblem::Unreachable);
         assert_eq!(problem(&ours(412, ""), Some(403)), StoreProblem::Changed);

@@ -61,7 +61,7 @@ fn every_parquet_testing_file_converts_or_fails_cleanly() {
         let dir = out.join(i.to_string());
         let (code, _, err) = convert_parquet(&base.join(file), &dir, &["--quiet"]);
         let manifest = dir.join("data.manifest.json").exists();
-        // Issue #27: the same file through arrow-rs alone gives the same bytes, or the
+        // The same file through arrow-rs alone gives the same bytes, or the
         // same error line: our fixed-size-list decoder changes nothing but speed.
         let plain = out.join(format!("{i}-arrow-rs"));
         let flags = ["--quiet", "--parquet-decoder", "arrow-rs"];
@@ -101,7 +101,7 @@ fn every_parquet_testing_file_converts_or_fails_cleanly() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
-/// Issue #27: `--parquet-decoder arrow-rs` turns our fixed-size-list decoder off; tables
+/// `--parquet-decoder arrow-rs` turns our fixed-size-list decoder off; tables
 /// whose lists it does read (pyarrow's `small.parquet`, arrow-rs's row groups of
 /// `write_ids`) convert to the same bytes both ways, at one thread and more.
 #[test]
@@ -143,7 +143,7 @@ fn the_fixed_size_list_decoder_can_be_switched_off_and_changes_no_byte() {
     assert_eq!(code, 2, "an unknown decoder is a usage error: {err}");
 }
 
-/// Issue #17: mutated files that made arrow-rs 60.1 panic (or print a raw control
+/// Mutated files that made arrow-rs 60.1 panic (or print a raw control
 /// character) end in one error line, exit 1, and leave nothing; see
 /// `testdata/parquet-corrupt/README.md`. When an upstream fix changes a message, the
 /// table shows which defence can go.
@@ -654,7 +654,7 @@ fn bad_inputs_fail_with_one_line_and_leave_nothing() {
         "nothing is created before the plan is valid"
     );
     // Usage errors exit 2, before anything is written (the library's own option
-    // checks, issue #12, map to exit 2 too).
+    // checks map to exit 2 too).
     let unwritten = dir.join("never");
     for bad in [
         vec!["--target-shard-size", "12XB"],

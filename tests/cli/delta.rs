@@ -1,4 +1,4 @@
-//! Delta Lake tables (issue #29): tables written here by `deltalake` (delta-rs), with the
+//! Delta Lake tables: tables written here by `deltalake` (delta-rs), with the
 //! rows its own reader returns as the expected records (scripts/delta_tables.py); the
 //! Delta project's own test tables (testdata/delta-kernel/); errors; workers.
 //!

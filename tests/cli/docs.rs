@@ -181,7 +181,7 @@ fn manual_links_resolve() {
 }
 
 /// No file of the repository refers to a document that is not in it (the design notes
-/// the project started from live outside).
+/// the project started from live outside, and so do its issues).
 #[test]
 fn nothing_refers_outside_the_repository() {
     let root = root();
@@ -229,6 +229,13 @@ fn nothing_refers_outside_the_repository() {
         for name in &outside {
             if text.contains(name.as_str()) {
                 found.push(format!("{}: {name}", path.display()));
+            }
+        }
+        // Nor the project's issue tracker: a comment says what it means itself.
+        let lower = text.to_ascii_lowercase();
+        for (at, _) in lower.match_indices("issue #") {
+            if lower[at + 7..].starts_with(|c: char| c.is_ascii_digit()) {
+                found.push(format!("{}: {}", path.display(), &lower[at..at + 8]));
             }
         }
     }

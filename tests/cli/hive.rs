@@ -1,4 +1,4 @@
-//! Hive-partitioned tables and table formats on disk (issue #13).
+//! Hive-partitioned tables and table formats on disk.
 
 use std::path::Path;
 

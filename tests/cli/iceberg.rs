@@ -1,4 +1,4 @@
-//! Apache Iceberg tables (issue #31): tables written here by pyiceberg (appends, a
+//! Apache Iceberg tables: tables written here by pyiceberg (appends, a
 //! copy-on-write delete, a renamed, an added and a dropped column, identity and day
 //! partitions, a data file without its partition column, position and equality delete
 //! files, format v1, a table without a snapshot), with the rows pyiceberg's own reader

@@ -346,7 +346,7 @@ fn corruption_surfaces_as_an_error_with_file_and_offset() {
     );
 }
 
-/// Issue #11: the buffers' bytes, counted by the pipeline itself, stay within the bound
+/// The buffers' bytes, counted by the pipeline itself, stay within the bound
 /// the options imply, for a consumer that takes no time and one that sleeps after every
 /// batch (a slow training step): nothing grows with time. RSS is the benchmark's.
 #[test]

@@ -1,4 +1,4 @@
-//! `--resume` after a kill or an interrupt, on disk (issue #14).
+//! `--resume` after a kill or an interrupt, on disk.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -77,7 +77,7 @@ fn a_kill_between_shards_then_resume_reuses_the_finished_ones() {
     let (code, stdout, err) = run(args(&out, &["--resume", "--json"]));
     assert_eq!(code, 0, "{err}");
     assert_eq!(output(&out), want);
-    // Issue #28: it says what it reused (the one finished shard), and a plain run does not.
+    // It says what it reused (the one finished shard), and a plain run does not.
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     // (The first shard ends inside the first row group: no checkpoint to restart from.)
     let reused = serde_json::json!({"shards": 1, "bytes": want.0[0].1.len(), "unread_records": 0});
@@ -92,7 +92,7 @@ fn a_kill_between_shards_then_resume_reuses_the_finished_ones() {
     );
 }
 
-/// Issue #28: a rerun restarts its input after the last row group that the reused shards
+/// A rerun restarts its input after the last row group that the reused shards
 /// hold whole (a checkpoint journaled with them) instead of reading it again, and still
 /// writes the same bytes.
 #[test]

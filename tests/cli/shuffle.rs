@@ -358,7 +358,7 @@ fn sigterm_during_a_shuffle_removes_the_buckets() {
     assert_eq!(fs::read_dir(&out).map(|d| d.count()).unwrap_or(0), 0);
 }
 
-/// Issue #12: the splits of a run are one commit. The second split's shards cannot be
+/// The splits of a run are one commit. The second split's shards cannot be
 /// placed (a folder stands where its first shard goes); the run fails and publishes no
 /// split at all (no manifest, none of the first split's shards either), and an earlier
 /// run's manifests are gone with the outputs they described.

@@ -1,5 +1,5 @@
 //! Object storage against a real S3-protocol server on 127.0.0.1 (moto in server mode),
-//! started here (issue #13). Without moto these tests say they were skipped; `.ci/run`
+//! started here. Without moto these tests say they were skipped; `.ci/run`
 //! installs it (`scripts/s3_venv.sh`) and sets `TFSHARD_REQUIRE_SERVERS=1`, so there a
 //! missing server fails.
 
@@ -162,7 +162,7 @@ fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 /// The streamed reader of Parquet in a store decodes every file of the corpora as the
 /// local reader does: the same shards, or the same one-line error (never a panic).
-/// (Issue #13: row groups above the read-ahead budget stream in pieces.)
+/// (Row groups above the read-ahead budget stream in pieces.)
 #[test]
 fn every_corpus_file_converts_from_s3_as_from_disk() {
     let s = need_server!();
@@ -491,7 +491,7 @@ fn two_runs_racing_for_one_output_publish_once() {
     assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
 }
 
-/// Issue #27: a run that found the output empty, while another published there and
+/// A run that found the output empty, while another published there and
 /// released its claim, must not touch that set when it commits (its copies would land
 /// on the published names): it fails with the claim's line, and the set stays whole.
 #[test]
@@ -688,7 +688,7 @@ fn an_input_replaced_during_the_run_is_an_error() {
     assert!(!out.join("data.manifest.json").exists());
 }
 
-/// Issue #27: on S3 a shard's parts go up streamed from the staged file (no part buffers);
+/// On S3 a shard's parts go up streamed from the staged file (no part buffers);
 /// `TFSHARD_STREAM_PARTS=0` sends them through object_store's own upload instead. Both
 /// ways give the same objects, byte for byte, as the same conversion on disk.
 #[test]
@@ -722,7 +722,7 @@ fn parts_streamed_from_the_file_equal_object_stores_own_upload() {
     assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
 }
 
-/// Issue #27: where a shard's final name is known when its upload starts (`--min-shards`
+/// Where a shard's final name is known when its upload starts (`--min-shards`
 /// cuts the output into a count fixed before its shards are written), the shard goes up
 /// under that name and is completed at the commit: no temporary, no copy (a multipart
 /// object's ETag ends in `-PARTS`; a copy's does not). Into a new output and with
@@ -780,7 +780,7 @@ fn shards_whose_names_are_known_are_uploaded_under_them() {
     }
 }
 
-/// Issue #28: a plain rerun into the output a killed run left (hidden objects, an upload
+/// A plain rerun into the output a killed run left (hidden objects, an upload
 /// it never recorded) publishes, then clears what the killed run left: the bucket holds
 /// the set and nothing else.
 #[test]
@@ -856,7 +856,7 @@ fn a_killed_upload_is_aborted_by_the_next_overwrite_run() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// Issue #27: into an output holding none of the new names, each shard is copied to its
+/// Into an output holding none of the new names, each shard is copied to its
 /// final name as soon as its own upload is done; a commit that fails after such copies
 /// leaves no final-named shard (nor anything else) behind, and the next run publishes.
 #[test]
@@ -1358,7 +1358,7 @@ fn only_the_set_at(
     );
 }
 
-/// Issue #28: a worker killed at each point of an upload (between its creation and its
+/// A worker killed at each point of an upload (between its creation and its
 /// record, after its record, by a real SIGKILL mid-upload) and after it (every shard
 /// written, every upload done, every copy made), then rerun, then `finalize`: the bucket
 /// holds the published set and nothing else, no pending upload, and the set is one
@@ -1450,7 +1450,7 @@ fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
     }
 }
 
-/// Issue #28: of two `finalize`s at once, one publishes; the other exits 1 naming the
+/// Of two `finalize`s at once, one publishes; the other exits 1 naming the
 /// claim, or, once the set is published, exits 0 saying so.
 #[test]
 fn two_finalizes_at_once_publish_once() {
@@ -1492,7 +1492,7 @@ fn two_finalizes_at_once_publish_once() {
     );
 }
 
-/// Issue #28: a run killed with SIGKILL leaves its local staging folder; the next run
+/// A run killed with SIGKILL leaves its local staging folder; the next run
 /// staging in the same place removes it (its lock is free), and never a live run's.
 #[test]
 fn a_killed_runs_staging_is_removed_by_the_next_run() {
@@ -1580,7 +1580,7 @@ wait "$pid"
     script
 }
 
-/// Issue #28: the engine's recipe with 3 workers, the first attempt of worker 0 killed
+/// The engine's recipe with 3 workers, the first attempt of worker 0 killed
 /// mid-upload: the engine retries it, `finalize` publishes one machine's set, and the
 /// bucket holds that set and nothing else (no pending upload, no hidden object).
 fn engine_recipe(engine: &str) {
@@ -1912,7 +1912,7 @@ fn tfds_layout_written_to_s3_is_the_one_written_to_disk() {
     assert!(out.contains("OK"), "{out}");
 }
 
-/// Issue #27: store settings are values handed to each run, not a process-wide first
+/// Store settings are values handed to each run, not a process-wide first
 /// call: two conversions in one process, at once, with different `--io-concurrency`
 /// and `--io-timeout`, both publish, and their shards are the same bytes.
 #[test]
@@ -2008,7 +2008,7 @@ fn two_workers_then_finalize(
     got
 }
 
-/// Issue #31: an Iceberg table that pyiceberg wrote to the bucket (its SQL catalog's
+/// An Iceberg table that pyiceberg wrote to the bucket (its SQL catalog's
 /// warehouse on the S3 server: appends and a copy-on-write delete over identity and day
 /// partitions): each snapshot converts to pyiceberg's rows, every file read through the
 /// store with its ETag; workers reading it plus `finalize` there equal one machine.
@@ -2091,7 +2091,7 @@ fn an_iceberg_table_in_the_bucket_converts_as_pyiceberg_reads_it() {
     );
 }
 
-/// Issue #29: a Delta table in the bucket (written by deltalake: partitions, a delete, a
+/// A Delta table in the bucket (written by deltalake: partitions, a delete, a
 /// checkpoint) converts to the bytes its copy on disk converts to, and workers reading
 /// it from the bucket plus `finalize` there equal one machine's run.
 #[test]
@@ -2150,7 +2150,7 @@ fn a_delta_table_in_the_bucket_converts_as_on_disk() {
     }
 }
 
-/// Issue #30: TFRecords in the bucket (Spark's layout beside `_SUCCESS` and `.crc`
+/// TFRecords in the bucket (Spark's layout beside `_SUCCESS` and `.crc`
 /// files, Beam's gzip files) convert as on disk, to disk and to the bucket, and workers
 /// plus finalize in the bucket equal one machine's run.
 #[test]

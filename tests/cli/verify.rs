@@ -356,7 +356,7 @@ fn human_output_and_usage() {
     assert_eq!(code, 1, "{err}");
 }
 
-/// Issue #11: a folder with no shard and no manifest (Ray Data names its TFRecord files
+/// A folder with no shard and no manifest (Ray Data names its TFRecord files
 /// `*.tar`) is an error for every command that reads shards, never a green check of
 /// nothing; the same files named one by one are read whatever their extension.
 #[test]
@@ -403,7 +403,7 @@ fn a_folder_without_shards_is_an_error_not_an_empty_success() {
     assert_eq!(out.lines().count(), 1);
 }
 
-/// Issue #12: a verification takes a cancel token like every run.
+/// A verification takes a cancel token like every run.
 #[test]
 fn a_cancelled_verification_stops_with_interrupted() {
     let dir = clean("verify_cancel", &[]);
@@ -421,7 +421,7 @@ fn a_cancelled_verification_stops_with_interrupted() {
     );
 }
 
-/// Issue #15: a shard cut short while `verify` reads it ends in a clear problem naming
+/// A shard cut short while `verify` reads it ends in a clear problem naming
 /// the file and the record, exit 1: `verify` reads with large reads, never through a
 /// memory map (which would stop the process with SIGBUS).
 #[test]

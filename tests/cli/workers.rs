@@ -1,4 +1,4 @@
-//! Many machines: `--num-workers N --worker-index I`, then `finalize` (issue #14).
+//! Many machines: `--num-workers N --worker-index I`, then `finalize`.
 
 use std::path::{Path, PathBuf};
 
@@ -216,7 +216,7 @@ fn finalize_killed_midway_completes_on_rerun() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// Issue #28: a `finalize` killed midway leaves its claim. Held by a process of another
+/// A `finalize` killed midway leaves its claim. Held by a process of another
 /// host, it is respected while fresh (its holder may be alive), and taken over once stale
 /// (not refreshed for 60 s); the next one then completes the recorded plan. (A dead
 /// process of this host is seen at once: `finalize_killed_midway_completes_on_rerun`.)
@@ -254,7 +254,7 @@ fn a_killed_finalizes_claim_goes_stale_and_is_taken_over() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// Issue #28: a `finalize` that finds the set's manifest written by the claim's holder
+/// A `finalize` that finds the set's manifest written by the claim's holder
 /// (which is still removing the parts) reports the set published, exit 0.
 #[test]
 fn a_finalize_that_finds_the_set_published_says_so() {
