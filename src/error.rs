@@ -287,6 +287,13 @@ pub enum ErrorKind {
         /// What differs, both values.
         detail: String,
     },
+    /// `convert tfrecord --shuffle`: a local input file changed between the pass that
+    /// read and checked it and the pass that writes its records out.
+    #[error("changed during the run: {detail}")]
+    InputChanged {
+        /// What changed.
+        detail: String,
+    },
     /// `convert tfrecord --split-key F`: a record whose feature F holds several values.
     #[error("the split key feature holds {values} values; a split key holds one (or none)")]
     SplitKeyNotScalar {

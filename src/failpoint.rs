@@ -17,6 +17,7 @@
 //! `finalize:planned` (the output claimed, the plan recorded), `finalize:moved` (a part
 //! shard moved into place), `finalize:published` (the manifests written, the parts not
 //! yet deleted),
+//! `shuffle:scattered` (with `--shuffle`, every record read and scattered, none written),
 //! `convert:written` (every shard written, nothing published), `store:created` (a
 //! multipart upload started, its id not yet recorded), `store:uploading` (a multipart
 //! upload started and recorded, no part sent), `store:uploaded` (every

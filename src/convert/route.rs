@@ -2,6 +2,7 @@
 //! `--shuffle` a bucket scatter), and the passes that make each output's shards: the
 //! fill rule, and the even cut `--min-shards` asks of small outputs.
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -12,6 +13,7 @@ use crate::hash::{index_hash, SPLIT_SALT};
 use crate::shard::scatter::{gather, order_hash, Scatter};
 use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter};
 use crate::tfrecord::deflate::DeflatePool;
+use crate::tfrecord::mapped::KeptMap;
 use crate::tfrecord::Compression;
 
 /// Where each record goes: its split (by the key's stable hash, or a seeded hash of its
@@ -72,8 +74,8 @@ impl<'a> Router<'a> {
         }
     }
 
-    /// Routes one framed record.
-    pub(crate) fn put(&mut self, framed: &[u8], key: Option<u64>) -> Result<()> {
+    /// The split of the next record (by `key`, else by its position) and its index.
+    fn route(&mut self, key: Option<u64>) -> (usize, u64) {
         let index = self.next_index;
         self.next_index += 1;
         let split = if self.bounds.len() == 1 {
@@ -84,11 +86,35 @@ impl<'a> Router<'a> {
                 key.unwrap_or_else(|| position_hash(index, self.seed)),
             )
         };
+        (split, index)
+    }
+
+    /// Routes one framed record.
+    pub(crate) fn put(&mut self, framed: &[u8], key: Option<u64>) -> Result<()> {
+        let (split, index) = self.route(key);
         match &mut self.sinks {
             Sinks::Direct(writers) => writers[split].write(framed),
             Sinks::Scatter(scatters) => {
                 self.scattered_bytes += framed.len() as u64;
-                scatters[split].put(order_hash(index, self.seed), index, framed)
+                scatters[split].put(order_hash(index, self.seed), framed)
+            }
+        }
+    }
+
+    /// Routes the framed record at `range` of a mapped input file: a shuffle keeps only
+    /// its location until it gathers it.
+    pub(crate) fn put_mapped(
+        &mut self,
+        map: &Arc<KeptMap>,
+        range: Range<usize>,
+        key: Option<u64>,
+    ) -> Result<()> {
+        let (split, index) = self.route(key);
+        match &mut self.sinks {
+            Sinks::Direct(writers) => writers[split].write(&map.bytes()[range]),
+            Sinks::Scatter(scatters) => {
+                self.scattered_bytes += range.len() as u64;
+                scatters[split].put_mapped(order_hash(index, self.seed), map, range)
             }
         }
     }
@@ -184,6 +210,7 @@ pub(crate) fn write_outputs<T>(
         .into_iter()
         .map(Scatter::finish)
         .collect::<Result<Vec<_>>>()?;
+    crate::failpoint::hit("shuffle:scattered")?;
     let (shards, ()) = write_shards(options, outs, |writers| {
         for (writer, scattered) in writers.iter_mut().zip(&scattered) {
             gather(scattered, writer)?;

@@ -12,6 +12,7 @@
 //! records of its files as one machine would.
 
 use std::io::{Cursor, Read};
+use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use serde_json::json;
 use crate::convert::ordered::{self, Emit, InOrder};
 use crate::convert::route::Router;
 use crate::convert::{ConvertOptions, Source};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, ErrorKind, FrameDetail, FrameProblem, Result};
 use crate::example::encode::EncodedBatch;
 use crate::example::proto::{self, Example, Feature, SequenceExample};
 use crate::example::scan::{ExampleScan, Scanned};
@@ -32,6 +33,8 @@ use crate::manifest::{InputInfo, Manifest};
 use crate::progress::Progress;
 use crate::source::tfrecord::{self as source, TfrecordInput};
 use crate::tfrecord::frame::{self, FOOTER_LEN};
+use crate::tfrecord::mapped::{KeptMap, MappedRecords};
+use crate::tfrecord::reader::frame_error;
 use crate::tfrecord::{Compression, RecordReader};
 
 /// Framed bytes per batch handed to the writer, about.
@@ -85,6 +88,9 @@ struct BatchMeta {
     /// On a file's last batch, when its records were not parsed: the spec of the
     /// manifest listing it, and its records.
     listed: Option<(Arc<Vec<FeatureSpec>>, u64)>,
+    /// A batch of a mapped file (`--shuffle`): its records stay in the map, the batch
+    /// holds their sizes only, and these are their offsets.
+    mapped: Option<(Arc<KeptMap>, Vec<usize>)>,
 }
 
 impl TfrecordSource {
@@ -143,31 +149,46 @@ impl TfrecordSource {
             ))
             .with_file(input.name()));
         }
-        let counted = Arc::new(AtomicU64::new(0));
-        let crc = Arc::new(AtomicU32::new(0));
-        let mut raw = Counting {
-            inner: input.open()?,
-            count: counted.clone(),
-            crc: input.listed.crc32c.is_some().then(|| crc.clone()),
-        };
-        let at = |e: std::io::Error| Error::from(e).with_file(input.name());
-        let records = match self.input_compression {
-            None => {
-                let mut head = Vec::with_capacity(frame::HEADER_LEN);
-                (&mut raw)
-                    .take(frame::HEADER_LEN as u64)
-                    .read_to_end(&mut head)
-                    .map_err(at)?;
-                let c = Compression::detect(&crate::tfrecord::file_name(input.name()), &head);
-                let stream: Box<dyn Read + Send> = Box::new(Cursor::new(head).chain(raw));
-                self.read_stream(options, f, stream, c, &counted, emit)?
+        let (records, crc) = match self.mapped(options, input)? {
+            Some((walk, map)) => {
+                let crc = input
+                    .listed
+                    .crc32c
+                    .is_some()
+                    .then(|| frame::crc32c(map.bytes()));
+                (self.read_mapped(options, f, walk, &map, emit)?, crc)
             }
-            Some(c) => self.read_stream(options, f, Box::new(raw), c, &counted, emit)?,
+            None => {
+                let counted = Arc::new(AtomicU64::new(0));
+                let crc = Arc::new(AtomicU32::new(0));
+                let mut raw = Counting {
+                    inner: input.open()?,
+                    count: counted.clone(),
+                    crc: input.listed.crc32c.is_some().then(|| crc.clone()),
+                };
+                let at = |e: std::io::Error| Error::from(e).with_file(input.name());
+                let records = match self.input_compression {
+                    None => {
+                        let mut head = Vec::with_capacity(frame::HEADER_LEN);
+                        (&mut raw)
+                            .take(frame::HEADER_LEN as u64)
+                            .read_to_end(&mut head)
+                            .map_err(at)?;
+                        let c =
+                            Compression::detect(&crate::tfrecord::file_name(input.name()), &head);
+                        let stream: Box<dyn Read + Send> = Box::new(Cursor::new(head).chain(raw));
+                        self.read_stream(options, f, stream, c, &counted, emit)?
+                    }
+                    Some(c) => self.read_stream(options, f, Box::new(raw), c, &counted, emit)?,
+                };
+                (records, Some(crc.load(Ordering::Relaxed)))
+            }
         };
-        let crc = format!("{:08x}", crc.load(Ordering::Relaxed));
+        let crc = crc.map(|c| format!("{c:08x}"));
         match (&input.listed.crc32c, &input.listed.records) {
-            (Some(listed), _) if *listed != crc => Err(not_as_listed(format!(
-                "CRC32C {crc}, the manifest says {listed}"
+            (Some(listed), _) if Some(listed) != crc.as_ref() => Err(not_as_listed(format!(
+                "CRC32C {}, the manifest says {listed}",
+                crc.unwrap_or_default()
             ))),
             (_, Some(listed)) if *listed != records => Err(not_as_listed(format!(
                 "{records} records, the manifest says {listed}"
@@ -175,6 +196,85 @@ impl TfrecordSource {
             _ => Ok(()),
         }
         .map_err(|e| e.with_file(input.name()))
+    }
+
+    /// With `--shuffle`, a local uncompressed file's map: its records are checked
+    /// through it and the shuffle keeps their locations, not copies (the page cache
+    /// holds the bytes already). `None` for any other file, read as a stream.
+    fn mapped(
+        &self,
+        options: &ConvertOptions,
+        input: &TfrecordInput,
+    ) -> Result<Option<(MappedRecords, Arc<KeptMap>)>> {
+        let (true, Some(path), None | Some(Compression::None)) = (
+            options.shuffle.is_some(),
+            &input.path,
+            self.input_compression,
+        ) else {
+            return Ok(None);
+        };
+        let walk = MappedRecords::open(path)?;
+        let Some(map) = walk.keep(input.name()) else {
+            return Ok(None);
+        };
+        let head = &map.bytes()[..map.bytes().len().min(frame::HEADER_LEN)];
+        let compression = self.input_compression.unwrap_or_else(|| {
+            Compression::detect(&crate::tfrecord::file_name(input.name()), head)
+        });
+        Ok((compression == Compression::None).then(|| (walk, Arc::new(map))))
+    }
+
+    /// Reads a mapped file: each record checked as [`Self::read_stream`] checks it
+    /// (both CRCs, the payload as the record type says) and sent as its location.
+    fn read_mapped(
+        &self,
+        options: &ConvertOptions,
+        f: usize,
+        mut walk: MappedRecords,
+        map: &Arc<KeptMap>,
+        emit: &mut Emit<'_, BatchMeta>,
+    ) -> Result<u64> {
+        let input = &self.files[f];
+        let bytes = map.bytes();
+        let mut check = RecordCheck::new(self, options, f);
+        let (mut batch, mut meta) = (emit.buffer(), BatchMeta::new());
+        let (mut starts, mut batch_bytes, mut reported, mut records) = (Vec::new(), 0, 0, 0);
+        while let Some(r) = walk.next_record()? {
+            let (start, end) = (r.offset as usize, r.range.end + FOOTER_LEN);
+            if frame::masked_crc32c(&bytes[r.range.clone()]) != r.stored_crc {
+                return Err(frame_error(
+                    FrameProblem::DataCrc,
+                    FrameDetail::DataCrc {
+                        len: r.range.len() as u64,
+                    },
+                    Some(input.name()),
+                    r.index,
+                    r.offset,
+                ));
+            }
+            check.record(&bytes[r.range], r.index, r.offset, &mut batch, &mut meta)?;
+            starts.push(start);
+            batch.sizes.push((end - start) as u64);
+            batch_bytes += end - start;
+            records += 1;
+            if batch_bytes >= BATCH_BYTES {
+                check.finish_into(&mut meta)?;
+                meta.raw_bytes = (end - reported) as u64;
+                reported = end;
+                meta.mapped = Some((map.clone(), std::mem::take(&mut starts)));
+                emit.send(batch, std::mem::replace(&mut meta, BatchMeta::new()))?;
+                batch = emit.buffer();
+                batch_bytes = 0;
+                options.cancel.check()?;
+            }
+        }
+        map.walked();
+        check.finish_into(&mut meta)?;
+        meta.raw_bytes = (bytes.len() - reported) as u64;
+        meta.listed = check.listed.take().map(|spec| (spec, records));
+        meta.mapped = Some((map.clone(), starts));
+        emit.send(batch, meta)?;
+        Ok(records)
     }
 
     fn read_stream(
@@ -192,58 +292,22 @@ impl TfrecordSource {
         if compression == Compression::None {
             reader = reader.with_total_len(input.bytes);
         }
-        let splits = options.splits.is_some();
-        let key = options.encode.split_key.as_deref();
+        let mut check = RecordCheck::new(self, options, f);
         let mut reported = 0u64;
         let mut batch = emit.buffer();
         let mut meta = BatchMeta::new();
-        // Examples without a key to hash are counted from their bytes, or not at all
-        // when our manifest lists the file: its spec is what `schema` gives for it, and
-        // the file's CRC32C is checked against the manifest at its end.
-        let examples = self.record_type == RecordType::Example && key.is_none();
-        let listed = input.listed.spec.clone().filter(|_| examples);
-        let scan = examples && listed.is_none();
-        let parsing = self.record_type != RecordType::Bytes && listed.is_none();
-        let mut scanned = ExampleScan::new();
         loop {
             let (index, offset) = (reader.record_index(), reader.offset());
             let Some(framed) = reader.read_framed()? else {
                 break;
             };
             let payload = &framed[frame::HEADER_LEN..framed.len() - FOOTER_LEN];
-            let located = |e: Error| {
-                e.with_file(input.name())
-                    .with_record(index)
-                    .with_offset(offset)
-            };
-            // (`guessed` is only ever Example.)
-            if self.guessed && has_feature_lists(payload) {
-                return Err(located(Error::new(ErrorKind::SequenceExampleAsExample)));
-            }
-            let parsed =
-                parsing && (!scan || scanned.add(payload).map_err(located)? == Scanned::Unusual);
-            if parsed {
-                let record = parse(payload, self.record_type).map_err(located)?;
-                meta.spec.add(&record).map_err(located)?;
-                if let Some(name) = key {
-                    let (hash, seen) = key_hash(&record, name).map_err(located)?;
-                    meta.key_seen |= seen;
-                    batch.keys.push(hash);
-                }
-            }
-            if splits && key.is_none() {
-                batch
-                    .keys
-                    .push(file_position_hash(f as u64, index, options.seed));
-            }
+            check.record(payload, index, offset, &mut batch, &mut meta)?;
             // Checked framing is exactly the framing a writer gives this payload.
             batch.data.extend_from_slice(framed);
             batch.sizes.push(framed.len() as u64);
-            meta.records += 1;
             if batch.data.len() >= BATCH_BYTES {
-                std::mem::take(&mut scanned)
-                    .finish_into(&mut meta.spec)
-                    .map_err(|e| e.with_file(input.name()))?;
+                check.finish_into(&mut meta)?;
                 let now = counted.load(Ordering::Relaxed);
                 meta.raw_bytes = now - reported;
                 reported = now;
@@ -252,13 +316,101 @@ impl TfrecordSource {
                 options.cancel.check()?;
             }
         }
-        scanned
-            .finish_into(&mut meta.spec)
-            .map_err(|e| e.with_file(input.name()))?;
+        check.finish_into(&mut meta)?;
         meta.raw_bytes = counted.load(Ordering::Relaxed) - reported;
-        meta.listed = listed.map(|spec| (spec, reader.record_index()));
+        meta.listed = check
+            .listed
+            .take()
+            .map(|spec| (spec, reader.record_index()));
         emit.send(batch, meta)?;
         Ok(reader.record_index())
+    }
+}
+
+/// The checks and accounts of one file's records, read as a stream or through a map:
+/// the type guard, the parse (or the Example scan) for the spec, the split key.
+struct RecordCheck<'a> {
+    name: &'a Path,
+    record_type: RecordType,
+    guessed: bool,
+    /// Each payload parsed (no manifest gives the file's spec), or only scanned.
+    parsing: bool,
+    scan: bool,
+    scanned: ExampleScan,
+    key: Option<&'a str>,
+    /// Splits without a key: the file's index and the seed, for each record's (file,
+    /// position) hash.
+    position: Option<(u64, u64)>,
+    /// The spec of the manifest listing the file, when that stands for parsing it.
+    listed: Option<Arc<Vec<FeatureSpec>>>,
+}
+
+impl<'a> RecordCheck<'a> {
+    fn new(source: &'a TfrecordSource, options: &'a ConvertOptions, f: usize) -> Self {
+        let input = &source.files[f];
+        let key = options.encode.split_key.as_deref();
+        // Examples without a key to hash are counted from their bytes, or not at all
+        // when our manifest lists the file: its spec is what `schema` gives for it, and
+        // the file's CRC32C is checked against the manifest at its end.
+        let examples = source.record_type == RecordType::Example && key.is_none();
+        let listed = input.listed.spec.clone().filter(|_| examples);
+        let scan = examples && listed.is_none();
+        RecordCheck {
+            name: input.name(),
+            record_type: source.record_type,
+            guessed: source.guessed,
+            parsing: source.record_type != RecordType::Bytes && listed.is_none(),
+            scan,
+            scanned: ExampleScan::new(),
+            key,
+            position: (options.splits.is_some() && key.is_none())
+                .then_some((f as u64, options.seed)),
+            listed,
+        }
+    }
+
+    /// Checks one record's payload and adds it to the batch's account (and its key
+    /// hash to the batch).
+    fn record(
+        &mut self,
+        payload: &[u8],
+        index: u64,
+        offset: u64,
+        batch: &mut EncodedBatch,
+        meta: &mut BatchMeta,
+    ) -> Result<()> {
+        let located = |e: Error| {
+            e.with_file(self.name)
+                .with_record(index)
+                .with_offset(offset)
+        };
+        // (`guessed` is only ever Example.)
+        if self.guessed && has_feature_lists(payload) {
+            return Err(located(Error::new(ErrorKind::SequenceExampleAsExample)));
+        }
+        let parsed = self.parsing
+            && (!self.scan || self.scanned.add(payload).map_err(located)? == Scanned::Unusual);
+        if parsed {
+            let record = parse(payload, self.record_type).map_err(located)?;
+            meta.spec.add(&record).map_err(located)?;
+            if let Some(name) = self.key {
+                let (hash, seen) = key_hash(&record, name).map_err(located)?;
+                meta.key_seen |= seen;
+                batch.keys.push(hash);
+            }
+        }
+        if let Some((file, seed)) = self.position {
+            batch.keys.push(file_position_hash(file, index, seed));
+        }
+        meta.records += 1;
+        Ok(())
+    }
+
+    /// Adds what the Example scan saw since the last batch to the batch's spec.
+    fn finish_into(&mut self, meta: &mut BatchMeta) -> Result<()> {
+        std::mem::take(&mut self.scanned)
+            .finish_into(&mut meta.spec)
+            .map_err(|e| e.with_file(self.name))
     }
 }
 
@@ -293,6 +445,7 @@ impl BatchMeta {
             spec: SpecInference::new(),
             key_seen: false,
             listed: None,
+            mapped: None,
         }
     }
 }
@@ -399,7 +552,16 @@ struct PassWriter<'a, 'r> {
 impl InOrder<BatchMeta> for PassWriter<'_, '_> {
     fn write(&mut self, u: usize, batch: &EncodedBatch, meta: BatchMeta) -> Result<()> {
         let f = self.units[u];
-        self.router.put_batch(batch)?;
+        match &meta.mapped {
+            Some((map, starts)) => {
+                for (i, (&start, &size)) in starts.iter().zip(&batch.sizes).enumerate() {
+                    let key = batch.keys.get(i).copied();
+                    self.router
+                        .put_mapped(map, start..start + size as usize, key)?;
+                }
+            }
+            None => self.router.put_batch(batch)?,
+        }
         self.pass.records_per_input[f] += meta.records;
         self.pass.key_seen |= meta.key_seen;
         self.pass.listed.extend(meta.listed);

@@ -1,19 +1,27 @@
 //! The write-time global shuffle: a two-pass external sort with bounded memory.
 //!
-//! Records are ordered by a seeded 64-bit hash of their global input index (a bijection,
-//! so there are no ties; ties would go by index). Pass 1 ([`Scatter`]) appends each
-//! framed record to the bucket file that owns its hash range. Pass 2 ([`gather`]) takes
-//! the buckets in hash order, sorts each one in memory and writes it out; a bucket
-//! larger than half the memory budget is first split again by its hash sub-ranges. The
-//! order is a function of the hashes alone, so the bytes do not depend on the number of
-//! buckets, the memory budget, the temporary folder or the threads.
+//! Records are ordered by a seeded 64-bit hash of their global input index. The hash is
+//! a bijection of the index, so no two records of a run share one and the hash alone
+//! orders them. Pass 1 ([`Scatter`]) keeps each record's hash and location while they
+//! fit in half the memory budget: the location is in a buffer of copied records or, for
+//! a record of a mapped input file ([`Scatter::put_mapped`]), in that file's map, so
+//! those bytes are not copied at all (the page cache holds them already). Past half the
+//! budget every record goes to the bucket file that owns its hash range. Pass 2
+//! ([`gather`]) takes the buckets in hash order, sorts each one in memory and writes it
+//! out; a bucket larger than half the memory budget is first split again by its hash
+//! sub-ranges. The order is a function of the hashes alone, so the bytes do not depend on
+//! the number of buckets, the memory budget, the temporary folder, the threads or which
+//! records were mapped.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::shard::ShardWriter;
+use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN};
+use crate::tfrecord::mapped::KeptMap;
 
 /// Bucket files written at once (each with a small write buffer).
 const MAX_BUCKETS: usize = 512;
@@ -26,8 +34,18 @@ const FANOUT: u128 = 16;
 /// Records gathered per parallel block, and per window of blocks held at once.
 const GATHER_BLOCK: usize = 8192;
 const GATHER_WINDOW: usize = 16 * GATHER_BLOCK;
-/// Entry header: hash, index, framed length.
-const ENTRY_HEADER: usize = 8 + 8 + 4;
+/// Records ahead of the one being gathered whose first bytes are asked for.
+const PREFETCH_AHEAD: usize = 16;
+/// Entry header in a bucket file: hash, framed length.
+const ENTRY_HEADER: usize = 8 + 4;
+/// A record's location: its source (0 the buffer, k the k-th map) in the high bits, its
+/// offset there in the low ones.
+const OFFSET_BITS: u32 = 44;
+/// Input maps held at once (each is one of the 65,530 mappings Linux allows a process by
+/// default); records of further files are copied.
+const MAX_MAPS: usize = 1 << 14;
+/// Bytes an entry costs in memory: its hash and location.
+const ENTRY_BYTES: usize = std::mem::size_of::<Entry>();
 
 /// The record order: a seeded bijective hash of the global input index.
 pub fn order_hash(index: u64, seed: u64) -> u64 {
@@ -46,19 +64,72 @@ pub struct Bucket {
     hi: u128,
 }
 
+/// (hash, location) of one framed record held in memory.
+type Entry = (u64, u64);
+
+/// Records held in memory: copied ones in `data`, the rest in the maps of their files.
+#[derive(Debug, Default)]
+pub struct Held {
+    data: Vec<u8>,
+    maps: Vec<Arc<KeptMap>>,
+    entries: Vec<Entry>,
+}
+
+impl Held {
+    /// Asks for the first bytes of the record at `loc` ahead of reading it.
+    fn prefetch(&self, loc: u64) {
+        let source = (loc >> OFFSET_BITS) as usize;
+        let offset = (loc & ((1 << OFFSET_BITS) - 1)) as usize;
+        let bytes: &[u8] = if source == 0 {
+            &self.data
+        } else {
+            self.maps[source - 1].bytes()
+        };
+        if let Some(first) = bytes.get(offset) {
+            frame::prefetch(first);
+        }
+    }
+
+    /// The framed record at `loc`, its length read from its header (checked again for a
+    /// mapped file, in case it changed under the map).
+    fn record(&self, loc: u64) -> Result<&[u8]> {
+        let source = (loc >> OFFSET_BITS) as usize;
+        let offset = (loc & ((1 << OFFSET_BITS) - 1)) as usize;
+        if source == 0 {
+            let header = &self.data[offset..offset + HEADER_LEN];
+            let len = u64::from_le_bytes(std::array::from_fn(|k| header[k])) as usize;
+            return Ok(&self.data[offset..offset + HEADER_LEN + len + FOOTER_LEN]);
+        }
+        let map = &self.maps[source - 1];
+        let bytes = map.bytes();
+        let changed = || {
+            Error::new(ErrorKind::InputChanged {
+                detail: format!("the record at byte {offset} is no longer there"),
+            })
+            .with_file(map.name())
+        };
+        let header: &[u8; HEADER_LEN] = bytes
+            .get(offset..offset + HEADER_LEN)
+            .and_then(|h| h.try_into().ok())
+            .ok_or_else(changed)?;
+        let len = frame::decode_header(header).map_err(|()| changed())?;
+        let end = (offset as u64)
+            .checked_add(len + (HEADER_LEN + FOOTER_LEN) as u64)
+            .filter(|&end| end <= bytes.len() as u64)
+            .ok_or_else(changed)?;
+        Ok(&bytes[offset..end as usize])
+    }
+}
+
 /// Pass 1: records into bucket files by hash range. While they fit in half the memory
-/// budget they stay in memory, and no file is written at all.
+/// budget they stay in memory (or in their files' maps), and no file is written at all.
 pub struct Scatter {
     dir: PathBuf,
     memory: u64,
     estimated_bytes: u64,
-    /// Records kept in memory: their bytes, and (hash, index, start, len) of each.
-    held: Option<(Vec<u8>, Vec<Entry>)>,
+    held: Option<Held>,
     buckets: Vec<(Bucket, BufWriter<File>)>,
 }
-
-/// (hash, global index, start, len) of one framed record in a buffer.
-type Entry = (u64, u64, usize, usize);
 
 fn open_buckets(
     dir: &Path,
@@ -86,11 +157,10 @@ fn bucket_of(hash: u64, lo: u128, hi: u128, count: usize) -> usize {
     (((u128::from(hash) - lo) * count as u128) / (hi - lo)) as usize
 }
 
-fn put_entry(w: &mut impl Write, hash: u64, index: u64, framed: &[u8]) -> std::io::Result<()> {
+fn put_entry(w: &mut impl Write, hash: u64, framed: &[u8]) -> std::io::Result<()> {
     let mut header = [0u8; ENTRY_HEADER];
     header[..8].copy_from_slice(&hash.to_le_bytes());
-    header[8..16].copy_from_slice(&index.to_le_bytes());
-    header[16..].copy_from_slice(&(framed.len() as u32).to_le_bytes());
+    header[8..].copy_from_slice(&(framed.len() as u32).to_le_bytes());
     w.write_all(&header)?;
     w.write_all(framed)
 }
@@ -99,17 +169,11 @@ impl Scatter {
     /// A scatter whose bucket files (if it comes to that) go to `dir`, each meant to fit
     /// in half of `memory` for an output of about `estimated_bytes`.
     pub fn new(dir: &Path, memory: u64, estimated_bytes: u64) -> Scatter {
-        // Reserved, not touched: pages are only mapped as records arrive, and the buffer
-        // never regrows (copying it) when the estimate is right.
-        let reserve = estimated_bytes.min(memory / 2) as usize;
         Scatter {
             dir: dir.to_path_buf(),
             memory,
             estimated_bytes,
-            held: Some((
-                Vec::with_capacity(reserve),
-                Vec::with_capacity(reserve / 128),
-            )),
+            held: Some(Held::default()),
             buckets: Vec::new(),
         }
     }
@@ -117,39 +181,79 @@ impl Scatter {
     /// Moves the records held in memory into bucket files.
     fn spill(&mut self) -> Result<()> {
         fs::create_dir_all(&self.dir).map_err(io_at(&self.dir))?;
-        let (data, entries) = self.held.take().unwrap_or_default();
-        let expected = self.estimated_bytes.max(2 * data.len() as u64);
+        let held = self.held.take().unwrap_or_default();
+        let expected = self.estimated_bytes.max(2 * held.data.len() as u64);
         let count = (expected / (self.memory / 2).max(1) + 1).clamp(1, MAX_BUCKETS as u64);
         self.buckets = open_buckets(&self.dir, "bucket", 0, 1 << 64, u128::from(count))?;
-        for (hash, index, start, len) in entries {
-            self.put_on_disk(hash, index, &data[start..start + len])?;
+        for &(hash, loc) in &held.entries {
+            self.put_on_disk(hash, held.record(loc)?)?;
         }
         Ok(())
     }
 
-    fn put_on_disk(&mut self, hash: u64, index: u64, framed: &[u8]) -> Result<()> {
+    fn put_on_disk(&mut self, hash: u64, framed: &[u8]) -> Result<()> {
         let n = self.buckets.len();
         let (bucket, w) = &mut self.buckets[bucket_of(hash, 0, 1 << 64, n)];
-        put_entry(w, hash, index, framed).map_err(io_at(&bucket.path))
+        put_entry(w, hash, framed).map_err(io_at(&bucket.path))
     }
 
-    /// Adds one framed record with its order hash and global index.
+    /// Whether one more entry, and `copied` more bytes, fit in half the budget.
+    fn fits(&self, held: &Held, copied: usize) -> bool {
+        held.data.len() + copied + ENTRY_BYTES * (held.entries.len() + 1)
+            <= (self.memory / 2) as usize
+    }
+
+    /// Adds one framed record with its order hash.
     ///
     /// # Errors
     ///
     /// An I/O error naming the bucket file.
-    pub fn put(&mut self, hash: u64, index: u64, framed: &[u8]) -> Result<()> {
-        let budget = (self.memory / 2) as usize;
-        if let Some((data, entries)) = self.held.as_mut() {
-            // Each entry also costs its 32-byte index slot.
-            if data.len() + framed.len() + 32 * (entries.len() + 1) <= budget {
-                entries.push((hash, index, data.len(), framed.len()));
-                data.extend_from_slice(framed);
+    pub fn put(&mut self, hash: u64, framed: &[u8]) -> Result<()> {
+        if let Some(held) = &self.held {
+            if self.fits(held, framed.len()) && held.data.len() < 1 << OFFSET_BITS {
+                let held = self.held.as_mut().expect("checked just above");
+                held.entries.push((hash, held.data.len() as u64));
+                held.data.extend_from_slice(framed);
                 return Ok(());
             }
             self.spill()?;
         }
-        self.put_on_disk(hash, index, framed)
+        self.put_on_disk(hash, framed)
+    }
+
+    /// Adds the framed record at `range` of a mapped input file with its order hash: in
+    /// memory only its location is kept.
+    ///
+    /// # Errors
+    ///
+    /// An I/O error naming the bucket file.
+    pub fn put_mapped(
+        &mut self,
+        hash: u64,
+        map: &Arc<KeptMap>,
+        range: std::ops::Range<usize>,
+    ) -> Result<()> {
+        let framed = &map.bytes()[range.clone()];
+        let Some(held) = &self.held else {
+            return self.put_on_disk(hash, framed);
+        };
+        let last = held.maps.last().filter(|m| Arc::ptr_eq(m, map)).is_some();
+        let mappable = range.start < 1 << OFFSET_BITS && (last || held.maps.len() < MAX_MAPS);
+        if !mappable {
+            return self.put(hash, framed);
+        }
+        if !self.fits(held, 0) {
+            self.spill()?;
+            return self.put_on_disk(hash, framed);
+        }
+        let held = self.held.as_mut().expect("checked just above");
+        if !last {
+            held.maps.push(map.clone());
+        }
+        let source = held.maps.len() as u64;
+        held.entries
+            .push((hash, source << OFFSET_BITS | range.start as u64));
+        Ok(())
     }
 
     /// Closes the bucket files (or sorts what stayed in memory).
@@ -158,9 +262,10 @@ impl Scatter {
     ///
     /// An I/O error naming the bucket file.
     pub fn finish(self) -> Result<Scattered> {
-        if let Some((data, mut entries)) = self.held {
-            entries.sort_unstable_by_key(|&(hash, index, _, _)| (hash, index));
-            return Ok(Scattered::Memory { data, entries });
+        if let Some(mut held) = self.held {
+            use rayon::slice::ParallelSliceMut;
+            held.entries.par_sort_unstable_by_key(|&(hash, _)| hash);
+            return Ok(Scattered::Memory(held));
         }
         let mut buckets = Vec::with_capacity(self.buckets.len());
         for (bucket, mut w) in self.buckets {
@@ -175,15 +280,10 @@ impl Scatter {
 }
 
 /// The records of pass 1: sorted in memory, or in bucket files in hash order.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Scattered {
-    /// Everything fit in half the budget.
-    Memory {
-        /// The framed records.
-        data: Vec<u8>,
-        /// Sorted by (hash, index).
-        entries: Vec<Entry>,
-    },
+    /// Everything fit in half the budget; the entries are sorted by hash.
+    Memory(Held),
     /// Bucket files.
     Disk {
         /// In hash order.
@@ -193,37 +293,82 @@ pub enum Scattered {
     },
 }
 
-/// Pass 2: every record, in (hash, index) order, into `writer`. Can run more than once
-/// (the `--min-shards` second pass).
+/// Records of one window of entries, gathered into contiguous blocks: each block's
+/// bytes and record sizes.
+#[derive(Default)]
+struct Blocks {
+    blocks: Vec<(Vec<u8>, Vec<u64>)>,
+    used: usize,
+}
+
+impl Blocks {
+    /// Gathers the records of `window` into blocks, on every core.
+    fn fill(&mut self, held: &Held, window: &[Entry]) -> Result<()> {
+        use rayon::prelude::*;
+        self.used = window.len().div_ceil(GATHER_BLOCK);
+        if self.blocks.len() < self.used {
+            self.blocks.resize_with(self.used, Default::default);
+        }
+        window
+            .par_chunks(GATHER_BLOCK)
+            .zip(self.blocks[..self.used].par_iter_mut())
+            .try_for_each(|(run, (block, sizes))| {
+                block.clear();
+                sizes.clear();
+                for (k, &(_, loc)) in run.iter().enumerate() {
+                    // The records are scattered over the inputs: ask for the next
+                    // ones' first bytes while this one is copied.
+                    if let Some(&(_, ahead)) = run.get(k + PREFETCH_AHEAD) {
+                        held.prefetch(ahead);
+                    }
+                    let record = held.record(loc)?;
+                    block.extend_from_slice(record);
+                    sizes.push(record.len() as u64);
+                }
+                Ok(())
+            })
+    }
+
+    /// Writes the blocks filled last, in order.
+    fn write(&self, writer: &mut ShardWriter) -> Result<()> {
+        for (block, sizes) in &self.blocks[..self.used] {
+            writer.write_batch(block, sizes)?;
+        }
+        Ok(())
+    }
+}
+
+/// Pass 2: every record, in hash order, into `writer`. Can run more than once (the
+/// `--min-shards` second pass).
 ///
 /// # Errors
 ///
-/// An I/O error, or a bucket file that does not hold what pass 1 wrote.
+/// An I/O error; a bucket file that does not hold what pass 1 wrote; a mapped input
+/// file that changed since pass 1 read it.
 pub fn gather(scattered: &Scattered, writer: &mut ShardWriter) -> Result<()> {
     match scattered {
-        Scattered::Memory { data, entries } => {
-            // Reading records in hash order is a random walk over the buffer (cache
-            // misses): gather runs of them into contiguous blocks on every core, then
-            // write the blocks in order.
-            use rayon::prelude::*;
-            for window in entries.chunks(GATHER_WINDOW) {
-                let blocks: Vec<(Vec<u8>, Vec<u64>)> = window
-                    .par_chunks(GATHER_BLOCK)
-                    .map(|run| {
-                        let bytes = run.iter().map(|e| e.3).sum();
-                        let mut block = Vec::with_capacity(bytes);
-                        let mut sizes = Vec::with_capacity(run.len());
-                        for &(_, _, start, len) in run {
-                            block.extend_from_slice(&data[start..start + len]);
-                            sizes.push(len as u64);
-                        }
-                        (block, sizes)
-                    })
-                    .collect();
-                for (block, sizes) in blocks {
-                    writer.write_batch(&block, &sizes)?;
-                }
+        Scattered::Memory(held) => {
+            for map in &held.maps {
+                map.check_unchanged()?;
             }
+            // Reading records in hash order is a random walk over the buffer and the
+            // maps (cache misses): gather runs of them into contiguous blocks on every
+            // core while the blocks of the window before are written. Two sets of
+            // blocks serve every window: fresh pages would each be zeroed first.
+            let mut windows = held.entries.chunks(GATHER_WINDOW);
+            let mut ready = Blocks::default();
+            let mut next = Blocks::default();
+            if let Some(first) = windows.next() {
+                ready.fill(held, first)?;
+            }
+            for window in windows {
+                let (written, filled) =
+                    rayon::join(|| ready.write(writer), || next.fill(held, window));
+                written?;
+                filled?;
+                std::mem::swap(&mut ready, &mut next);
+            }
+            ready.write(writer)?;
         }
         Scattered::Disk { buckets, memory } => {
             for bucket in buckets {
@@ -234,15 +379,15 @@ pub fn gather(scattered: &Scattered, writer: &mut ShardWriter) -> Result<()> {
     Ok(())
 }
 
-/// (hash, index, framed length) from an entry's header.
-fn entry_header(header: &[u8; ENTRY_HEADER]) -> (u64, u64, usize) {
-    let word = |at: usize| u64::from_le_bytes(std::array::from_fn(|k| header[at + k]));
-    let len = u32::from_le_bytes(std::array::from_fn(|k| header[16 + k]));
-    (word(0), word(8), len as usize)
+/// (hash, framed length) from an entry's header.
+fn entry_header(header: &[u8; ENTRY_HEADER]) -> (u64, usize) {
+    let hash = u64::from_le_bytes(std::array::from_fn(|k| header[k]));
+    let len = u32::from_le_bytes(std::array::from_fn(|k| header[8 + k]));
+    (hash, len as usize)
 }
 
-/// Entries of a bucket file: (hash, index, start, len) of each framed record in `bytes`.
-fn entries(bucket: &Bucket, bytes: &[u8]) -> Result<Vec<Entry>> {
+/// Entries of a bucket file: (hash, start, len) of each framed record in `bytes`.
+fn entries(bucket: &Bucket, bytes: &[u8]) -> Result<Vec<(u64, usize, usize)>> {
     let corrupt = || {
         Error::from(std::io::Error::other("a shuffle bucket file is damaged"))
             .with_file(&bucket.path)
@@ -251,12 +396,12 @@ fn entries(bucket: &Bucket, bytes: &[u8]) -> Result<Vec<Entry>> {
     let mut pos = 0;
     while pos < bytes.len() {
         let header = bytes.get(pos..pos + ENTRY_HEADER).ok_or_else(corrupt)?;
-        let (hash, index, len) = entry_header(header.try_into().expect("sliced to ENTRY_HEADER"));
+        let (hash, len) = entry_header(header.try_into().expect("sliced to ENTRY_HEADER"));
         let start = pos + ENTRY_HEADER;
         if start + len > bytes.len() {
             return Err(corrupt());
         }
-        out.push((hash, index, start, len));
+        out.push((hash, start, len));
         pos = start + len;
     }
     Ok(out)
@@ -290,14 +435,14 @@ fn emit(bucket: &Bucket, memory: u64, writer: &mut ShardWriter, depth: u32) -> R
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
                 Err(e) => return Err(io_at(&bucket.path)(e)),
             }
-            let (hash, index, len) = entry_header(&header);
+            let (hash, len) = entry_header(&header);
             record.resize(len, 0);
             reader
                 .read_exact(&mut record)
                 .map_err(io_at(&bucket.path))?;
             let i = bucket_of(hash, bucket.lo, bucket.hi, subs.len());
             let (sub, w) = &mut subs[i];
-            put_entry(w, hash, index, &record).map_err(io_at(&sub.path))?;
+            put_entry(w, hash, &record).map_err(io_at(&sub.path))?;
         }
         let mut done = Vec::with_capacity(subs.len());
         for (sub, mut w) in subs {
@@ -312,8 +457,8 @@ fn emit(bucket: &Bucket, memory: u64, writer: &mut ShardWriter, depth: u32) -> R
     }
     let bytes = fs::read(&bucket.path).map_err(io_at(&bucket.path))?;
     let mut order = entries(bucket, &bytes)?;
-    order.sort_unstable_by_key(|&(hash, index, _, _)| (hash, index));
-    for (_, _, start, len) in order {
+    order.sort_unstable_by_key(|&(hash, _, _)| hash);
+    for (_, start, len) in order {
         writer.write(&bytes[start..start + len])?;
     }
     Ok(())
@@ -337,5 +482,51 @@ mod tests {
         assert_eq!(bucket_of(0, 0, 1 << 64, 7), 0);
         assert_eq!(bucket_of(u64::MAX, 0, 1 << 64, 7), 6);
         assert_eq!(bucket_of(u64::MAX, 1 << 63, 1 << 64, 16), 15);
+    }
+    #[test]
+    fn held_records_come_back_from_the_buffer_and_the_maps() {
+        use crate::tfrecord::mapped::MappedRecords;
+        let dir = std::env::temp_dir().join(format!("tfshard-scatter-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("in.tfrecord");
+        let mut bytes = Vec::new();
+        frame::append_record(&mut bytes, b"mapped zero");
+        let second = bytes.len();
+        frame::append_record(&mut bytes, b"mapped one");
+        fs::write(&path, &bytes).unwrap();
+        let map = Arc::new(
+            MappedRecords::open(&path)
+                .unwrap()
+                .keep(Path::new("in.tfrecord"))
+                .unwrap(),
+        );
+        let mut copied = Vec::new();
+        frame::append_record(&mut copied, b"copied");
+        let mut scatter = Scatter::new(&dir.join("buckets"), 1 << 30, 0);
+        scatter.put_mapped(30, &map, second..bytes.len()).unwrap();
+        scatter.put(20, &copied).unwrap();
+        scatter.put_mapped(10, &map, 0..second).unwrap();
+        let Scattered::Memory(held) = scatter.finish().unwrap() else {
+            panic!("spilled");
+        };
+        assert_eq!(held.maps.len(), 1, "one map per file");
+        let got: Vec<&[u8]> = held
+            .entries
+            .iter()
+            .map(|&(_, loc)| held.record(loc).unwrap())
+            .collect();
+        assert_eq!(got, [&bytes[..second], &copied[..], &bytes[second..]]);
+        // A header overwritten in place (the size and time may even look the same) is
+        // caught when the record is read, not copied out as garbage.
+        use std::io::{Seek, SeekFrom};
+        let mut file = fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.seek(SeekFrom::Start(second as u64)).unwrap();
+        file.write_all(&[0xff; 4]).unwrap();
+        drop(file);
+        let err = held.record(held.entries[2].1).unwrap_err().to_string();
+        assert!(
+            err.starts_with("in.tfrecord: changed during the run: the record at byte 27"),
+            "{err}"
+        );
     }
 }

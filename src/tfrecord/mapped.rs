@@ -18,10 +18,11 @@ use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use memmap2::{Advice, Mmap};
 
-use crate::error::{Error, FrameProblem, Result};
+use crate::error::{Error, ErrorKind, FrameProblem, Result};
 use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN};
 use crate::tfrecord::reader::{frame_error, truncated_data_detail, truncated_header_detail};
 
@@ -30,6 +31,73 @@ const PREFETCH_AHEAD: usize = 2048;
 
 /// A mapped file, shared by the records that point into it.
 pub type SharedMap = Arc<Mmap>;
+
+/// A file's size and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<SystemTime>,
+}
+
+impl Stamp {
+    fn of(meta: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+        }
+    }
+}
+
+/// A walked file's map, kept for reads out of order (the write-time shuffle gathers the
+/// records once every input was read), with the size and modification time the file had
+/// when it was mapped: [`KeptMap::check_unchanged`] refuses a file written since.
+#[derive(Debug)]
+pub struct KeptMap {
+    map: SharedMap,
+    name: PathBuf,
+    path: PathBuf,
+    stamp: Stamp,
+}
+
+impl KeptMap {
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// The file as error messages name it.
+    pub fn name(&self) -> &Path {
+        &self.name
+    }
+
+    /// Tells the kernel the walk is over: reads from now on are out of order (the map
+    /// was advised sequential for the walk, whose pages the kernel may drop first).
+    pub fn walked(&self) {
+        // Only a hint: reading works the same without it.
+        let _ = self.map.advise(Advice::Normal);
+    }
+
+    /// Checks that the file still has the size and modification time it had when it was
+    /// mapped: the records read from the map since were checked then.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::InputChanged`] naming the file; the error of `stat`.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let meta =
+            std::fs::metadata(&self.path).map_err(|e| Error::from(e).with_file(&self.name))?;
+        let now = Stamp::of(&meta);
+        if now == self.stamp {
+            return Ok(());
+        }
+        let detail = if now.len == self.stamp.len {
+            format!("modified after it was read ({} bytes)", now.len)
+        } else {
+            format!("{} bytes when read, {} bytes now", self.stamp.len, now.len)
+        };
+        Err(Error::new(ErrorKind::InputChanged { detail }).with_file(&self.name))
+    }
+}
 
 /// One record of a mapped file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +116,7 @@ pub struct MappedRecord {
 pub struct MappedRecords {
     map: Option<SharedMap>,
     path: PathBuf,
+    stamp: Stamp,
     pos: usize,
     index: u64,
     poisoned: bool,
@@ -61,10 +130,10 @@ impl MappedRecords {
     /// The file cannot be opened or mapped.
     pub fn open(path: &Path) -> Result<MappedRecords> {
         let file = File::open(path).map_err(|e| Error::from(e).with_file(path))?;
-        let len = file
+        let meta = file
             .metadata()
-            .map_err(|e| Error::from(e).with_file(path))?
-            .len();
+            .map_err(|e| Error::from(e).with_file(path))?;
+        let (len, stamp) = (meta.len(), Stamp::of(&meta));
         // An empty file cannot be mapped (mmap of 0 bytes is EINVAL); it holds no record.
         let map = if len == 0 {
             None
@@ -79,6 +148,7 @@ impl MappedRecords {
         Ok(MappedRecords {
             map,
             path: path.to_path_buf(),
+            stamp,
             pos: 0,
             index: 0,
             poisoned: false,
@@ -93,6 +163,18 @@ impl MappedRecords {
     /// The path, for error messages.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The map, kept for reads out of order after the walk (`None` for an empty file),
+    /// under `name` (the file as error messages name it).
+    pub fn keep(&self, name: &Path) -> Option<KeptMap> {
+        let map = self.map.clone()?;
+        Some(KeptMap {
+            map,
+            name: name.to_path_buf(),
+            path: self.path.clone(),
+            stamp: self.stamp,
+        })
     }
 
     /// The next record, or `None` at the clean end of the file.
@@ -215,6 +297,31 @@ mod tests {
             }
         }
         ((a, a_err), (b, b_err))
+    }
+
+    #[test]
+    fn a_kept_map_refuses_a_file_written_since() {
+        let mut bytes = Vec::new();
+        frame::append_record(&mut bytes, b"first");
+        let path = write("kept.tfrecord", &bytes);
+        let walk = MappedRecords::open(&path).unwrap();
+        let kept = walk.keep(Path::new("kept.tfrecord")).unwrap();
+        assert_eq!(kept.bytes(), &bytes[..]);
+        kept.check_unchanged().unwrap();
+        frame::append_record(&mut bytes, b"second");
+        std::fs::write(&path, &bytes).unwrap();
+        let err = kept.check_unchanged().unwrap_err().to_string();
+        assert!(
+            err.starts_with("kept.tfrecord: changed during the run:"),
+            "{err}"
+        );
+        assert!(err.contains("21 bytes when read, 43 bytes now"), "{err}");
+        // An empty file has no map to keep.
+        let empty = write("kept-empty.tfrecord", b"");
+        assert!(MappedRecords::open(&empty)
+            .unwrap()
+            .keep(Path::new("e"))
+            .is_none());
     }
 
     #[test]

@@ -200,6 +200,119 @@ fn shuffle_keeps_the_multiset_and_is_deterministic_per_seed() {
     }
 }
 
+/// A file of `n` opaque records (payload `i` as 4 to 40 bytes of its index).
+fn many_records(path: &Path, n: u32) -> Vec<(u64, u32)> {
+    let mut bytes = Vec::new();
+    let mut want = Vec::new();
+    for i in 0..n {
+        let payload: Vec<u8> = i.to_le_bytes().repeat(1 + (i % 10) as usize);
+        tfshard::tfrecord::append_record(&mut bytes, &payload);
+        want.push((payload.len() as u64, crc32(&payload)));
+    }
+    fs::write(path, bytes).unwrap();
+    want
+}
+
+fn gzipped(from: &Path, to: &Path) {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&fs::read(from).unwrap()).unwrap();
+    fs::write(to, gz.finish().unwrap()).unwrap();
+}
+
+/// With `--shuffle`, the records of local uncompressed files stay in their maps (only
+/// their locations are kept) while compressed inputs are copied; when the locations
+/// outgrow half of `--shuffle-memory` they go to bucket files like copies. The shards
+/// are the same bytes every way.
+#[test]
+fn a_shuffle_of_mapped_files_equals_one_of_copied_records() {
+    let dir = scratch("tfin-shuf-mapped");
+    let (plain, gz) = (dir.join("plain"), dir.join("gz"));
+    fs::create_dir_all(&plain).unwrap();
+    fs::create_dir_all(&gz).unwrap();
+    // 40,000 locations of 16 bytes outgrow half of the smallest budget (1 MiB).
+    let mut want = many_records(&plain.join("a.tfrecord"), 40_000);
+    want.extend(many_records(&plain.join("b.tfrecord"), 3_000));
+    for name in ["a", "b"] {
+        gzipped(
+            &plain.join(format!("{name}.tfrecord")),
+            &gz.join(format!("{name}.tfrecord.gz")),
+        );
+    }
+    let run_with = |name: &str, input: &Path, memory: &str| {
+        let out = dir.join(name);
+        let flags = [
+            "--record-type",
+            "bytes",
+            "--shuffle",
+            "--seed",
+            "5",
+            "--shuffle-memory",
+            memory,
+            "--target-shard-size",
+            "256KiB",
+        ];
+        converted(&[input], &out, &flags);
+        shard_files(&out)
+    };
+    let mapped = run_with("mapped", &plain, "1GiB");
+    assert!(mapped.len() > 3, "{} shards", mapped.len());
+    assert_eq!(run_with("copied", &gz, "1GiB"), mapped, "copied records");
+    assert_eq!(
+        run_with("mapped-spilled", &plain, "1MiB"),
+        mapped,
+        "spilled locations"
+    );
+    assert_eq!(
+        run_with("copied-spilled", &gz, "1MiB"),
+        mapped,
+        "spilled copies"
+    );
+    let mut got = payloads(&dir.join("mapped"), "data");
+    assert_ne!(got, want, "shuffled");
+    got.sort_unstable();
+    want.sort_unstable();
+    assert_eq!(got, want, "every record once");
+}
+
+/// A mapped input written to between the pass that checked its records and the pass
+/// that writes them out is refused, naming it, and nothing is published.
+#[test]
+fn an_input_changed_before_the_shuffle_writes_it_fails_cleanly() {
+    use std::io::Write;
+    let dir = scratch("tfin-shuf-changed");
+    let input = dir.join("in.tfrecord");
+    many_records(&input, 1_000);
+    let out = dir.join("out");
+    let gate = dir.join("go");
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(["convert", "tfrecord", s(&input), "-o", s(&out)])
+        .args(["--record-type", "bytes", "--shuffle"])
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("shuffle:scattered=wait:{}", gate.display()),
+        )
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::wait_for_failpoint(&mut child, &gate, "every record was scattered");
+    let mut file = fs::OpenOptions::new().append(true).open(&input).unwrap();
+    let mut more = Vec::new();
+    tfshard::tfrecord::append_record(&mut more, b"late");
+    file.write_all(&more).unwrap();
+    drop(file);
+    fs::write(&gate, "").unwrap();
+    let done = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(1), "{err}");
+    let first = err.lines().next().unwrap();
+    assert!(
+        first.contains("in.tfrecord") && first.contains("changed during the run"),
+        "{first}"
+    );
+    nothing_published(&out);
+}
+
 #[test]
 fn splits_by_position_and_by_key_and_a_key_splits_as_the_table_does() {
     let spark = input("spark");
@@ -430,8 +543,10 @@ fn every_corruption_of_an_input_fails_cleanly_and_publishes_nothing() {
         fs::write(&file, bytes).unwrap();
         let good = input("spark");
         let out = scratch(&format!("tfin-bad-out-{name}"));
-        for threads in ["1", "2"] {
-            let flags = [
+        // With --shuffle, plain files are checked through a map: the same line.
+        let mut lines = Vec::new();
+        for (threads, shuffle) in [("1", false), ("2", false), ("2", true)] {
+            let mut flags = vec![
                 "--record-type",
                 "bytes",
                 "--threads",
@@ -439,15 +554,20 @@ fn every_corruption_of_an_input_fails_cleanly_and_publishes_nothing() {
                 "--target-shard-size",
                 "4KB",
             ];
+            if shuffle {
+                flags.push("--shuffle");
+            }
             let (code, _, err) = convert(&[&good, &file], &out, &flags);
             assert_eq!(code, 1, "{name}: {err}");
             assert!(!err.contains("panicked"), "{name}: {err}");
-            let first = err.lines().next().unwrap();
+            let first = err.lines().next().unwrap().to_owned();
             assert!(first.contains("bad.tfrecord"), "{name}: {first}");
             assert!(first.contains(problem), "{name}: {first}");
             assert!(first.contains(place), "{name}: {first}");
             nothing_published(&out);
+            lines.push(first);
         }
+        assert!(lines.iter().all(|l| *l == lines[0]), "{name}: {lines:?}");
     }
     // SequenceExamples with no flag and no manifest to say so are not read as Examples
     // (whose spec would miss their feature lists).
@@ -483,15 +603,19 @@ fn every_corruption_of_an_input_fails_cleanly_and_publishes_nothing() {
     }
     fs::write(&shard, &changed).unwrap();
     let out = scratch("tfin-bad-listed");
-    let (code, _, err) = convert(&[&listed], &out, &["--record-type", "bytes"]);
-    assert_eq!(code, 1, "{err}");
-    assert!(
-        err.contains(
-            "data-00001-of-00003.tfrecord: differs from the manifest that lists it: CRC32C"
-        ),
-        "{err}"
-    );
-    nothing_published(&out);
+    for shuffle in [None, Some("--shuffle")] {
+        let mut flags = vec!["--record-type", "bytes"];
+        flags.extend(shuffle);
+        let (code, _, err) = convert(&[&listed], &out, &flags);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(
+                "data-00001-of-00003.tfrecord: differs from the manifest that lists it: CRC32C"
+            ),
+            "{err}"
+        );
+        nothing_published(&out);
+    }
     // A payload that is not an Example names its record, with the hint.
     let out = scratch("tfin-bad-payload");
     let (code, _, err) = convert(&[&input("opaque")], &out, &[]);
