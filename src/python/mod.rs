@@ -10,12 +10,14 @@
 
 mod batches;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::ffi_stream::RecordBatchStreamReader;
 use arrow_pyarrow::FromPyArrow;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 
 use crate::cli::{self, CliError};
@@ -131,6 +133,11 @@ fn run(py: Python<'_>, argv: Vec<String>, stream: Option<Bound<'_, PyAny>>) -> P
             out
         })
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
+    // A SIGINT is seen here as well as by Python's own handler (which ours calls after
+    // it): Python acts on it only when this thread checks, and a signal raised on the
+    // run's thread (by the code feeding it a stream) was seen to be lost under load.
+    let sigint = Arc::new(AtomicBool::new(false));
+    let hook = signal_hook::flag::register(signal_hook::consts::SIGINT, sigint.clone()).ok();
     let mut interrupted = None;
     loop {
         let over = py.detach(|| {
@@ -143,12 +150,18 @@ fn run(py: Python<'_>, argv: Vec<String>, stream: Option<Bound<'_, PyAny>>) -> P
             break;
         }
         if interrupted.is_none() {
-            if let Err(e) = py.check_signals() {
+            let checked = py.check_signals();
+            if checked.is_err() || sigint.load(Ordering::Relaxed) {
                 // The run removes its temporaries and ends with Interrupted.
                 cancel.cancel();
-                interrupted = Some(e);
+                interrupted = Some(checked.err().unwrap_or_else(|| {
+                    PyKeyboardInterrupt::new_err("tfshard: the run was interrupted")
+                }));
             }
         }
+    }
+    if let Some(id) = hook {
+        signal_hook::low_level::unregister(id);
     }
     let (result, printed) = py
         .detach(|| worker.join())
