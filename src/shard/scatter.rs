@@ -169,11 +169,18 @@ impl Scatter {
     /// A scatter whose bucket files (if it comes to that) go to `dir`, each meant to fit
     /// in half of `memory` for an output of about `estimated_bytes`.
     pub fn new(dir: &Path, memory: u64, estimated_bytes: u64) -> Scatter {
+        // Reserved, not touched: pages are only mapped as records arrive, and the buffer
+        // never regrows (copying it) when the estimate is right.
+        let reserve = estimated_bytes.min(memory / 2) as usize;
         Scatter {
             dir: dir.to_path_buf(),
             memory,
             estimated_bytes,
-            held: Some(Held::default()),
+            held: Some(Held {
+                data: Vec::with_capacity(reserve),
+                maps: Vec::new(),
+                entries: Vec::with_capacity(reserve / 128),
+            }),
             buckets: Vec::new(),
         }
     }
