@@ -31,9 +31,11 @@ const BUCKET_BUFFER: usize = 32 << 10;
 const MAX_DEPTH: u32 = 6;
 /// Sub-buckets per split of an oversized bucket.
 const FANOUT: u128 = 16;
-/// Records gathered per parallel block, and per window of blocks held at once.
+/// Records gathered per parallel block, at most; blocks per window (two windows of
+/// blocks are held at once), at most; bytes per block, on average.
 const GATHER_BLOCK: usize = 8192;
-const GATHER_WINDOW: usize = 16 * GATHER_BLOCK;
+const GATHER_WINDOW_BLOCKS: usize = 16;
+const GATHER_BLOCK_BYTES: u64 = 4 << 20;
 /// Records ahead of the one being gathered whose first bytes are asked for.
 const PREFETCH_AHEAD: usize = 16;
 /// Entry header in a bucket file: hash, framed length.
@@ -73,6 +75,11 @@ pub struct Held {
     data: Vec<u8>,
     maps: Vec<Arc<KeptMap>>,
     entries: Vec<Entry>,
+    /// Framed bytes of the records, copied or mapped.
+    bytes: u64,
+    /// Records per gather block, and blocks per window (set when sorted).
+    block: usize,
+    window: usize,
 }
 
 impl Held {
@@ -180,6 +187,9 @@ impl Scatter {
                 data: Vec::with_capacity(reserve),
                 maps: Vec::new(),
                 entries: Vec::with_capacity(reserve / 128),
+                bytes: 0,
+                block: 1,
+                window: 1,
             }),
             buckets: Vec::new(),
         }
@@ -220,6 +230,7 @@ impl Scatter {
             if self.fits(held, framed.len()) && held.data.len() < 1 << OFFSET_BITS {
                 let held = self.held.as_mut().expect("checked just above");
                 held.entries.push((hash, held.data.len() as u64));
+                held.bytes += framed.len() as u64;
                 held.data.extend_from_slice(framed);
                 return Ok(());
             }
@@ -260,6 +271,7 @@ impl Scatter {
         let source = held.maps.len() as u64;
         held.entries
             .push((hash, source << OFFSET_BITS | range.start as u64));
+        held.bytes += range.len() as u64;
         Ok(())
     }
 
@@ -272,6 +284,7 @@ impl Scatter {
         if let Some(mut held) = self.held {
             use rayon::slice::ParallelSliceMut;
             held.entries.par_sort_unstable_by_key(|&(hash, _)| hash);
+            (held.block, held.window) = gather_blocks(self.memory, held.bytes, held.entries.len());
             return Ok(Scattered::Memory(held));
         }
         let mut buckets = Vec::with_capacity(self.buckets.len());
@@ -300,6 +313,19 @@ pub enum Scattered {
     },
 }
 
+/// Records per gather block and blocks per window, for records of the average size:
+/// blocks of [`GATHER_BLOCK_BYTES`] (or 1/128 of the budget, if less) and at most
+/// [`GATHER_BLOCK`] records, the two windows held at once within a quarter of the budget
+/// (one block each, at least). Mapped records are not in the budget, so the blocks are
+/// bounded by bytes: records of 100 KB in blocks of 8,192 would hold 13 GB.
+fn gather_blocks(memory: u64, bytes: u64, records: usize) -> (usize, usize) {
+    let average = (bytes / (records as u64).max(1)).max(1);
+    let block_bytes = GATHER_BLOCK_BYTES.min(memory / 128);
+    let block = (block_bytes / average).clamp(1, GATHER_BLOCK as u64);
+    let window = (memory / 8 / (block * average)).clamp(1, GATHER_WINDOW_BLOCKS as u64);
+    (block as usize, window as usize)
+}
+
 /// Records of one window of entries, gathered into contiguous blocks: each block's
 /// bytes and record sizes.
 #[derive(Default)]
@@ -312,12 +338,12 @@ impl Blocks {
     /// Gathers the records of `window` into blocks, on every core.
     fn fill(&mut self, held: &Held, window: &[Entry]) -> Result<()> {
         use rayon::prelude::*;
-        self.used = window.len().div_ceil(GATHER_BLOCK);
+        self.used = window.len().div_ceil(held.block);
         if self.blocks.len() < self.used {
             self.blocks.resize_with(self.used, Default::default);
         }
         window
-            .par_chunks(GATHER_BLOCK)
+            .par_chunks(held.block)
             .zip(self.blocks[..self.used].par_iter_mut())
             .try_for_each(|(run, (block, sizes))| {
                 block.clear();
@@ -362,7 +388,7 @@ pub fn gather(scattered: &Scattered, writer: &mut ShardWriter) -> Result<()> {
             // maps (cache misses): gather runs of them into contiguous blocks on every
             // core while the blocks of the window before are written. Two sets of
             // blocks serve every window: fresh pages would each be zeroed first.
-            let mut windows = held.entries.chunks(GATHER_WINDOW);
+            let mut windows = held.entries.chunks(held.window * held.block);
             let mut ready = Blocks::default();
             let mut next = Blocks::default();
             if let Some(first) = windows.next() {
@@ -490,6 +516,21 @@ mod tests {
         assert_eq!(bucket_of(u64::MAX, 0, 1 << 64, 7), 6);
         assert_eq!(bucket_of(u64::MAX, 1 << 63, 1 << 64, 16), 15);
     }
+    #[test]
+    fn gather_blocks_are_bounded_by_bytes() {
+        // Small records: the record cap, 16 blocks a window.
+        assert_eq!(gather_blocks(1 << 30, 200 * 100_000, 100_000), (8192, 16));
+        // Images of 100 KB: 4 MiB blocks; both windows hold 128 MiB at most.
+        assert_eq!(gather_blocks(1 << 30, 100_000 * 1000, 1000), (41, 16));
+        // A 1 MiB budget: blocks of 8 KiB, 16 of them (256 KiB for both windows).
+        assert_eq!(gather_blocks(1 << 20, 200 * 1000, 1000), (40, 16));
+        // Records of 50 MB: one a block, two blocks a window (200 MB in all).
+        assert_eq!(gather_blocks(1 << 30, 50_000_000 * 10, 10), (1, 2));
+        // Larger than an eighth of the budget: one record at a time.
+        assert_eq!(gather_blocks(1 << 30, 10 << 30, 1), (1, 1));
+        assert_eq!(gather_blocks(1 << 30, 0, 0), (8192, 16));
+    }
+
     #[test]
     fn held_records_come_back_from_the_buffer_and_the_maps() {
         use crate::tfrecord::mapped::MappedRecords;
