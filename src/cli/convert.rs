@@ -644,7 +644,7 @@ fn install_signal_handlers(cancel: &CancelToken) {
 }
 
 /// How the Python module runs a conversion: cancelled through its token (on
-/// KeyboardInterrupt), with no signal handler of ours, and for an Arrow stream source
+/// KeyboardInterrupt), with none of the command line's signal handlers, and for an Arrow stream source
 /// (parsed as `convert parquet`'s flags) the stream.
 #[derive(Debug, Clone, Default)]
 pub struct Embedded {

@@ -107,12 +107,19 @@ impl<M> Emit<'_, M> {
                 Ok(())
             }
             EmitTo::Queued { tx, budget, .. } => {
-                budget.acquire(self.unit, batch.data.len() as u64, tx);
+                budget.acquire(self.unit, queued_cost(&batch), tx);
                 tx.send(Ok((batch, meta)))
                     .map_err(|_| Error::new(ErrorKind::Interrupted))
             }
         }
     }
+}
+
+/// What a queued batch counts against the budget: its records' framed bytes, which a
+/// batch of mapped records (`convert tfrecord --shuffle`) stands for without holding
+/// them, so that its readers run no further ahead than others.
+fn queued_cost(batch: &EncodedBatch) -> u64 {
+    (batch.data.len() as u64).max(batch.sizes.iter().sum())
 }
 
 /// Runs `work` over every unit on `threads` workers and hands its batches to `writer`
@@ -316,7 +323,7 @@ impl Budget {
 
     /// A batch was written: its bytes leave the budget, its buffers go back.
     fn written(&self, batch: EncodedBatch) {
-        let bytes = batch.data.len() as u64;
+        let bytes = queued_cost(&batch);
         self.update(|q| q.bytes -= bytes);
         let _ = self.recycle.send(batch);
     }

@@ -213,8 +213,12 @@ impl TfrecordSource {
         ) else {
             return Ok(None);
         };
-        let walk = MappedRecords::open(path)?;
-        let Some(map) = walk.keep(input.name()) else {
+        // A file that cannot be mapped is read as a stream (which names what is wrong).
+        let Ok(walk) = MappedRecords::open(path) else {
+            return Ok(None);
+        };
+        let walk = walk.named(input.name());
+        let Some(map) = walk.keep() else {
             return Ok(None);
         };
         let head = &map.bytes()[..map.bytes().len().min(frame::HEADER_LEN)];

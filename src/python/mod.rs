@@ -135,9 +135,14 @@ fn run(py: Python<'_>, argv: Vec<String>, stream: Option<Bound<'_, PyAny>>) -> P
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
     // A SIGINT is seen here as well as by Python's own handler (which ours calls after
     // it): Python acts on it only when this thread checks, and a signal raised on the
-    // run's thread (by the code feeding it a stream) was seen to be lost under load.
+    // run's thread (by the code feeding it a stream) was seen to be lost under load. Only
+    // where Python itself would raise KeyboardInterrupt: on the main thread, with
+    // Python's default handler (not SIG_IGN, SIG_DFL or a handler of the caller's).
     let sigint = Arc::new(AtomicBool::new(false));
-    let hook = signal_hook::flag::register(signal_hook::consts::SIGINT, sigint.clone()).ok();
+    let hook = interrupts_by_default(py)
+        .unwrap_or(false)
+        .then(|| signal_hook::flag::register(signal_hook::consts::SIGINT, sigint.clone()).ok())
+        .flatten();
     let mut interrupted = None;
     loop {
         let over = py.detach(|| {
@@ -173,6 +178,19 @@ fn run(py: Python<'_>, argv: Vec<String>, stream: Option<Bound<'_, PyAny>>) -> P
         Ok(()) | Err(CliError::Failed) => Ok(String::from_utf8_lossy(&printed).into_owned()),
         Err(e) => Err(cli_err(e)),
     }
+}
+
+/// Whether a SIGINT now raises KeyboardInterrupt in this thread: it is Python's main
+/// thread, and SIGINT's handler is Python's default one.
+fn interrupts_by_default(py: Python<'_>) -> PyResult<bool> {
+    let threading = py.import("threading")?;
+    let main = threading.call_method0("main_thread")?;
+    if !threading.call_method0("current_thread")?.is(&main) {
+        return Ok(false);
+    }
+    let signal = py.import("signal")?;
+    let handler = signal.call_method1("getsignal", (signal.getattr("SIGINT")?,))?;
+    Ok(handler.is(&signal.getattr("default_int_handler")?))
 }
 
 /// The native half of the `tfshard` package.

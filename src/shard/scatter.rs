@@ -120,8 +120,9 @@ impl Held {
             .and_then(|h| h.try_into().ok())
             .ok_or_else(changed)?;
         let len = frame::decode_header(header).map_err(|()| changed())?;
-        let end = (offset as u64)
-            .checked_add(len + (HEADER_LEN + FOOTER_LEN) as u64)
+        let end = len
+            .checked_add((HEADER_LEN + FOOTER_LEN) as u64)
+            .and_then(|framed| framed.checked_add(offset as u64))
             .filter(|&end| end <= bytes.len() as u64)
             .ok_or_else(changed)?;
         Ok(&bytes[offset..end as usize])
@@ -199,7 +200,11 @@ impl Scatter {
     fn spill(&mut self) -> Result<()> {
         fs::create_dir_all(&self.dir).map_err(io_at(&self.dir))?;
         let held = self.held.take().unwrap_or_default();
-        let expected = self.estimated_bytes.max(2 * held.data.len() as u64);
+        // The mapped records are copied out now: the files must be as they were read.
+        for map in &held.maps {
+            map.check_unchanged()?;
+        }
+        let expected = self.estimated_bytes.max(2 * held.bytes);
         let count = (expected / (self.memory / 2).max(1) + 1).clamp(1, MAX_BUCKETS as u64);
         self.buckets = open_buckets(&self.dir, "bucket", 0, 1 << 64, u128::from(count))?;
         for &(hash, loc) in &held.entries {
@@ -532,6 +537,32 @@ mod tests {
     }
 
     #[test]
+    fn a_spill_refuses_a_mapped_file_written_since() {
+        use crate::tfrecord::mapped::MappedRecords;
+        let dir = std::env::temp_dir().join(format!("tfshard-spill-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("in.tfrecord");
+        let mut bytes = Vec::new();
+        frame::append_record(&mut bytes, b"zero");
+        let one = bytes.len();
+        frame::append_record(&mut bytes, b"one");
+        fs::write(&path, &bytes).unwrap();
+        let walk = MappedRecords::open(&path).unwrap();
+        let map = Arc::new(walk.named(Path::new("in.tfrecord")).keep().unwrap());
+        // Half of 64 bytes holds two entries; the third spills them.
+        let mut scatter = Scatter::new(&dir.join("buckets"), 64, 0);
+        scatter.put_mapped(1, &map, 0..one).unwrap();
+        scatter.put_mapped(2, &map, one..bytes.len()).unwrap();
+        frame::append_record(&mut bytes, b"two");
+        fs::write(&path, &bytes).unwrap();
+        let err = scatter.put_mapped(3, &map, 0..one).unwrap_err().to_string();
+        assert!(
+            err.starts_with("in.tfrecord: changed during the run:"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn held_records_come_back_from_the_buffer_and_the_maps() {
         use crate::tfrecord::mapped::MappedRecords;
         let dir = std::env::temp_dir().join(format!("tfshard-scatter-{}", std::process::id()));
@@ -545,7 +576,8 @@ mod tests {
         let map = Arc::new(
             MappedRecords::open(&path)
                 .unwrap()
-                .keep(Path::new("in.tfrecord"))
+                .named(Path::new("in.tfrecord"))
+                .keep()
                 .unwrap(),
         );
         let mut copied = Vec::new();

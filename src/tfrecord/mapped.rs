@@ -116,6 +116,8 @@ pub struct MappedRecord {
 pub struct MappedRecords {
     map: Option<SharedMap>,
     path: PathBuf,
+    /// The file as error messages name it (its path unless [`MappedRecords::named`]).
+    name: PathBuf,
     stamp: Stamp,
     pos: usize,
     index: u64,
@@ -148,6 +150,7 @@ impl MappedRecords {
         Ok(MappedRecords {
             map,
             path: path.to_path_buf(),
+            name: path.to_path_buf(),
             stamp,
             pos: 0,
             index: 0,
@@ -160,18 +163,24 @@ impl MappedRecords {
         self.map.as_ref()
     }
 
-    /// The path, for error messages.
+    /// The path mapped.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// The map, kept for reads out of order after the walk (`None` for an empty file),
-    /// under `name` (the file as error messages name it).
-    pub fn keep(&self, name: &Path) -> Option<KeptMap> {
+    /// Names the file in error messages as `name` (the input as the user gave it, say)
+    /// instead of by its path.
+    pub fn named(mut self, name: &Path) -> MappedRecords {
+        self.name = name.to_path_buf();
+        self
+    }
+
+    /// The map, kept for reads out of order after the walk (`None` for an empty file).
+    pub fn keep(&self) -> Option<KeptMap> {
         let map = self.map.clone()?;
         Some(KeptMap {
             map,
-            name: name.to_path_buf(),
+            name: self.name.clone(),
             path: self.path.clone(),
             stamp: self.stamp,
         })
@@ -197,7 +206,7 @@ impl MappedRecords {
             Err(frame_error(
                 problem,
                 detail,
-                Some(&self.path),
+                Some(&self.name),
                 self.index,
                 offset,
             ))
@@ -304,8 +313,10 @@ mod tests {
         let mut bytes = Vec::new();
         frame::append_record(&mut bytes, b"first");
         let path = write("kept.tfrecord", &bytes);
-        let walk = MappedRecords::open(&path).unwrap();
-        let kept = walk.keep(Path::new("kept.tfrecord")).unwrap();
+        let walk = MappedRecords::open(&path)
+            .unwrap()
+            .named(Path::new("kept.tfrecord"));
+        let kept = walk.keep().unwrap();
         assert_eq!(kept.bytes(), &bytes[..]);
         kept.check_unchanged().unwrap();
         frame::append_record(&mut bytes, b"second");
@@ -318,10 +329,7 @@ mod tests {
         assert!(err.contains("21 bytes when read, 43 bytes now"), "{err}");
         // An empty file has no map to keep.
         let empty = write("kept-empty.tfrecord", b"");
-        assert!(MappedRecords::open(&empty)
-            .unwrap()
-            .keep(Path::new("e"))
-            .is_none());
+        assert!(MappedRecords::open(&empty).unwrap().keep().is_none());
     }
 
     #[test]
