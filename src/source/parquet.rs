@@ -682,6 +682,7 @@ impl Batches {
         mask: &ProjectionMask,
         batch_rows: usize,
         selection: Option<RowSelection>,
+        reuse: Option<RemoteChunks>,
     ) -> Result<Batches> {
         let panicked = |panic| decoder_panic(Some(row_group), panic);
         // The same selection for either reader.
@@ -718,8 +719,13 @@ impl Batches {
                         let (start, len) = c.byte_range();
                         start..start.saturating_add(len)
                     })
-                    .collect();
-                let chunks = RemoteChunks::for_object(object, ranges);
+                    .collect::<Vec<_>>();
+                // Reopened on the same chunks (smaller batches, or arrow-rs alone from
+                // where the fast path stopped): the bytes already fetched, if all held.
+                let chunks = match reuse {
+                    Some(chunks) if chunks.holds_whole(&ranges) => chunks,
+                    _ => RemoteChunks::for_object(object, ranges),
+                };
                 remote = Some(chunks.handle());
                 contain(|| build(chunks, input, row_group, mask, batch_rows, selection))
             }
@@ -821,6 +827,8 @@ pub fn read_row_group(
     // An error of arrow-rs's reader while the fast path runs: reported after arrow-rs
     // has read the rest alone (its own first error comes first), never dropped.
     let mut deferred = None;
+    // From a store: the row group's chunks the last reader fetched.
+    let mut fetched: Option<RemoteChunks> = None;
     loop {
         // Resumed with smaller batches, or from where the fast path stopped: skip what
         // was delivered.
@@ -831,8 +839,15 @@ pub fn read_row_group(
             ])
         });
         let arrow_mask = fast.as_ref().map_or(&mask, |f| &f.rest);
-        let mut batches =
-            Batches::open(input, row_group, arrow_mask, batch_rows, selection).map_err(locate)?;
+        let mut batches = Batches::open(
+            input,
+            row_group,
+            arrow_mask,
+            batch_rows,
+            selection,
+            fetched.take(),
+        )
+        .map_err(locate)?;
         let mut resume = false;
         // Only the decoder runs contained: `f` is our own code, whose panics must show.
         // The decoder cannot say which row of a batch failed: errors name the file only.
@@ -894,6 +909,7 @@ pub fn read_row_group(
         if !resume {
             break;
         }
+        fetched = batches.remote.as_ref().map(RemoteChunks::handle);
     }
     if let Some(e) = deferred {
         return Err(e);
