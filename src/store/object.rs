@@ -202,9 +202,18 @@ impl Staging for ObjectStaging {
 
 /// Bytes per uploaded part (S3 allows 10,000 parts: objects up to 80 GB).
 pub const PART_BYTES: usize = 8 << 20;
-/// Parts in flight per run at most (bounds upload memory to 16 MiB; moto, like a real
-/// store, takes parts no faster with more in flight from one client on two cores).
-const PARTS_IN_FLIGHT: usize = 2;
+/// Parts in flight per run at most: as many as a tuned boto3 sends (4 threads), where
+/// parts stream from the staged files (S3: a part holds a 256 KiB piece at a time);
+/// else 2, a buffered part holding its 8 MiB (16 MiB in all). Against moto on two cores
+/// a plain `object_store` client PUTs 404 MB in 2.4-3.0 s with 4 in flight, 2.8-3.6 s
+/// with 2 (five interleaved runs).
+fn parts_in_flight(out: &ObjectUrl) -> usize {
+    if super::streams_parts(out) {
+        4
+    } else {
+        2
+    }
+}
 /// One output folder of a run in a store (the output, or a worker's part).
 struct RemoteOutput {
     shared: Arc<Shared>,
@@ -298,6 +307,7 @@ impl RemoteOutput {
         // a killed run's is removed by the next run staging in the same place.
         let scratch = Scratch::create(&base, "tfshard-staging", &super::attempt_id())?;
         let staging = scratch.path().to_owned();
+        let parts = Arc::new(Semaphore::new(parts_in_flight(&out)));
         let output = RemoteOutput {
             shared: Arc::new(Shared {
                 out,
@@ -307,7 +317,7 @@ impl RemoteOutput {
                 resumable: plan.resume,
                 staging,
                 open_uploads: Mutex::new(Vec::new()),
-                parts: Arc::new(Semaphore::new(PARTS_IN_FLIGHT)),
+                parts,
                 stop: AtomicBool::new(false),
                 resume: Mutex::new(Vec::new()),
                 closed: Mutex::new(Vec::new()),
