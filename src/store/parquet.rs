@@ -726,12 +726,32 @@ mod tests {
             ),
         ])
         .unwrap();
+        parquet_of(&batch)
+    }
+
+    /// `batch` as a Parquet file of one row group.
+    fn parquet_of(batch: &arrow_array::RecordBatch) -> Bytes {
         let mut out = Vec::new();
         let mut writer =
             parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
-        writer.write(&batch).unwrap();
+        writer.write(batch).unwrap();
         writer.close().unwrap();
         Bytes::from(out)
+    }
+
+    /// The footer of `data`, and the byte ranges of its first row group's column chunks.
+    fn first_row_group(data: &Bytes) -> (ParquetMetaData, Vec<Range<u64>>) {
+        let metadata = ParquetMetaDataReader::new().parse_and_finish(data).unwrap();
+        let ranges = metadata
+            .row_group(0)
+            .columns()
+            .iter()
+            .map(|c| {
+                let (start, len) = c.byte_range();
+                start..start + len
+            })
+            .collect();
+        (metadata, ranges)
     }
 
     #[test]
@@ -744,18 +764,7 @@ mod tests {
             .unwrap()
             .collect::<std::result::Result<Vec<_>, _>>()
             .unwrap();
-        let metadata = ParquetMetaDataReader::new()
-            .parse_and_finish(&data)
-            .unwrap();
-        let group = metadata.row_group(0);
-        let ranges: Vec<Range<u64>> = group
-            .columns()
-            .iter()
-            .map(|c| {
-                let (start, len) = c.byte_range();
-                start..start + len
-            })
-            .collect();
+        let (_, ranges) = first_row_group(&data);
         let compressed: u64 = ranges.iter().map(|r| r.end - r.start).sum();
         assert!(compressed > 7 << 20, "{compressed}");
         let read = |budget: u64| {
@@ -836,24 +845,8 @@ mod tests {
             ),
         ])
         .unwrap();
-        let mut out = Vec::new();
-        let mut writer =
-            parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), None).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
-        let data = Bytes::from(out);
-        let metadata = ParquetMetaDataReader::new()
-            .parse_and_finish(&data)
-            .unwrap();
-        let ranges: Vec<Range<u64>> = metadata
-            .row_group(0)
-            .columns()
-            .iter()
-            .map(|c| {
-                let (start, len) = c.byte_range();
-                start..start + len
-            })
-            .collect();
+        let data = parquet_of(&batch);
+        let (metadata, ranges) = first_row_group(&data);
         let total: u64 = ranges.iter().map(|r| r.end - r.start).sum();
         let (fetch, requests) = counting(data.clone());
         let chunks = RemoteChunks::new(
