@@ -536,19 +536,30 @@ mod tests {
         assert_eq!(gather_blocks(1 << 30, 0, 0), (8192, 16));
     }
 
-    #[test]
-    fn a_spill_refuses_a_mapped_file_written_since() {
+    /// `in.tfrecord` in a new folder named after `test`, of the records `payloads`:
+    /// the folder, the file's path and bytes, where its second record starts, and the
+    /// file kept mapped.
+    fn mapped_file(
+        test: &str,
+        payloads: [&[u8]; 2],
+    ) -> (PathBuf, PathBuf, Vec<u8>, usize, Arc<KeptMap>) {
         use crate::tfrecord::mapped::MappedRecords;
-        let dir = std::env::temp_dir().join(format!("tfshard-spill-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("tfshard-{test}-{}", std::process::id()));
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("in.tfrecord");
         let mut bytes = Vec::new();
-        frame::append_record(&mut bytes, b"zero");
-        let one = bytes.len();
-        frame::append_record(&mut bytes, b"one");
+        frame::append_record(&mut bytes, payloads[0]);
+        let second = bytes.len();
+        frame::append_record(&mut bytes, payloads[1]);
         fs::write(&path, &bytes).unwrap();
         let walk = MappedRecords::open(&path).unwrap();
         let map = Arc::new(walk.named(Path::new("in.tfrecord")).keep().unwrap());
+        (dir, path, bytes, second, map)
+    }
+
+    #[test]
+    fn a_spill_refuses_a_mapped_file_written_since() {
+        let (dir, path, mut bytes, one, map) = mapped_file("spill", [b"zero", b"one"]);
         // Half of 64 bytes holds two entries; the third spills them.
         let mut scatter = Scatter::new(&dir.join("buckets"), 64, 0);
         scatter.put_mapped(1, &map, 0..one).unwrap();
@@ -564,22 +575,8 @@ mod tests {
 
     #[test]
     fn held_records_come_back_from_the_buffer_and_the_maps() {
-        use crate::tfrecord::mapped::MappedRecords;
-        let dir = std::env::temp_dir().join(format!("tfshard-scatter-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("in.tfrecord");
-        let mut bytes = Vec::new();
-        frame::append_record(&mut bytes, b"mapped zero");
-        let second = bytes.len();
-        frame::append_record(&mut bytes, b"mapped one");
-        fs::write(&path, &bytes).unwrap();
-        let map = Arc::new(
-            MappedRecords::open(&path)
-                .unwrap()
-                .named(Path::new("in.tfrecord"))
-                .keep()
-                .unwrap(),
-        );
+        let (dir, path, bytes, second, map) =
+            mapped_file("scatter", [b"mapped zero", b"mapped one"]);
         let mut copied = Vec::new();
         frame::append_record(&mut copied, b"copied");
         let mut scatter = Scatter::new(&dir.join("buckets"), 1 << 30, 0);
