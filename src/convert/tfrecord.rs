@@ -169,11 +169,7 @@ impl TfrecordSource {
                 let at = |e: std::io::Error| Error::from(e).with_file(input.name());
                 let records = match self.input_compression {
                     None => {
-                        let mut head = Vec::with_capacity(frame::HEADER_LEN);
-                        (&mut raw)
-                            .take(frame::HEADER_LEN as u64)
-                            .read_to_end(&mut head)
-                            .map_err(at)?;
+                        let head = crate::tfrecord::read_head(&mut raw).map_err(at)?;
                         let c =
                             Compression::detect(&crate::tfrecord::file_name(input.name()), &head);
                         let stream: Box<dyn Read + Send> = Box::new(Cursor::new(head).chain(raw));

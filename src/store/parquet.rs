@@ -303,7 +303,8 @@ fn start_coalesced(streams: &mut [Stream], mut spare: u64, fetch: &Fetch, held: 
         end = range.end;
     }
     for group in groups.into_iter().filter(|g| g.len() > 1) {
-        let whole = streams[group[0]].range.start..end_of(streams, &group);
+        let last = group[group.len() - 1];
+        let whole = streams[group[0]].range.start..streams[last].range.end;
         let shared = coalesced_fetch(whole.clone(), fetch, held);
         for i in group {
             let stream = &mut streams[i];
@@ -323,11 +324,6 @@ fn start_coalesced(streams: &mut [Stream], mut spare: u64, fetch: &Fetch, held: 
             stream.next = range.end;
         }
     }
-}
-
-/// The end of a group's last chunk.
-fn end_of(streams: &[Stream], group: &[usize]) -> u64 {
-    group.last().map_or(0, |&i| streams[i].range.end)
 }
 
 /// One request whose bytes several pieces share.

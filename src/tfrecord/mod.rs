@@ -90,16 +90,20 @@ pub fn open(path: &Path, compression: Option<Compression>) -> Result<RecordReade
     let compression = match compression {
         Some(c) => c,
         None => {
-            let mut head = Vec::with_capacity(frame::HEADER_LEN);
-            (&mut file)
-                .take(frame::HEADER_LEN as u64)
-                .read_to_end(&mut head)
-                .map_err(at)?;
+            let head = read_head(&mut file).map_err(at)?;
             io::Seek::rewind(&mut file).map_err(at)?;
             Compression::detect(&file_name(path), &head)
         }
     };
     Ok(reader_of(Box::new(file), len, compression, path))
+}
+
+/// The first bytes of a stream: a record header's worth, or all of a shorter one. By
+/// these (and the name) [`Compression::detect`] tells how a file is compressed.
+pub(crate) fn read_head(r: &mut impl Read) -> io::Result<Vec<u8>> {
+    let mut head = Vec::with_capacity(frame::HEADER_LEN);
+    Read::take(&mut *r, frame::HEADER_LEN as u64).read_to_end(&mut head)?;
+    Ok(head)
 }
 
 /// The name `--compression auto` looks at.
