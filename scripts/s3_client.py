@@ -6,6 +6,7 @@
     s3_client.py get-dir BUCKET PREFIX LOCAL_DIR      # downloads every object below PREFIX
     s3_client.py ls BUCKET [PREFIX]                   # one key per line
     s3_client.py etags BUCKET PREFIX                  # "KEY ETAG" per object (a multipart one's ends in -PARTS)
+    s3_client.py checksums BUCKET PREFIX              # "KEY CRC32C" per object ("-" when it has none)
     s3_client.py uploads BUCKET                       # pending multipart uploads, one key per line
     s3_client.py flip BUCKET KEY OFFSET               # rewrites the object with one byte flipped
     s3_client.py create-key                           # an IAM user and key; prints "ID SECRET"
@@ -52,6 +53,10 @@ def main(argv):
     elif cmd == "etags":
         for key in keys(s3, argv[1], argv[2]):
             print(key, s3.head_object(Bucket=argv[1], Key=key)["ETag"].strip('"'))
+    elif cmd == "checksums":
+        for key in keys(s3, argv[1], argv[2]):
+            head = s3.head_object(Bucket=argv[1], Key=key, ChecksumMode="ENABLED")
+            print(key, head.get("ChecksumCRC32C", "-"))
     elif cmd == "uploads":
         r = s3.list_multipart_uploads(Bucket=argv[1])
         for u in r.get("Uploads", []):

@@ -11,7 +11,7 @@ use object_store::ObjectStoreExt;
 
 use super::client::{block_on, bucket, http_client, request, send_retried, Bucket, PRESIGNED_FOR};
 use super::errors::{shorten, store_error, xml_value, StoreProblem};
-use super::multipart::{abort_multipart, complete_multipart};
+use super::multipart::{abort_multipart, complete_multipart, unescape_etag, SentPart};
 use super::objects::{delete, put_async};
 use super::records::{create_recorded, kill_point, upload_record};
 use super::url::{ObjectUrl, Scheme};
@@ -130,7 +130,8 @@ async fn multipart_copy(
             ));
         }
     }
-    let (id, ()) = create_recorded(to, async |id: &str| started(id.to_owned()).await).await?;
+    let (id, ()) =
+        create_recorded(to, false, async |id: &str| started(id.to_owned()).await).await?;
     // S3 takes 10,000 parts at most.
     let step =
         limit_from_env("TFSHARD_COPY_PART_BYTES", COPY_PART_BYTES).max(size.div_ceil(10_000));
@@ -164,7 +165,7 @@ async fn copy_part(
     index: usize,
     range: Range<u64>,
     etag: Option<&str>,
-) -> Result<object_store::multipart::PartId> {
+) -> Result<SentPart> {
     let key = to.object_key()?;
     let bucket_name = from.root().trim_start_matches("s3://");
     let source = format!(
@@ -214,8 +215,9 @@ async fn copy_part(
     .await?
     .1;
     let etag = xml_value(&body, "ETag").unwrap_or_default();
-    Ok(object_store::multipart::PartId {
-        content_id: etag.replace("&quot;", "\"").replace("&#34;", "\""),
+    Ok(SentPart {
+        etag: unescape_etag(etag),
+        crc32c: None,
     })
 }
 

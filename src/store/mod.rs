@@ -47,7 +47,8 @@ pub use self::copy::{copy_object_recorded, COPY_PART_BYTES, MAX_COPY_BYTES};
 pub(crate) use self::errors::is_problem;
 pub use self::errors::StoreProblem;
 pub(crate) use self::multipart::{
-    abort_multipart, complete_multipart, put_part, put_part_streamed, streams_parts,
+    abort_multipart, complete_multipart, part_checksums, put_part, put_part_streamed,
+    streams_parts, SentPart,
 };
 pub(crate) use self::objects::{
     delete, get_range, head_async, list_async, list_dir_async, put_async, put_tagged,

@@ -6,21 +6,69 @@
 //! by `object_store`'s signer, the body read 256 KiB at a time), so a run holds no part
 //! buffers; `TFSHARD_STREAM_PARTS=0` (or a checksum or SSE-C setting, whose headers the
 //! presigned request would lack) sends it through `object_store`'s `put_part` instead.
+//!
+//! Such an upload also carries a CRC32C per part, as the AWS SDKs send a checksum by
+//! default: created with `x-amz-checksum-algorithm: CRC32C`, each part with its
+//! `x-amz-checksum-crc32c` (read from the staged file before it is sent), completed with
+//! the parts' checksums. The store checks every part against its CRC and keeps their
+//! composite with the object. `object_store` offers SHA-256 or CRC64NVME only, over
+//! buffered parts; so these three requests are our own, presigned by its signer. Off
+//! with `AWS_REQUEST_CHECKSUM_CALCULATION=when_required` (the AWS SDKs' switch, for
+//! stores that take no checksums) and with a server-side encryption setting (whose
+//! headers `object_store`'s own create sends).
 
+use base64::Engine as _;
 use bytes::Bytes;
 use object_store::signer::{Method, SignedUrlOptions};
-use serde::Deserialize;
+use reqwest::header::{HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
 
 use super::client::{bucket, http_client, request, send_retried, PRESIGNED_FOR};
-use super::errors::{is_problem, StoreProblem};
+use super::errors::{is_problem, xml_value, StoreProblem};
 use super::url::{ObjectUrl, Scheme};
 use crate::error::{Error, ErrorKind, Result};
 
-/// Starts a multipart upload, returning its id.
-pub(crate) async fn create_multipart(url: &ObjectUrl) -> Result<String> {
+/// A part sent: its ETag, and the CRC32C it was sent with (an upload with
+/// [`part_checksums`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SentPart {
+    pub etag: String,
+    pub crc32c: Option<u32>,
+}
+
+/// Starts a multipart upload, returning its id; with `checksums`, one whose parts each
+/// carry a CRC32C (see [`part_checksums`]).
+pub(crate) async fn create_multipart(url: &ObjectUrl, checksums: bool) -> Result<String> {
     let b = bucket(url)?;
     let key = url.object_key()?;
-    request(url, b.multipart.create_multipart(&key)).await
+    if !checksums {
+        return request(url, b.multipart.create_multipart(&key)).await;
+    }
+    let (name, value) = (
+        HeaderName::from_static("x-amz-checksum-algorithm"),
+        HeaderValue::from_static("CRC32C"),
+    );
+    let options = SignedUrlOptions::new()
+        .with_query([("uploads", "")])
+        .with_signed_header(name.clone(), value.clone());
+    let (_, body) = send_retried(
+        url,
+        |body| xml_value(body, "UploadId").is_some(),
+        || async {
+            let signed = b
+                .signer
+                .signed_url_opts(Method::POST, &key, PRESIGNED_FOR, &options)
+                .await?;
+            Ok(http_client(url.io())?
+                .post(signed.as_str())
+                .header(name.clone(), value.clone())
+                .header("content-length", "0"))
+        },
+    )
+    .await?;
+    Ok(xml_value(&body, "UploadId")
+        .expect("accepted only with an UploadId")
+        .to_owned())
 }
 
 /// Uploads part `index` of an upload.
@@ -29,11 +77,32 @@ pub(crate) async fn put_part(
     id: &str,
     index: usize,
     data: Bytes,
-) -> Result<object_store::multipart::PartId> {
+) -> Result<SentPart> {
     let b = bucket(url)?;
     let key = url.object_key()?;
     let id = id.to_owned();
-    request(url, b.multipart.put_part(&key, &id, index, data.into())).await
+    let part = request(url, b.multipart.put_part(&key, &id, index, data.into())).await?;
+    Ok(SentPart {
+        etag: part.content_id,
+        crc32c: None,
+    })
+}
+
+/// Whether an upload of staged file parts to `url` sends a CRC32C with each part: where
+/// the parts are streamed, unless the AWS SDKs' switch says checksums only where
+/// required, or a server-side encryption setting asks for `object_store`'s create.
+pub(crate) fn part_checksums(url: &ObjectUrl) -> bool {
+    let set = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    streams_parts(url)
+        && !std::env::var("AWS_REQUEST_CHECKSUM_CALCULATION")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("when_required"))
+        && ![
+            "AWS_SERVER_SIDE_ENCRYPTION",
+            "AWS_SSE_KMS_KEY_ID",
+            "AWS_SSE_BUCKET_KEY_ENABLED",
+        ]
+        .iter()
+        .any(|v| set(v))
 }
 
 /// Whether parts of staged files go up streamed from the file (S3, no setting that
@@ -86,22 +155,58 @@ impl http_body::Body for FileRange {
     }
 }
 
+/// The CRC32C of bytes `range` of `file` (a staged file, in the page cache: read here).
+fn range_crc32c(file: &std::fs::File, range: std::ops::Range<u64>) -> std::io::Result<u32> {
+    let mut buf = vec![0u8; STREAM_PIECE as usize];
+    let (mut at, mut crc) = (range.start, 0u32);
+    while at < range.end {
+        let n = (range.end - at).min(STREAM_PIECE) as usize;
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut buf[..n], at)?;
+        crc = crc32c::crc32c_append(crc, &buf[..n]);
+        at += n as u64;
+    }
+    Ok(crc)
+}
+
+/// A CRC32C as S3 writes it: the big-endian bytes in base64.
+fn crc32c_text(crc: u32) -> String {
+    base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())
+}
+
 /// Uploads bytes `range` of `file` as part `index` of upload `id`, streamed from the
-/// file (see [`streams_parts`]); retried as `object_store`'s own requests are, each try
-/// reading the file again.
+/// file (see [`streams_parts`]), with its CRC32C when the upload was created with
+/// `checksums`; retried as `object_store`'s own requests are, each try reading the file
+/// again.
 pub(crate) async fn put_part_streamed(
     url: &ObjectUrl,
     id: &str,
     index: usize,
     file: std::sync::Arc<std::fs::File>,
     range: std::ops::Range<u64>,
-) -> Result<object_store::multipart::PartId> {
+    checksums: bool,
+) -> Result<SentPart> {
     let b = bucket(url)?;
     let key = url.object_key()?;
-    let options = SignedUrlOptions::new().with_query([
+    let mut options = SignedUrlOptions::new().with_query([
         ("partNumber", (index + 1).to_string()),
         ("uploadId", id.to_owned()),
     ]);
+    let crc32c = match checksums {
+        true => Some(
+            range_crc32c(&file, range.clone())
+                .map_err(|e| Error::from(e).with_file(url.to_path()))?,
+        ),
+        false => None,
+    };
+    let checksum = match crc32c {
+        Some(crc) => {
+            let value = HeaderValue::from_str(&crc32c_text(crc)).expect("base64 is a header value");
+            let name = HeaderName::from_static("x-amz-checksum-crc32c");
+            options = options.with_signed_header(name.clone(), value.clone());
+            Some((name, value))
+        }
+        None => None,
+    };
     let (headers, _) = send_retried(
         url,
         |_| true,
@@ -114,10 +219,13 @@ pub(crate) async fn put_part_streamed(
                 file: file.clone(),
                 range: range.clone(),
             };
-            Ok(http_client(url.io())?
+            let mut put = http_client(url.io())?
                 .put(signed.as_str())
-                .header("content-length", range.end - range.start)
-                .body(reqwest::Body::wrap(body)))
+                .header("content-length", range.end - range.start);
+            if let Some((name, value)) = &checksum {
+                put = put.header(name.clone(), value.clone());
+            }
+            Ok(put.body(reqwest::Body::wrap(body)))
         },
     )
     .await?;
@@ -131,22 +239,83 @@ pub(crate) async fn put_part_streamed(
             })
             .with_file(url.to_path())
         })?;
-    Ok(object_store::multipart::PartId {
-        content_id: etag.to_owned(),
+    Ok(SentPart {
+        etag: etag.to_owned(),
+        crc32c,
     })
+}
+
+/// S3's CompleteMultipartUpload body for parts sent with their CRC32C.
+#[derive(Debug, Serialize)]
+#[serde(rename = "CompleteMultipartUpload")]
+struct CompleteBody {
+    #[serde(rename = "Part")]
+    parts: Vec<CompletePart>,
+}
+
+#[derive(Debug, Serialize)]
+struct CompletePart {
+    #[serde(rename = "PartNumber")]
+    number: usize,
+    #[serde(rename = "ETag")]
+    etag: String,
+    #[serde(rename = "ChecksumCRC32C")]
+    crc32c: String,
+}
+
+fn complete_body(parts: &[SentPart]) -> String {
+    let body = CompleteBody {
+        parts: parts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| CompletePart {
+                number: i + 1,
+                etag: p.etag.clone(),
+                crc32c: crc32c_text(p.crc32c.unwrap_or_default()),
+            })
+            .collect(),
+    };
+    quick_xml::se::to_string(&body).expect("plain strings and numbers serialize")
 }
 
 /// Completes an upload from its parts, in order; returns the object's ETag.
 pub(crate) async fn complete_multipart(
     url: &ObjectUrl,
     id: &str,
-    parts: Vec<object_store::multipart::PartId>,
+    parts: Vec<SentPart>,
 ) -> Result<Option<String>> {
     let b = bucket(url)?;
     let key = url.object_key()?;
-    let id = id.to_owned();
-    let done = request(url, b.multipart.complete_multipart(&key, &id, parts)).await?;
-    Ok(done.e_tag)
+    if !parts.iter().any(|p| p.crc32c.is_some()) {
+        let parts = parts
+            .into_iter()
+            .map(|p| object_store::multipart::PartId { content_id: p.etag })
+            .collect();
+        let id = id.to_owned();
+        let done = request(url, b.multipart.complete_multipart(&key, &id, parts)).await?;
+        return Ok(done.e_tag);
+    }
+    let options = SignedUrlOptions::new().with_query([("uploadId", id.to_owned())]);
+    let body = complete_body(&parts);
+    // A 200 can still carry an error (S3 says so for completes): only an ETag is success.
+    let completed =
+        |body: &str| xml_value(body, "ETag").is_some() && xml_value(body, "Code").is_none();
+    let (_, answer) = send_retried(url, completed, || async {
+        let signed = b
+            .signer
+            .signed_url_opts(Method::POST, &key, PRESIGNED_FOR, &options)
+            .await?;
+        Ok(http_client(url.io())?
+            .post(signed.as_str())
+            .body(body.clone()))
+    })
+    .await?;
+    Ok(xml_value(&answer, "ETag").map(unescape_etag))
+}
+
+/// An ETag as an XML body spells it (its quotes escaped).
+pub(super) fn unescape_etag(text: &str) -> String {
+    text.replace("&quot;", "\"").replace("&#34;", "\"")
 }
 
 /// Aborts an upload (one already gone is fine).
@@ -242,5 +411,37 @@ pub(crate) async fn pending_uploads(prefix: &ObjectUrl) -> Result<Vec<(ObjectUrl
             (true, Some(key), Some(id)) => markers = Some((key, id)),
             _ => return Ok(found),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The body S3's API reference gives for CompleteMultipartUpload, with each part's
+    /// checksum; a CRC32C as its big-endian bytes in base64.
+    #[test]
+    fn a_checksummed_complete_names_each_part_its_etag_and_crc32c() {
+        let parts = [
+            SentPart {
+                etag: "\"a54357aff0632cce46d942af68356b38\"".into(),
+                crc32c: Some(crc32c::crc32c(b"123456789")),
+            },
+            SentPart {
+                etag: "\"0c78aef83f66abc1fa1e8477f296d394\"".into(),
+                crc32c: Some(0),
+            },
+        ];
+        assert_eq!(crc32c_text(0xe306_9283), "4waSgw==");
+        assert_eq!(
+            complete_body(&parts),
+            "<CompleteMultipartUpload>\
+             <Part><PartNumber>1</PartNumber><ETag>\"a54357aff0632cce46d942af68356b38\"</ETag>\
+             <ChecksumCRC32C>4waSgw==</ChecksumCRC32C></Part>\
+             <Part><PartNumber>2</PartNumber><ETag>\"0c78aef83f66abc1fa1e8477f296d394\"</ETag>\
+             <ChecksumCRC32C>AAAAAA==</ChecksumCRC32C></Part>\
+             </CompleteMultipartUpload>"
+        );
+        assert_eq!(unescape_etag("&quot;x&quot;"), "\"x\"");
     }
 }

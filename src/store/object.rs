@@ -39,7 +39,7 @@ use super::destination::{
 use super::journal::{self, Journal, JOURNAL};
 use super::{
     abort_multipart, block_on, complete_multipart, copy_recorded, delete, is_problem, list,
-    list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, StoreProblem,
+    list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, SentPart, StoreProblem,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::CancelToken;
@@ -792,7 +792,8 @@ impl Shared {
                 return Ok(());
             }
             let file = Arc::new(std::fs::File::open(&local).map_err(at)?);
-            let (id, record) = super::create_recorded(&target, async |id: &str| {
+            let checksums = super::part_checksums(&target);
+            let (id, record) = super::create_recorded(&target, checksums, async |id: &str| {
                 this.record_upload(&tmp, &target, id).await
             })
             .await?;
@@ -806,7 +807,7 @@ impl Shared {
             let sent = ranges
                 .into_iter()
                 .enumerate()
-                .map(|(i, range)| this.send_part(&file, &local, &target, &id, i, range));
+                .map(|(i, range)| this.send_part(&file, &local, &target, &id, checksums, i, range));
             let mut parts = Vec::new();
             for p in sent.collect::<Vec<_>>() {
                 parts.push(
@@ -888,7 +889,8 @@ impl Shared {
         let at = |e: std::io::Error| Error::from(e).with_file(local);
         let part = PART_BYTES as u64;
         let mut upload: Option<(String, ObjectUrl)> = None;
-        let mut parts: Vec<JoinHandle<Result<object_store::multipart::PartId>>> = Vec::new();
+        let mut parts: Vec<JoinHandle<Result<SentPart>>> = Vec::new();
+        let checksums = super::part_checksums(target);
         let mut sent = 0u64;
         let file = Arc::new(std::fs::File::open(local).map_err(at)?);
         loop {
@@ -903,7 +905,7 @@ impl Shared {
             }
             while written >= sent + part || (closed && written > sent) {
                 if upload.is_none() {
-                    let started = super::create_recorded(target, async |id: &str| {
+                    let started = super::create_recorded(target, checksums, async |id: &str| {
                         self.record_upload(tmp, target, id).await
                     })
                     .await?;
@@ -912,7 +914,7 @@ impl Shared {
                 }
                 let (id, _) = upload.as_ref().expect("started just above");
                 let range = sent..(sent + part).min(written);
-                parts.push(self.send_part(&file, local, target, id, parts.len(), range));
+                parts.push(self.send_part(&file, local, target, id, checksums, parts.len(), range));
                 sent = (sent + part).min(written);
             }
             if closed {
@@ -939,17 +941,20 @@ impl Shared {
     }
 
     /// Sends bytes `range` of the staged file as part `index`, once one of the run's
-    /// parts in flight is free: streamed from the file on S3, else through a buffer (an
-    /// anonymous map, returned to the system when the part is sent).
+    /// parts in flight is free: streamed from the file on S3 (with its CRC32C when the
+    /// upload was created with `checksums`), else through a buffer (an anonymous map,
+    /// returned to the system when the part is sent).
+    #[allow(clippy::too_many_arguments)]
     fn send_part(
         &self,
         file: &Arc<std::fs::File>,
         local: &Path,
         target: &ObjectUrl,
         id: &str,
+        checksums: bool,
         index: usize,
         range: std::ops::Range<u64>,
-    ) -> JoinHandle<Result<object_store::multipart::PartId>> {
+    ) -> JoinHandle<Result<SentPart>> {
         let parts = self.parts.clone();
         let (file, local, target, id) = (
             file.clone(),
@@ -960,7 +965,7 @@ impl Shared {
         super::spawn(async move {
             let _permit = parts.acquire().await.expect("never closed");
             if super::streams_parts(&target) {
-                return super::put_part_streamed(&target, &id, index, file, range).await;
+                return super::put_part_streamed(&target, &id, index, file, range, checksums).await;
             }
             let at = |e: std::io::Error| Error::from(e).with_file(&local);
             let mut buf =
@@ -978,7 +983,7 @@ struct Final {
     id: String,
     /// Its upload record.
     record: ObjectUrl,
-    parts: Vec<object_store::multipart::PartId>,
+    parts: Vec<SentPart>,
 }
 
 /// How much of a staged shard is on disk, and whether it is complete.

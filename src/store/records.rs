@@ -74,14 +74,16 @@ pub fn abort_pending_in(dir: &ObjectUrl, ours: impl Fn(&str) -> bool) -> Result<
 /// then found by listing the pending uploads under the temporary folder, on S3.)
 static RECORDING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Starts a multipart upload of `target` and hands its id to `record` (which keeps it
-/// where a later run finds it) before anything else may stop the process.
+/// Starts a multipart upload of `target` (with `checksums`, one of parts with CRC32Cs)
+/// and hands its id to `record` (which keeps it where a later run finds it) before
+/// anything else may stop the process.
 pub(crate) async fn create_recorded<R>(
     target: &ObjectUrl,
+    checksums: bool,
     record: impl AsyncFnOnce(&str) -> Result<R>,
 ) -> Result<(String, R)> {
     let _recording = RECORDING.lock().await;
-    let id = create_multipart(target).await?;
+    let id = create_multipart(target, checksums).await?;
     // A kill here leaves an upload no record names (found by listing the pending ones).
     crate::failpoint::hit("store:created")?;
     let kept = record(&id).await?;
