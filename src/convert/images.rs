@@ -115,6 +115,11 @@ impl Source for ImageSource {
         self.plan.files.len() as u64
     }
 
+    /// One record per image (fewer if `--on-error skip` drops some).
+    fn expected_records(&self) -> Option<u64> {
+        Some(self.total_units())
+    }
+
     fn estimated_bytes(&self) -> u64 {
         self.plan
             .files

@@ -543,6 +543,11 @@ pub(crate) trait Source {
     fn total_units(&self) -> u64;
     /// A guess at the framed records' bytes (the shuffle sizes its buffers by it).
     fn estimated_bytes(&self) -> u64;
+    /// The records `produce` will give in all, when known before it runs (the shard
+    /// writer then guesses which shard is the last: see [`crate::store::destination::LastGuess`]).
+    fn expected_records(&self) -> Option<u64> {
+        None
+    }
     /// Feeds every record to `router`, framed, in input order. Called a second time
     /// when `--min-shards` cuts small outputs evenly; it must feed the same records.
     fn produce(
@@ -1285,12 +1290,19 @@ fn run(
     });
     progress.set_total(source.total_units());
     let mut report: &dyn Progress = progress;
-    let (shards, ()) = route::write_outputs(options, &outs, source.estimated_bytes(), |router| {
-        // A second pass (--min-shards) is not progress.
-        let pass = source.produce(options, router, report);
-        report = &crate::progress::NoProgress;
-        pass
-    })?;
+    let expected = source.expected_records();
+    let (shards, ()) = route::write_outputs(
+        options,
+        &outs,
+        source.estimated_bytes(),
+        expected,
+        |router| {
+            // A second pass (--min-shards) is not progress.
+            let pass = source.produce(options, router, report);
+            report = &crate::progress::NoProgress;
+            pass
+        },
+    )?;
     let mut manifests: Vec<Manifest> = shards
         .iter()
         .map(|split| {

@@ -295,6 +295,10 @@ impl Source for ParquetSource {
         self.units.iter().map(|u| u.records).sum()
     }
 
+    fn expected_records(&self) -> Option<u64> {
+        Some(self.total_units())
+    }
+
     fn estimated_bytes(&self) -> u64 {
         // Encoded Examples run 1.5-2x their zstd Parquet (the standard table: 1.55x): a
         // guess for the shuffle's buffers and bucket count, erring high.

@@ -155,11 +155,13 @@ impl Drop for ScratchDir {
 /// Runs `produce` (which feeds every record to the router, in input order) and returns
 /// each output's closed shards. Without `--shuffle` the records go straight to the shard
 /// writers. With it, they are scattered into bucket files once, then gathered per split
-/// in hash order. Either way [`write_shards`] applies `--min-shards`.
+/// in hash order. Either way [`write_shards`] applies `--min-shards`. `expected_records`
+/// is what `produce` will give in all, when the source knows.
 pub(crate) fn write_outputs<T>(
     options: &ConvertOptions,
     outs: &[OutputDir],
     estimated_bytes: u64,
+    expected_records: Option<u64>,
     mut produce: impl FnMut(&mut Router) -> Result<T>,
 ) -> Result<(Vec<Vec<ClosedShard>>, T)> {
     let mut bounds = Vec::new();
@@ -172,7 +174,7 @@ pub(crate) fn write_outputs<T>(
         bounds.push(1.0);
     }
     let Some(shuffle) = &options.shuffle else {
-        return write_shards(options, outs, |writers| {
+        return write_shards(options, outs, expected_records, |writers| {
             produce(&mut Router::new(options, &bounds, Sinks::Direct(writers)))
         });
     };
@@ -211,7 +213,7 @@ pub(crate) fn write_outputs<T>(
         .map(Scatter::finish)
         .collect::<Result<Vec<_>>>()?;
     crate::failpoint::hit("shuffle:scattered")?;
-    let (shards, ()) = write_shards(options, outs, |writers| {
+    let (shards, ()) = write_shards(options, outs, expected_records, |writers| {
         for (writer, scattered) in writers.iter_mut().zip(&scattered) {
             gather(scattered, writer)?;
             options.cancel.check()?;
@@ -226,6 +228,7 @@ fn shard_options(
     out: &OutputDir,
     plan: Plan,
     deflate: &Option<Arc<DeflatePool>>,
+    expected_records: Option<u64>,
 ) -> ShardOptions {
     ShardOptions {
         deflate: deflate.clone(),
@@ -247,6 +250,7 @@ fn shard_options(
             None => out.shard_hook().cloned(),
             Some(_) => None,
         },
+        expected_records,
     }
 }
 
@@ -257,8 +261,11 @@ fn shard_options(
 fn write_shards<T>(
     options: &ConvertOptions,
     outs: &[OutputDir],
+    expected_records: Option<u64>,
     mut pass: impl FnMut(&mut [ShardWriter]) -> Result<T>,
 ) -> Result<(Vec<Vec<ClosedShard>>, T)> {
+    // Known per output only when there is one (a split's share is known at the end).
+    let expected_records = expected_records.filter(|_| outs.len() == 1);
     // Every output's writer shares the deflate threads (one thread compresses inline).
     let deflate = match options.compression {
         Compression::Gzip | Compression::Zlib if options.threads > 1 => {
@@ -270,7 +277,7 @@ fn write_shards<T>(
         outs.iter()
             .zip(plans)
             .map(|(out, &plan)| {
-                let shard_options = shard_options(options, out, plan, &deflate);
+                let shard_options = shard_options(options, out, plan, &deflate, expected_records);
                 match (plan, out.resume_state()) {
                     (Plan::Fill, Some((_, finished))) => ShardWriter::resuming(
                         shard_options,

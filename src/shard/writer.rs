@@ -59,6 +59,9 @@ pub struct ShardOptions {
     /// Told about each shard as it is written (only when every closed shard is final).
     /// Its shards are staged copies: they are not synced to disk.
     pub events: Option<ShardHook>,
+    /// The records the producer will give in all, when it knows: the writer then keeps
+    /// a guess, for `events`, whether the open shard is the last ([`LastGuess`]).
+    pub expected_records: Option<u64>,
     /// `--resume`: the journal header; each closed shard is synced, then journaled.
     pub journal: Option<std::sync::Arc<serde_json::Value>>,
     /// Threads that deflate gzip and zlib chunks (else this thread does); the bytes are
@@ -66,7 +69,7 @@ pub struct ShardOptions {
     pub deflate: Option<std::sync::Arc<DeflatePool>>,
 }
 
-pub use crate::store::destination::{ClosedShard, ShardEvents, ShardHook};
+pub use crate::store::destination::{ClosedShard, LastGuess, ShardEvents, ShardHook};
 
 /// A shard file that reports the bytes that reached it.
 struct Reported {
@@ -145,6 +148,8 @@ struct OpenShard {
     flushed_disk: u64,
     /// Framed bytes written since that flush.
     since_flush: u64,
+    /// Whether it looks like the last shard.
+    last: LastGuess,
 }
 
 /// Writes framed records into shards.
@@ -154,6 +159,8 @@ pub struct ShardWriter {
     closed: Vec<ClosedShard>,
     /// Framed bytes of every record so far (for [`Plan::Even`]).
     cumulative: u64,
+    /// Records so far (those skipped included).
+    records_seen: u64,
     bytes_on_disk: u64,
     /// fsyncs of closed shards, running in the background.
     syncs: Vec<std::thread::JoinHandle<Result<()>>>,
@@ -176,6 +183,7 @@ impl ShardWriter {
             current: None,
             closed: Vec::new(),
             cumulative: 0,
+            records_seen: 0,
             bytes_on_disk: 0,
             syncs: Vec::new(),
             skip: 0,
@@ -217,7 +225,12 @@ impl ShardWriter {
             self.options.compression.suffix()
         ));
         let file = File::create(&path).map_err(io_at(&path))?;
-        let report = self.options.events.as_ref().map(|e| e.0.opened(&path));
+        let last = LastGuess::default();
+        let report = self
+            .options
+            .events
+            .as_ref()
+            .map(|e| e.0.opened(&path, last.clone()));
         let file = Reported {
             file,
             written: 0,
@@ -248,8 +261,34 @@ impl ShardWriter {
             framed: 0,
             flushed_disk: 0,
             since_flush: 0,
+            last,
         });
+        self.guess_last();
         Ok(())
+    }
+
+    /// Updates the open shard's [`LastGuess`]: with the records still to come at the
+    /// average framed size so far, it would end below 90% of the target (and within
+    /// `--max-records-per-shard`), so no other shard follows. With compression, the
+    /// framed size stands for the compressed one (erring towards "not last").
+    fn guess_last(&self) {
+        let (Some(expected), Some(shard)) = (self.options.expected_records, &self.current) else {
+            return;
+        };
+        if self.options.plan != Plan::Fill || self.options.events.is_none() {
+            return;
+        }
+        let last = self.records_seen > 0 && {
+            let left = expected.saturating_sub(self.records_seen);
+            let per_record = self.cumulative as f64 / self.records_seen as f64;
+            let at_end = shard.framed as f64 + left as f64 * per_record;
+            at_end <= 0.9 * self.options.target_bytes as f64
+                && self
+                    .options
+                    .max_records
+                    .is_none_or(|max| shard.records + left <= max)
+        };
+        shard.last.set(last);
     }
 
     fn close(&mut self) -> Result<()> {
@@ -351,6 +390,7 @@ impl ShardWriter {
             // Already in a shard a resumed run reuses.
             self.skip -= 1;
             self.cumulative += len;
+            self.records_seen += 1;
             return Ok(());
         }
         if self.must_close_before(len)? {
@@ -371,6 +411,8 @@ impl ShardWriter {
         shard.framed += len;
         shard.since_flush += len;
         self.cumulative += len;
+        self.records_seen += 1;
+        self.guess_last();
         if let Plan::Even {
             shards,
             total_framed,
@@ -400,6 +442,7 @@ impl ShardWriter {
         while self.skip > 0 && i < sizes.len() {
             self.skip -= 1;
             self.cumulative += sizes[i];
+            self.records_seen += 1;
             offset += sizes[i] as usize;
             i += 1;
         }
@@ -433,6 +476,8 @@ impl ShardWriter {
                     shard.framed += bytes;
                     shard.since_flush += bytes;
                     self.cumulative += bytes;
+                    self.records_seen += n as u64;
+                    self.guess_last();
                     offset = end;
                     i += n;
                     continue;
@@ -531,6 +576,7 @@ mod tests {
             index: false,
             plan,
             events: None,
+            expected_records: None,
             journal: None,
             deflate: None,
         }
@@ -559,6 +605,62 @@ mod tests {
             }
         }
         assert_eq!(next, 100);
+    }
+
+    /// Keeps each shard's [`LastGuess`], as a store's staging gets it.
+    struct Guesses(std::sync::Mutex<Vec<LastGuess>>);
+
+    impl ShardEvents for Guesses {
+        fn opened(&self, _: &Path, last: LastGuess) -> Box<dyn FnMut(u64) + Send> {
+            self.0.lock().unwrap().push(last);
+            Box::new(|_| {})
+        }
+
+        fn closed(&self, _: &ClosedShard) {}
+    }
+
+    /// Told how many records come, the writer guesses the last shard the last, and no
+    /// other; the guess waits for a record to measure (the first shard opens with none),
+    /// and keeps within `--max-records-per-shard`. Untold, it guesses nothing.
+    #[test]
+    fn the_last_shard_and_no_other_is_guessed_the_last() {
+        // 60 records of 116 framed bytes, 8 to a 1000-byte shard: 8 shards, 4 in the last.
+        let records: Vec<Vec<u8>> = (0..60).map(|i| record(100, i)).collect();
+        let last_of = |n: usize| (0..n).map(|k| k + 1 == n).collect::<Vec<bool>>();
+        let cases = [
+            (Some(60), None, last_of(8)),
+            // More records said than come: the last looks too full (erring to "not last").
+            (Some(70), None, vec![false; 8]),
+            // 3 a shard at most: 20 shards, and only the last has room for what is left.
+            (Some(60), Some(3), last_of(20)),
+            (None, None, vec![false; 8]),
+        ];
+        for (expected, max_records, guessed) in cases {
+            let events = std::sync::Arc::new(Guesses(Default::default()));
+            let hook = ShardHook(events.clone());
+            let shards = run(
+                "guess",
+                |t| ShardOptions {
+                    events: Some(hook.clone()),
+                    expected_records: expected,
+                    max_records,
+                    ..opts(t, Compression::None, 1000, Plan::Fill)
+                },
+                &records,
+            );
+            let got: Vec<bool> = events
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .map(LastGuess::get)
+                .collect();
+            assert_eq!(shards.len(), got.len());
+            assert_eq!(
+                got, guessed,
+                "{expected:?} records, {max_records:?} a shard"
+            );
+        }
     }
 
     #[test]

@@ -236,10 +236,30 @@ pub struct ClosedShard {
 /// each shard's parts up while the rest of it is still being written.
 pub trait ShardEvents: Send + Sync {
     /// A shard file was created; the returned function is called with the bytes written
-    /// to the file so far, each time more reach it.
-    fn opened(&self, path: &Path) -> Box<dyn FnMut(u64) + Send>;
+    /// to the file so far, each time more reach it. `last` is the writer's running
+    /// guess that no shard follows this one.
+    fn opened(&self, path: &Path, last: LastGuess) -> Box<dyn FnMut(u64) + Send>;
     /// The shard is complete (its file closed, every byte written).
     fn closed(&self, shard: &ClosedShard);
+}
+
+/// A shard writer's running guess that the shard it has open is the last of its output
+/// (from the records its producer said it would give). A store's staging holds such a
+/// shard back instead of streaming it: once the run ends, the count is known, and the
+/// shard goes up under its final `-of-N` name, with no copy. A wrong guess costs only
+/// time: the shard then goes up under its temporary name when the next one opens.
+#[derive(Debug, Clone, Default)]
+pub struct LastGuess(Arc<std::sync::atomic::AtomicBool>);
+
+impl LastGuess {
+    /// The guess now.
+    pub fn get(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn set(&self, last: bool) {
+        self.0.store(last, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// A shared [`ShardEvents`] handler.
@@ -283,9 +303,15 @@ mod conformance {
     }
 
     /// Writes `count` shards into the staging as the shard writer does (telling its
-    /// hook), and returns them with their bytes (a store's staging removes each file
-    /// once it is uploaded).
-    fn write_shards(staging: &dyn Staging, count: usize, seed: u8) -> Vec<(ClosedShard, Vec<u8>)> {
+    /// hook; with `guessed_last`, guessing each one the last, wrongly but for the last),
+    /// and returns them with their bytes (a store's staging removes each file once it is
+    /// uploaded).
+    fn write_shards(
+        staging: &dyn Staging,
+        count: usize,
+        seed: u8,
+        guessed_last: bool,
+    ) -> Vec<(ClosedShard, Vec<u8>)> {
         let hook = staging.hook(0);
         (0..count)
             .map(|i| {
@@ -293,7 +319,9 @@ mod conformance {
                 let bytes: Vec<u8> = (0..1000 + i * 10).map(|b| b as u8 ^ seed).collect();
                 // Created, then announced, as the shard writer does.
                 std::fs::write(&path, &bytes).unwrap();
-                let mut report = hook.as_ref().map(|h| h.0.opened(&path));
+                let last = LastGuess::default();
+                last.set(guessed_last);
+                let mut report = hook.as_ref().map(|h| h.0.opened(&path, last));
                 if let Some(report) = report.as_mut() {
                     report(bytes.len() as u64);
                 }
@@ -356,10 +384,12 @@ mod conformance {
     }
 
     /// Stage, place, publish: the shards under their final names, the manifest last,
-    /// nothing hidden left behind.
+    /// nothing hidden left behind; the same bytes where the writer guessed each shard
+    /// the last (a store holds such a shard back, and uploads it once the next one
+    /// opens, or at the commit under its final name).
     pub(super) fn stage_place_publish(d: &dyn Destination, scratch: &Path) {
         let mut staging = d.stage(plan(false, scratch)).unwrap();
-        let shards = write_shards(&*staging, 3, 7);
+        let shards = write_shards(&*staging, 3, 7, true);
         let bytes: Vec<Vec<u8>> = shards.iter().map(|(_, b)| b.clone()).collect();
         let paths = staging
             .commit(vec![publication(shards)], &CancelToken::new())
@@ -386,7 +416,7 @@ mod conformance {
         assert!(matches!(taken.kind(), ErrorKind::OutputExists), "{taken}");
         // With overwrite, the stale third shard goes.
         let mut staging = d.stage(plan(true, scratch)).unwrap();
-        let shards = write_shards(&*staging, 2, 9);
+        let shards = write_shards(&*staging, 2, 9, false);
         staging
             .commit(vec![publication(shards)], &CancelToken::new())
             .unwrap();
@@ -408,12 +438,12 @@ mod conformance {
     /// temporary.
     pub(super) fn abort_leaves_nothing(d: &dyn Destination, scratch: &Path) {
         let staging = d.stage(plan(false, scratch)).unwrap();
-        write_shards(&*staging, 2, 3);
+        write_shards(&*staging, 2, 3, true);
         drop(staging);
         assert!(d.names("").unwrap().is_empty(), "{:?}", d.names(""));
         // A cancelled commit publishes nothing either.
         let mut staging = d.stage(plan(false, scratch)).unwrap();
-        let shards = write_shards(&*staging, 2, 3);
+        let shards = write_shards(&*staging, 2, 3, false);
         let cancel = CancelToken::new();
         cancel.cancel();
         let stopped = staging

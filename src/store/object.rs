@@ -34,7 +34,7 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 use super::destination::{
-    ClosedShard, Destination, Publication, ShardEvents, ShardHook, StagePlan, Staging,
+    ClosedShard, Destination, LastGuess, Publication, ShardEvents, ShardHook, StagePlan, Staging,
 };
 use super::journal::{self, Journal, JOURNAL};
 use super::{
@@ -280,6 +280,12 @@ struct Shared {
     /// Shards uploaded under their final names (their upload started at the commit, when
     /// the names are known), by staged path: completed in place of a copy.
     finals: Mutex<Vec<(PathBuf, Final)>>,
+    /// Shards held back as their output's last ([`LastGuess`]) until the commit, by
+    /// staged path: the commit uploads them under their final names.
+    held: Mutex<Vec<PathBuf>>,
+    /// What every shard writer tells about its shards, each shard's (the commit tells
+    /// them it has begun).
+    staged: Mutex<Vec<Arc<watch::Sender<Staged>>>>,
 }
 
 impl RemoteOutput {
@@ -326,6 +332,8 @@ impl RemoteOutput {
                 journaled: tokio::sync::Mutex::new(Vec::new()),
                 placed: Mutex::new(Vec::new()),
                 finals: Mutex::new(Vec::new()),
+                held: Mutex::new(Vec::new()),
+                staged: Mutex::new(Vec::new()),
             }),
             tasks: Default::default(),
             claimed: AtomicBool::new(false),
@@ -444,9 +452,29 @@ impl RemoteOutput {
         s.out.join(&s.tmps[0]).join("publishing")
     }
 
-    /// Waits for the upload of `local` (starting it if no hook did: then under its final
-    /// `name`, left open for [`Shared::place`] to complete).
+    /// Waits for the upload of `local` (starting it if no hook did, or the hook held it
+    /// back as the last: then under its final `name`, left open for [`Shared::place`] to
+    /// complete).
     async fn uploaded(&self, tmp: &str, local: &Path, name: &str) -> Result<()> {
+        self.upload_task_done(tmp, local, name).await?;
+        let held = {
+            let mut held = self.shared.held.lock().unwrap_or_else(|p| p.into_inner());
+            let at = held.iter().position(|p| p == local);
+            at.map(|i| held.swap_remove(i)).is_some()
+        };
+        if !held {
+            return Ok(());
+        }
+        let task = (
+            local.to_path_buf(),
+            self.shared.start_final_upload(tmp, local, name),
+        );
+        self.await_task(task).await
+    }
+
+    /// Waits for the task uploading `local` (starting one under its final `name` if
+    /// there is none).
+    async fn upload_task_done(&self, tmp: &str, local: &Path, name: &str) -> Result<()> {
         if self
             .shared
             .uploaded
@@ -467,6 +495,10 @@ impl RemoteOutput {
                 ),
             }
         };
+        self.await_task(task).await
+    }
+
+    async fn await_task(&self, task: Upload) -> Result<()> {
         // Awaited in place: if this wait is dropped midway (another upload failed), the
         // task goes back to the list, where dropping the output waits for it before it
         // aborts the uploads and deletes the temporaries.
@@ -531,6 +563,10 @@ impl RemoteOutput {
             return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
         }
         let pipelined = !s.overwrite && !files.iter().any(|(_, _, name)| exists(name));
+        // The count is known: a shard held back as the last goes up under its name.
+        for tx in s.staged.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            tx.send_modify(|st| st.committing = true);
+        }
         block_on(futures_util::future::try_join_all(files.iter().map(
             |(tmp, local, name)| async move {
                 self.uploaded(tmp, local, name).await?;
@@ -632,12 +668,25 @@ impl Shared {
         tmp: &str,
         local: &Path,
         staged: watch::Receiver<Staged>,
+        last: LastGuess,
     ) -> JoinHandle<Result<()>> {
         let this = self.clone();
         let (tmp, local) = (tmp.to_owned(), local.to_path_buf());
         super::spawn(async move {
             let target = this.temporary(&tmp, &local);
-            let etag = this.stream(&tmp, &local, &target, staged).await?;
+            let etag = match this
+                .stream(&tmp, &local, &target, staged, Some(&last))
+                .await?
+            {
+                Streamed::Uploaded(etag) => etag,
+                Streamed::Held => {
+                    this.held
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(local);
+                    return Ok(());
+                }
+            };
             if let Some(etag) = etag {
                 this.etags
                     .lock()
@@ -871,21 +920,25 @@ impl Shared {
         let (_tx, rx) = watch::channel(Staged {
             written: size,
             closed: true,
+            ..Staged::default()
         });
-        self.stream(tmp, local, target, rx).await.map(drop)
+        self.stream(tmp, local, target, rx, None).await.map(drop)
     }
 
     /// Uploads a staged file to `target` as it grows: each full part as soon as the file
     /// holds it (as many in flight as the run's part budget allows), the rest when the
     /// file is closed. A file that ends smaller than one part goes up in one request.
-    /// Returns the object's ETag.
+    /// Returns the object's ETag; or, while the writer guesses the shard is the `last`
+    /// when its first part is ready, nothing goes up: a shard closed so, and not
+    /// followed by another by the time the commit begins, is [`Streamed::Held`].
     async fn stream(
         &self,
         tmp: &str,
         local: &Path,
         target: &ObjectUrl,
         mut staged: watch::Receiver<Staged>,
-    ) -> Result<Option<String>> {
+        last: Option<&LastGuess>,
+    ) -> Result<Streamed> {
         let at = |e: std::io::Error| Error::from(e).with_file(local);
         let part = PART_BYTES as u64;
         let mut upload: Option<(String, ObjectUrl)> = None;
@@ -897,13 +950,27 @@ impl Shared {
             if self.stop.load(Ordering::SeqCst) {
                 return Err(Error::new(ErrorKind::Interrupted));
             }
-            let Staged { written, closed } = *staged.borrow_and_update();
-            if closed && upload.is_none() && written < part {
+            let Staged {
+                written,
+                closed,
+                followed,
+                committing,
+            } = *staged.borrow_and_update();
+            let holding = upload.is_none()
+                && !followed
+                && (closed || written >= part)
+                && last.is_some_and(LastGuess::get);
+            if holding && closed && committing {
+                return Ok(Streamed::Held);
+            }
+            if !holding && closed && upload.is_none() && written < part {
                 // One request: S3 needs parts of 5 MiB but the last.
                 let bytes = std::fs::read(local).map_err(at)?;
-                return super::put_tagged(target, bytes, false).await;
+                return Ok(Streamed::Uploaded(
+                    super::put_tagged(target, bytes, false).await?,
+                ));
             }
-            while written >= sent + part || (closed && written > sent) {
+            while !holding && (written >= sent + part || (closed && written > sent)) {
                 if upload.is_none() {
                     let started = super::create_recorded(target, checksums, async |id: &str| {
                         self.record_upload(tmp, target, id).await
@@ -917,7 +984,7 @@ impl Shared {
                 parts.push(self.send_part(&file, local, target, id, checksums, parts.len(), range));
                 sent = (sent + part).min(written);
             }
-            if closed {
+            if closed && !holding {
                 break;
             }
             // Woken by the writer, or every 100 ms to see whether the run has stopped.
@@ -937,7 +1004,7 @@ impl Shared {
         }
         let etag = complete_multipart(target, &id, done).await?;
         self.forget_upload(&id, &record).await?;
-        Ok(etag)
+        Ok(Streamed::Uploaded(etag))
     }
 
     /// Sends bytes `range` of the staged file as part `index`, once one of the run's
@@ -987,10 +1054,22 @@ struct Final {
 }
 
 /// How much of a staged shard is on disk, and whether it is complete.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 struct Staged {
     written: u64,
     closed: bool,
+    /// Another shard of its output was opened since: not the last.
+    followed: bool,
+    /// The commit has begun: no shard follows.
+    committing: bool,
+}
+
+/// How a staged shard's stream ended.
+enum Streamed {
+    /// Uploaded under its temporary name (the object's ETag).
+    Uploaded(Option<String>),
+    /// Held back as the last, for the commit to upload under its final name.
+    Held,
 }
 
 /// The store output's side of the shard writers: starts each shard's upload when the
@@ -1003,17 +1082,23 @@ struct Stager {
 }
 
 impl ShardEvents for Stager {
-    fn opened(&self, path: &Path) -> Box<dyn FnMut(u64) + Send> {
-        let (tx, rx) = watch::channel(Staged {
-            written: 0,
-            closed: false,
-        });
+    fn opened(&self, path: &Path, last: LastGuess) -> Box<dyn FnMut(u64) + Send> {
+        let (tx, rx) = watch::channel(Staged::default());
         let tx = Arc::new(tx);
-        self.senders
+        {
+            let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
+            // The shards before this one are not the last.
+            for (_, earlier) in senders.iter() {
+                earlier.send_modify(|s| s.followed = true);
+            }
+            senders.push((path.to_path_buf(), tx.clone()));
+        }
+        self.shared
+            .staged
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .push((path.to_path_buf(), tx.clone()));
-        let task = self.shared.start_stream(&self.tmp, path, rx);
+            .push(tx.clone());
+        let task = self.shared.start_stream(&self.tmp, path, rx, last);
         self.tasks
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -1030,11 +1115,11 @@ impl ShardEvents for Stager {
             .unwrap_or_else(|p| p.into_inner())
             .push(shard.clone());
         let sender = {
-            let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
+            let senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
             senders
                 .iter()
-                .position(|(p, _)| *p == shard.path)
-                .map(|i| senders.swap_remove(i).1)
+                .find(|(p, _)| *p == shard.path)
+                .map(|(_, tx)| tx.clone())
         };
         if let Some(tx) = sender {
             tx.send_modify(|s| {

@@ -734,9 +734,8 @@ fn parts_streamed_from_the_file_equal_object_stores_own_upload() {
             if !file.ends_with(".tfrecord") {
                 continue;
             }
-            // (A shard below one part goes up in one request, without; moto's copy to
-            // the final name keeps the value but not its `-PARTS`.)
-            let expected = match checksummed && bytes.len() >= 8 << 20 {
+            // (moto's copy to the final name keeps the value but not its `-PARTS`.)
+            let expected = match checksummed {
                 true => composite_crc32c(&bytes, 8 << 20),
                 false => "-".to_owned(),
             };
@@ -819,6 +818,54 @@ fn shards_whose_names_are_known_are_uploaded_under_them() {
         let (code, _, err) = tfshard_at(&s.endpoint, &[&args[..], &["--overwrite"]].concat());
         assert_eq!(code, 0, "{kill}: {err}");
         assert_eq!(client(&s.endpoint, &["uploads", &b]), "", "{kill}");
+    }
+}
+
+/// The shard the writer finds the last while it is written (the records still to come
+/// fit in it) is held back and goes up under its final name once the count is known:
+/// completed at the commit, not copied (a multipart object's ETag ends in `-PARTS`; a
+/// copy's does not). The shards before it are streamed and copied. Into a new output
+/// and with `--overwrite`, the same bytes as on disk.
+#[test]
+fn the_last_shard_goes_up_under_its_final_name() {
+    let s = need_server!();
+    let b = bucket(s, "last-final");
+    let input = scratch("s3-last-final-in").join("blobs.parquet");
+    // 40 rows of 512 KiB in 17 MiB shards: 33 rows, then 7.
+    blob_table(&input, 40, 512 << 10);
+    let size = ["--target-shard-size", "17MiB"];
+    let local = on_disk(s, &input, "s3-last-final-local", &size);
+    let out = format!("s3://{b}/out");
+    for extra in [&[][..], &["--overwrite"][..]] {
+        let args = [
+            &["convert", "parquet", input.to_str().unwrap(), "-o", &out][..],
+            &size,
+            extra,
+        ]
+        .concat();
+        let (code, _, err) = tfshard_at(&s.endpoint, &args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        let etags = client(&s.endpoint, &["etags", &b, "out/"]);
+        let etag = |name: &str| {
+            etags
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("out/{name} ")))
+                .unwrap_or_else(|| panic!("{name} not in {etags}"))
+                .to_owned()
+        };
+        assert!(
+            !etag("data-00000-of-00002.tfrecord").contains('-'),
+            "{etags}"
+        );
+        assert!(
+            etag("data-00001-of-00002.tfrecord").ends_with("-1"),
+            "{etags}"
+        );
+        let got = scratch("s3-last-final-got");
+        client(&s.endpoint, &["get-dir", &b, "out", got.to_str().unwrap()]);
+        assert_eq!(files(&got), files(&local), "{extra:?}");
+        assert_eq!(client(&s.endpoint, &["uploads", &b]), "");
+        assert!(!client(&s.endpoint, &["ls", &b, "out/"]).contains("tfshard-tmp"));
     }
 }
 
