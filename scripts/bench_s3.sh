@@ -69,14 +69,19 @@ printf 'peak RSS, convert S3->S3 %d MiB (parts streamed from the staged files); 
   "$((rss_s3 / 1024))" "$(echo "$rss_s3 / $rss_disk" | bc -l)"
 printf '  the store copying the same shards for the plain client: %.2f s\n' \
   "$("$plain" copy s3://bench/out | json seconds)"
-# Where the S3->S3 time goes (a new output): the run stopped after each phase by a
-# failure point. Reading and encoding end at convert:written (uploads stream beside
-# them); store:uploaded, every upload done (early copies beside the last ones);
-# store:copied, every copy made and the temporaries deleted; then the manifest.
-for phase in convert:written store:uploaded store:copied; do
-  t0=$(now); TFSHARD_FAILPOINTS="$phase=exit" "$bin" convert parquet s3://bench/standard -o "s3://bench/phase-$phase" --quiet || true; t1=$(now)
-  printf '  S3->S3 until %-15s %.2f s\n' "$phase" "$(echo "$t1 - $t0" | bc -l)"
-  $s3 rm bench "phase-$phase/"
+# Where the S3->S3 time goes (a new output), each run: the run stopped after each phase
+# by a failure point. Reading and encoding end at convert:written (uploads stream beside
+# them; the shard the writer finds the last waits for the count); store:uploaded, every
+# upload done (the last shard's under its final name; early copies beside the last
+# uploads); store:copied, every copy made and the temporaries deleted; then the manifest.
+for i in $(seq "$runs"); do
+  line="  run $i, S3->S3 until"
+  for phase in convert:written store:uploaded store:copied; do
+    t0=$(now); TFSHARD_FAILPOINTS="$phase=exit" "$bin" convert parquet s3://bench/standard -o "s3://bench/phase-$i-$phase" --quiet || true; t1=$(now)
+    line+=$(printf ' %s %.2f s;' "$phase" "$(echo "$t1 - $t0" | bc -l)")
+    $s3 rm bench "phase-$i-$phase/"
+  done
+  t0=$(now); "$bin" convert parquet s3://bench/standard -o "s3://bench/phase-$i" --quiet; t1=$(now)
+  printf '%s published %.2f s\n' "$line" "$(echo "$t1 - $t0" | bc -l)"
+  $s3 rm bench "phase-$i/"
 done
-t0=$(now); "$bin" convert parquet s3://bench/standard -o s3://bench/phase-all --quiet; t1=$(now)
-printf '  S3->S3 published          %.2f s\n' "$(echo "$t1 - $t0" | bc -l)"

@@ -17,7 +17,8 @@ use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 use super::{get_range, Listed};
 use crate::error::Error;
 
-/// Bytes per request when a column chunk is fetched in pieces.
+/// Bytes per request when a column chunk is fetched in pieces (at least; less than
+/// twice as many).
 const PIECE_BYTES: u64 = 8 << 20;
 /// The footer is read with one request for the last 64 KiB (most footers fit).
 const FOOTER_HINT: usize = 64 << 10;
@@ -38,13 +39,24 @@ fn external(e: Error) -> ParquetError {
     ParquetError::External(Box::new(e))
 }
 
+/// The requests a range is fetched in: even pieces of one to two [`PIECE_BYTES`] (a
+/// range just above one piece is one request, not a piece and a sliver), or one.
+fn pieces_of(range: Range<u64>) -> Vec<Range<u64>> {
+    let len = range.end.saturating_sub(range.start);
+    let step = len.div_ceil((len / PIECE_BYTES).max(1)).max(1);
+    (range.start..range.end)
+        .step_by(step as usize)
+        .map(|start| start..(start + step).min(range.end))
+        .collect()
+}
+
 impl RemoteParquet {
     async fn fetch(&self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
         self.fetch_bytes(range).await.map_err(external)
     }
 
-    /// Bytes `range` of the object, pinned to its ETag; a large range as parallel
-    /// pieces, each copied into one anonymous map as it arrives.
+    /// Bytes `range` of the object, pinned to its ETag; a range of two [`PIECE_BYTES`]
+    /// or more as parallel pieces, each copied into one anonymous map as it arrives.
     async fn fetch_bytes(&self, range: Range<u64>) -> crate::error::Result<Bytes> {
         let len = range.end.saturating_sub(range.start);
         if range.end > self.object.size {
@@ -54,16 +66,17 @@ impl RemoteParquet {
             ))));
         }
         let etag = self.object.etag.as_deref();
-        if len <= PIECE_BYTES {
+        let pieces = pieces_of(range.clone());
+        if pieces.len() <= 1 {
             return get_range(&self.object.url, range, etag).await;
         }
         // A large chunk: pieces in parallel (the permits bound them).
         let mut whole = memmap2::MmapMut::map_anon(len as usize)
             .map_err(|e| Error::from(e).with_file(self.object.url.to_path()))?;
-        let mut pieces: futures_util::stream::FuturesUnordered<_> = (range.start..range.end)
-            .step_by(PIECE_BYTES as usize)
-            .map(|start| {
-                let piece = start..(start + PIECE_BYTES).min(range.end);
+        let mut pieces: futures_util::stream::FuturesUnordered<_> = pieces
+            .into_iter()
+            .map(|piece| {
+                let start = piece.start;
                 let (at, want) = ((start - range.start) as usize, (piece.end - start) as usize);
                 get_range(&self.object.url, piece, etag).map(move |r| r.map(|b| (at, want, b)))
             })
@@ -276,10 +289,15 @@ impl Piece {
 /// whole object for every ranged GET).
 const COALESCE_GAP: u64 = 1 << 20;
 
+/// Bytes of one request that joins chunks at most: two pieces. A row group of one chunk
+/// just within a piece and the small chunks beside it (the standard table's) then comes
+/// in one request, not two.
+const COALESCE_BYTES: u64 = 2 * PIECE_BYTES;
+
 /// Starts the fetches of a row group fetched whole (each stream one piece): chunks within
 /// [`COALESCE_GAP`] of each other in one request whose bytes their pieces share, the
 /// gaps taken from `spare`, what the budget leaves. A request stays within
-/// [`PIECE_BYTES`]: a larger one is fetched in parallel pieces and copied together.
+/// [`COALESCE_BYTES`].
 fn start_coalesced(streams: &mut [Stream], mut spare: u64, fetch: &Fetch, held: &Arc<Held>) {
     let mut order: Vec<usize> = (0..streams.len())
         .filter(|&i| !streams[i].range.is_empty())
@@ -293,7 +311,7 @@ fn start_coalesced(streams: &mut [Stream], mut spare: u64, fetch: &Fetch, held: 
             Some(group)
                 if range.start >= end
                     && range.start - end <= COALESCE_GAP.min(spare)
-                    && range.end - streams[group[0]].range.start <= PIECE_BYTES =>
+                    && range.end - streams[group[0]].range.start <= COALESCE_BYTES =>
             {
                 spare -= range.start - end;
                 group.push(i);
@@ -818,6 +836,29 @@ mod tests {
             inner(range)
         });
         (fetch, count)
+    }
+
+    /// A range is one request up to twice a piece; above, even pieces of one to two.
+    #[test]
+    fn ranges_are_fetched_in_even_pieces_of_one_to_two_piece_sizes() {
+        const P: u64 = PIECE_BYTES;
+        let sizes = |r: Range<u64>| -> Vec<u64> {
+            let pieces = pieces_of(r.clone());
+            assert_eq!(pieces.first().map(|p| p.start), Some(r.start));
+            assert_eq!(pieces.last().map(|p| p.end), Some(r.end));
+            assert!(pieces.windows(2).all(|w| w[0].end == w[1].start));
+            pieces.iter().map(|p| p.end - p.start).collect()
+        };
+        assert_eq!(sizes(4..5), [1]);
+        assert_eq!(sizes(4..P + 4), [P]);
+        // The standard table's 8.5 MB row group: one request, not 8 MiB and a sliver.
+        assert_eq!(sizes(4..8_514_989), [8_514_985]);
+        assert_eq!(sizes(0..2 * P - 1), [2 * P - 1]);
+        assert_eq!(sizes(0..2 * P), [P, P]);
+        assert_eq!(sizes(7..3 * P + 7 + 2), [P + 1, P + 1, P]);
+        assert!(sizes(0..100 * P + 12_345)
+            .iter()
+            .all(|&n| (P..2 * P).contains(&n)));
     }
 
     #[test]
