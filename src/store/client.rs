@@ -263,6 +263,24 @@ where
     runtime().spawn(f)
 }
 
+impl Bucket {
+    /// A `method` request to `key`, presigned by the signer (the query and headers of
+    /// `options` in the signature), on the client of `url`'s settings.
+    pub(super) async fn presigned(
+        &self,
+        url: &ObjectUrl,
+        method: object_store::signer::Method,
+        key: &object_store::path::Path,
+        options: &object_store::signer::SignedUrlOptions,
+    ) -> object_store::Result<reqwest::RequestBuilder> {
+        let signed = self
+            .signer
+            .signed_url_opts(method.clone(), key, PRESIGNED_FOR, options)
+            .await?;
+        Ok(http_client(url.io())?.request(method, signed.as_str()))
+    }
+}
+
 /// How long a presigned request stays valid (it is sent at once; retries sign anew).
 pub(super) const PRESIGNED_FOR: Duration = Duration::from_secs(15 * 60);
 

@@ -10,7 +10,7 @@ use object_store::signer::{HeaderName, HeaderValue, Method, SignedUrlOptions};
 use object_store::ObjectStoreExt;
 
 use super::client::{block_on, bucket, http_client, request, send_retried, Bucket, PRESIGNED_FOR};
-use super::errors::{shorten, store_error, xml_value, StoreProblem};
+use super::errors::{has_etag, shorten, store_error, xml_value, StoreProblem};
 use super::multipart::{abort_multipart, complete_multipart, unescape_etag, SentPart};
 use super::objects::{delete, put_async};
 use super::records::{create_recorded, kill_point, upload_record};
@@ -196,16 +196,10 @@ async fn copy_part(
     for (name, value) in &headers {
         options = options.with_signed_header(name.clone(), value.clone());
     }
-    // A 200 can still carry an error (S3 says so for copies): only an ETag is success.
-    let copied =
-        |body: &str| xml_value(body, "ETag").is_some() && xml_value(body, "Code").is_none();
-    let body = send_retried(to, copied, || async {
-        let url = b
-            .signer
-            .signed_url_opts(Method::PUT, &key, PRESIGNED_FOR, &options)
-            .await?;
-        let mut req = http_client(to.io())?
-            .put(url.as_str())
+    let body = send_retried(to, has_etag, || async {
+        let mut req = b
+            .presigned(to, Method::PUT, &key, &options)
+            .await?
             .header("content-length", "0");
         for (name, value) in &headers {
             req = req.header(name, value);

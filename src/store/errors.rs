@@ -170,6 +170,12 @@ pub(super) fn shorten(text: &str) -> String {
     }
 }
 
+/// Whether a 2xx body of a copy or a multipart completion is a success: S3 may answer
+/// 200 and still carry an error in the body; only an ETag is success.
+pub(super) fn has_etag(body: &str) -> bool {
+    xml_value(body, "ETag").is_some() && xml_value(body, "Code").is_none()
+}
+
 /// The text of the first `<tag>` element of an XML body.
 pub(super) fn xml_value<'a>(text: &'a str, tag: &str) -> Option<&'a str> {
     let open = format!("<{tag}>");

@@ -23,8 +23,8 @@ use object_store::signer::{Method, SignedUrlOptions};
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::{Deserialize, Serialize};
 
-use super::client::{bucket, http_client, request, send_retried, PRESIGNED_FOR};
-use super::errors::{is_problem, xml_value, StoreProblem};
+use super::client::{bucket, request, send_retried};
+use super::errors::{has_etag, is_problem, xml_value, StoreProblem};
 use super::url::{ObjectUrl, Scheme};
 use crate::error::{Error, ErrorKind, Result};
 
@@ -55,12 +55,8 @@ pub(crate) async fn create_multipart(url: &ObjectUrl, checksums: bool) -> Result
         url,
         |body| xml_value(body, "UploadId").is_some(),
         || async {
-            let signed = b
-                .signer
-                .signed_url_opts(Method::POST, &key, PRESIGNED_FOR, &options)
-                .await?;
-            Ok(http_client(url.io())?
-                .post(signed.as_str())
+            Ok(b.presigned(url, Method::POST, &key, &options)
+                .await?
                 .header(name.clone(), value.clone())
                 .header("content-length", "0"))
         },
@@ -211,16 +207,13 @@ pub(crate) async fn put_part_streamed(
         url,
         |_| true,
         || async {
-            let signed = b
-                .signer
-                .signed_url_opts(Method::PUT, &key, PRESIGNED_FOR, &options)
-                .await?;
             let body = FileRange {
                 file: file.clone(),
                 range: range.clone(),
             };
-            let mut put = http_client(url.io())?
-                .put(signed.as_str())
+            let mut put = b
+                .presigned(url, Method::PUT, &key, &options)
+                .await?
                 .header("content-length", range.end - range.start);
             if let Some((name, value)) = &checksum {
                 put = put.header(name.clone(), value.clone());
@@ -297,16 +290,9 @@ pub(crate) async fn complete_multipart(
     }
     let options = SignedUrlOptions::new().with_query([("uploadId", id.to_owned())]);
     let body = complete_body(&parts);
-    // A 200 can still carry an error (S3 says so for completes): only an ETag is success.
-    let completed =
-        |body: &str| xml_value(body, "ETag").is_some() && xml_value(body, "Code").is_none();
-    let (_, answer) = send_retried(url, completed, || async {
-        let signed = b
-            .signer
-            .signed_url_opts(Method::POST, &key, PRESIGNED_FOR, &options)
-            .await?;
-        Ok(http_client(url.io())?
-            .post(signed.as_str())
+    let (_, answer) = send_retried(url, has_etag, || async {
+        Ok(b.presigned(url, Method::POST, &key, &options)
+            .await?
             .body(body.clone()))
     })
     .await?;
@@ -382,13 +368,7 @@ pub(crate) async fn pending_uploads(prefix: &ObjectUrl) -> Result<Vec<(ObjectUrl
         let (_, body) = send_retried(
             prefix,
             |_| true,
-            || async {
-                let url = b
-                    .signer
-                    .signed_url_opts(Method::GET, &root, PRESIGNED_FOR, &options)
-                    .await?;
-                Ok(http_client(prefix.io())?.get(url.as_str()))
-            },
+            || b.presigned(prefix, Method::GET, &root, &options),
         )
         .await?;
         let page: UploadsPage = quick_xml::de::from_str(&body).map_err(|e| {
