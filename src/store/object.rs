@@ -283,9 +283,9 @@ struct Shared {
     /// Shards held back as their output's last ([`LastGuess`]) until the commit, by
     /// staged path: the commit uploads them under their final names.
     held: Mutex<Vec<PathBuf>>,
-    /// What every shard writer tells about its shards, each shard's (the commit tells
-    /// them it has begun).
-    staged: Mutex<Vec<Arc<watch::Sender<Staged>>>>,
+    /// What the shard writers tell each shard's stream, by staged path (a later shard
+    /// of the same output, and the commit, tell it too).
+    staged: Mutex<Vec<(PathBuf, Arc<watch::Sender<Staged>>)>>,
 }
 
 impl RemoteOutput {
@@ -362,7 +362,6 @@ impl RemoteOutput {
             shared: self.shared.clone(),
             tmp: tmp.to_owned(),
             tasks: self.tasks.clone(),
-            senders: Mutex::new(Vec::new()),
         })
     }
 
@@ -564,7 +563,7 @@ impl RemoteOutput {
         }
         let pipelined = !s.overwrite && !files.iter().any(|(_, _, name)| exists(name));
         // The count is known: a shard held back as the last goes up under its name.
-        for tx in s.staged.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for (_, tx) in s.staged.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             tx.send_modify(|st| st.committing = true);
         }
         block_on(futures_util::future::try_join_all(files.iter().map(
@@ -1078,7 +1077,6 @@ struct Stager {
     shared: Arc<Shared>,
     tmp: String,
     tasks: Arc<Mutex<Vec<Upload>>>,
-    senders: Mutex<Vec<(PathBuf, Arc<watch::Sender<Staged>>)>>,
 }
 
 impl ShardEvents for Stager {
@@ -1086,18 +1084,16 @@ impl ShardEvents for Stager {
         let (tx, rx) = watch::channel(Staged::default());
         let tx = Arc::new(tx);
         {
-            let mut senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
-            // The shards before this one are not the last.
-            for (_, earlier) in senders.iter() {
-                earlier.send_modify(|s| s.followed = true);
+            let mut staged = self.shared.staged.lock().unwrap_or_else(|p| p.into_inner());
+            // The shards before this one of its output (its staging folder) are not the
+            // last.
+            for (earlier, tx) in staged.iter() {
+                if earlier.parent() == path.parent() {
+                    tx.send_modify(|s| s.followed = true);
+                }
             }
-            senders.push((path.to_path_buf(), tx.clone()));
+            staged.push((path.to_path_buf(), tx.clone()));
         }
-        self.shared
-            .staged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(tx.clone());
         let task = self.shared.start_stream(&self.tmp, path, rx, last);
         self.tasks
             .lock()
@@ -1115,8 +1111,8 @@ impl ShardEvents for Stager {
             .unwrap_or_else(|p| p.into_inner())
             .push(shard.clone());
         let sender = {
-            let senders = self.senders.lock().unwrap_or_else(|p| p.into_inner());
-            senders
+            let staged = self.shared.staged.lock().unwrap_or_else(|p| p.into_inner());
+            staged
                 .iter()
                 .find(|(p, _)| *p == shard.path)
                 .map(|(_, tx)| tx.clone())
