@@ -10,10 +10,11 @@
 #   peak RSS, convert S3 -> S3              vs  the same conversion disk -> disk
 #   where the S3 -> S3 time goes: the run stopped after each phase (failure points)
 #
-#   scripts/bench_s3.sh            (RUNS=3 by default; prints each run, medians, ratios)
+#   scripts/bench_s3.sh            (RUNS=5 by default: the server shares the two cores and
+#                                   a run varies by a third; prints each run, medians, ratios)
 set -euo pipefail
 source "$(dirname "$0")/bench_data.sh"
-runs=${RUNS:-3}
+runs=${RUNS:-5}
 [ -d "$data/standard-2000000" ] || "$python" scripts/make_standard_table.py "$data/standard-2000000"
 cargo build --release --quiet --example s3_plain
 plain=$root/target/release/examples/s3_plain
@@ -47,7 +48,8 @@ for i in $(seq "$runs"); do
     "$(echo "${over[-1]} / ${boto[-1]}" | bc -l)" "${base[-1]}"
   getr+=("$("$plain" get s3://bench/out | json bytes_per_sec)")
   benchr+=("$("$bin" bench s3://bench/out --epochs 1 --json --quiet | json bytes_per_sec)")
-  # moto keeps every object in memory: what this run added goes, untimed.
+  # moto keeps every object (in memory, or in its temporary files): what this run added
+  # goes, untimed.
   $s3 rm bench "new-$i/"; $s3 rm bench "boto3-$i/"
 done
 c=$(printf '%s\n' "${conv[@]}" | median); b=$(printf '%s\n' "${base[@]}" | median)
