@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pip-installable wheel into target/wheels/ and prints its path: the `tfshard`
-# Python module (maturin, PyO3, `--features python`) plus the `tfshard` binary in the
-# wheel's data scripts (pip puts it on PATH). maturin comes from PyPI into the git-ignored
-# .venv-maturin.
+# Python module (maturin, PyO3, `--features python`), whose `tfshard` command (on PATH
+# once installed) is an entry point into the same extension. maturin comes from PyPI into
+# the git-ignored .venv-maturin.
 #
 #   scripts/build_wheel.sh            # release build, the wheel to ship
 #   scripts/build_wheel.sh --debug    # the dev profile (what the tests use: no second build)
@@ -19,17 +19,9 @@ if ! "$venv/bin/maturin" --version 2>/dev/null | grep -q "^maturin 1.16.0$"; the
   "$venv/bin/pip" install --quiet --disable-pip-version-check maturin==1.16.0 >&2
 fi
 profile=(--release)
-dir=release
 if [ "${1:-}" = "--debug" ]; then
   profile=(--profile dev)
-  dir=debug
 fi
-# The binary: the same build the tests use (its features are the default ones, so the
-# `python` feature's build below shares every dependency with it).
-cargo build "${profile[@]}" --bin tfshard >&2
-mkdir -p target/wheel-data/scripts
-# (Stripped: the dev profile's debug info would make the wheel a gigabyte.)
-strip -o target/wheel-data/scripts/tfshard "target/$dir/tfshard"
 # (Its output goes to stderr as it is: `tee /dev/stderr` would reopen, and truncate, a
 # log file that stderr is redirected to.)
 log=$("$venv/bin/maturin" build "${profile[@]}" --strip --out target/wheels 2>&1) || { echo "$log" >&2; exit 1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SHA-256 of every uncompressed output a binary writes for the repository's inputs: the
 # parquet-testing files that convert, testdata/small.parquet (plain, --index, shuffled
-# splits, --min-shards), the image folder, and (when present) the standard benchmark
+# splits, --min-shards), the image folder, the Hive folder, the Delta and Iceberg tables,
+# the TFRecord inputs, and (when present) the standard benchmark
 # table. Manifests are hashed without their "created" and "tfshard_version" fields.
 # Two binaries that print the same lines write the same bytes.
 #
@@ -51,7 +52,20 @@ convert small-threads-1 parquet "$small" --target-shard-size 100KB --threads 1
 convert small-gzip-threads-1 parquet "$small" --target-shard-size 100KB --threads 1 --compression gzip
 convert small-gzip-threads-2 parquet "$small" --target-shard-size 100KB --threads 2 --compression gzip
 convert images images "$root/testdata/images"
+convert small-tfds parquet "$small" --tfds small_set --split train=0.8,test=0.2 --split-key id
 convert images-shuffle images "$root/testdata/images" --shuffle --split a=0.5,b=0.5
+convert hive parquet "$root/testdata/hive"
+for t in $(cd "$root/testdata/delta-kernel" && find . -mindepth 1 -maxdepth 1 -type d | LC_ALL=C sort); do
+  convert "delta/${t#./}" delta "$root/testdata/delta-kernel/$t" | grep -v ': failed$' || true
+done
+convert delta-table delta "$root/testdata/delta-table"
+convert delta-table-v0 delta "$root/testdata/delta-table" --version 0
+convert iceberg iceberg "$root/testdata/iceberg-table"
+convert iceberg-split iceberg "$root/testdata/iceberg-table" --split a=0.5,b=0.5 --target-shard-size 4KB
+for t in $(cd "$root/testdata/tfrecord-in" && find . -mindepth 1 -maxdepth 1 -type d | LC_ALL=C sort); do
+  convert "tfrecord/${t#./}" tfrecord "$root/testdata/tfrecord-in/$t" --target-shard-size 32KB | grep -v ': failed$' || true
+done
+convert tfrecord-shuffle-gzip tfrecord "$root/testdata/tfrecord-in/spark" --shuffle --seed 2 --compression gzip --target-shard-size 32KB
 for f in $(cd "$root/testdata/parquet-testing" && find data bad_data -type f | LC_ALL=C sort); do
   convert "corpus/$f" parquet "$root/testdata/parquet-testing/$f" | grep -v ': failed$' || true
 done

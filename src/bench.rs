@@ -22,6 +22,7 @@ pub struct BenchOptions {
 
 /// One epoch's figures.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct EpochReport {
     /// The epoch (0 ran with a cold cache, if the files were not read before).
     pub epoch: u64,
@@ -56,6 +57,7 @@ pub struct EpochReport {
 
 /// A whole run's figures; the top level of `bench --json`.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct RunReport {
     /// Records delivered in every epoch.
     pub records: u64,
@@ -92,6 +94,7 @@ pub struct RunReport {
 
 /// The cache's part of a run's report.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct CacheSummary {
     /// What the cache did.
     #[serde(flatten)]
@@ -120,6 +123,7 @@ impl RunReport {
 
 /// The full report.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct BenchReport {
     /// The pipeline's run.
     #[serde(flatten)]
@@ -367,7 +371,7 @@ impl BenchBuilder {
     ///
     /// # Errors
     ///
-    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option.
+    /// [`InvalidOption`](crate::error::ErrorKind::InvalidOption) naming the option.
     pub fn build(self) -> Result<Bench> {
         self.options.pipeline.validate()?;
         Ok(Bench {

@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::RecordType;
-use crate::manifest::{self, Manifest, MANIFEST_SUFFIX};
+use crate::manifest::{
+    self, manifest_listing, manifests_in, read_manifest, Manifest, MANIFEST_SUFFIX,
+};
 use crate::store::IoOptions;
 
 /// A set of shards to read.
@@ -67,46 +69,6 @@ pub fn unlisted_shards(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
         return Err(Error::new(ErrorKind::NoShards).with_file(dir));
     }
     Ok(shards)
-}
-
-/// Reads and parses a manifest (a file or an object, read with the settings `io`).
-///
-/// # Errors
-///
-/// The file cannot be read or is not a manifest.
-pub fn read_manifest(path: &Path, io: IoOptions) -> Result<Manifest> {
-    Manifest::from_json(&crate::store::paths::read(path, io)?, path)
-}
-
-/// The manifests (`*.manifest.json`) in a folder, sorted by name.
-///
-/// # Errors
-///
-/// The folder cannot be listed.
-pub fn manifests_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
-    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir, io)?
-        .into_iter()
-        .filter(|p| {
-            let name = p.file_name().unwrap_or_default().to_string_lossy();
-            name.ends_with(MANIFEST_SUFFIX) && !name.starts_with('.')
-        })
-        .collect();
-    out.sort();
-    Ok(out)
-}
-
-/// The manifest in `file`'s folder that lists it, if any (for `--record-type auto`).
-pub fn manifest_listing(file: &Path, io: IoOptions) -> Option<Manifest> {
-    let dir = match file.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let name = file.file_name()?.to_string_lossy().into_owned();
-    manifests_in(dir, io)
-        .ok()?
-        .iter()
-        .filter_map(|p| read_manifest(p, io).ok())
-        .find(|m| m.lists(&name))
 }
 
 impl Dataset {

@@ -66,6 +66,7 @@ impl fmt::Display for Location {
 /// Which check a TFRecord frame failed. `phrase()` is the fixed phrase that starts a
 /// `verify` problem (the `problem` key of `verify --json`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum FrameProblem {
     /// The masked CRC32C of the 8 length bytes does not match.
     LengthCrc,
@@ -564,6 +565,120 @@ struct Inner {
 /// Boxed so that every `Result` stays one pointer wide in hot loops.
 pub struct Error(Box<Inner>);
 
+/// The families of [`ErrorKind`] that callers tell apart (the Python module raises a
+/// subclass of `tfshard.Error` for each).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorFamily {
+    /// The input is not what it claims to be: corrupt framing, Parquet, images or
+    /// manifests, a record that does not parse, an input that changed while read.
+    CorruptInput,
+    /// The data does not fit: a column that cannot be encoded, schemas that differ, a
+    /// record that does not match the spec, names that collide.
+    SchemaMismatch,
+    /// An object store refused or failed a request.
+    Store,
+    /// The run was cancelled (SIGINT, SIGTERM, a cancel token).
+    Interrupted,
+    /// Options no run could honour (the command line's usage error, exit 2).
+    Usage,
+    /// Anything else: I/O, a value out of range, an output in use, missing parts.
+    Other,
+}
+
+impl ErrorKind {
+    /// The kind's stable name, in snake case (`frame`, `schema_mismatch`, `store`,
+    /// `interrupted`): the Python module's `tfshard.Error.kind`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ErrorKind::Io(_) => "io",
+            ErrorKind::Parquet(_) => "parquet",
+            ErrorKind::Arrow(_) => "arrow",
+            ErrorKind::Frame { .. } => "frame",
+            ErrorKind::Decode { .. } => "decode",
+            ErrorKind::PayloadNotRecord { .. } => "payload_not_record",
+            ErrorKind::SequenceExampleAsExample => "sequence_example_as_example",
+            ErrorKind::NotAsListed { .. } => "not_as_listed",
+            ErrorKind::InputChanged { .. } => "input_changed",
+            ErrorKind::SplitKeyNotScalar { .. } => "split_key_not_scalar",
+            ErrorKind::UnsupportedType { .. } => "unsupported_type",
+            ErrorKind::NestedList { .. } => "nested_list",
+            ErrorKind::OutOfRange { .. } => "out_of_range",
+            ErrorKind::NullInList => "null_in_list",
+            ErrorKind::RecordTooLarge { .. } => "record_too_large",
+            ErrorKind::SchemaMismatch { .. } => "schema_mismatch",
+            ErrorKind::UnknownColumn { .. } => "unknown_column",
+            ErrorKind::DuplicateFeature { .. } => "duplicate_feature",
+            ErrorKind::RowCountMismatch { .. } => "row_count_mismatch",
+            ErrorKind::ChunkLayout { .. } => "chunk_layout",
+            ErrorKind::DecoderPanic { .. } => "decoder_panic",
+            ErrorKind::InvalidOption { .. } => "invalid_option",
+            ErrorKind::EncryptedParquet => "encrypted_parquet",
+            ErrorKind::NoParquetFiles => "no_parquet_files",
+            ErrorKind::NoShards => "no_shards",
+            ErrorKind::NoTfrecordFiles => "no_tfrecord_files",
+            ErrorKind::OutputExists => "output_exists",
+            ErrorKind::ManifestInvalid(_) => "manifest_invalid",
+            ErrorKind::KindConflict { .. } => "kind_conflict",
+            ErrorKind::BadImage(_) => "bad_image",
+            ErrorKind::UnlabeledImage => "unlabeled_image",
+            ErrorKind::LabelsMismatch { .. } => "labels_mismatch",
+            ErrorKind::Malformed(_) => "malformed",
+            ErrorKind::CacheDamaged(_) => "cache_damaged",
+            ErrorKind::RecordMismatch(_) => "record_mismatch",
+            ErrorKind::Store { .. } => "store",
+            ErrorKind::ResumeMismatch { .. } => "resume_mismatch",
+            ErrorKind::PartsMissing { .. } => "parts_missing",
+            ErrorKind::PartsDisagree { .. } => "parts_disagree",
+            ErrorKind::NoParts => "no_parts",
+            ErrorKind::OutputClaimed => "output_claimed",
+            ErrorKind::FinalizeClaimed => "finalize_claimed",
+            ErrorKind::Table { .. } => "table",
+            ErrorKind::PartitionKeys { .. } => "partition_keys",
+            ErrorKind::PartitionColumn { .. } => "partition_column",
+            ErrorKind::TfdsFeature { .. } => "tfds_feature",
+            ErrorKind::TfdsImage { .. } => "tfds_image",
+            ErrorKind::Interrupted => "interrupted",
+        }
+    }
+
+    /// The kind's family.
+    pub fn family(&self) -> ErrorFamily {
+        match self {
+            ErrorKind::Parquet(_)
+            | ErrorKind::Frame { .. }
+            | ErrorKind::Decode { .. }
+            | ErrorKind::PayloadNotRecord { .. }
+            | ErrorKind::SequenceExampleAsExample
+            | ErrorKind::NotAsListed { .. }
+            | ErrorKind::InputChanged { .. }
+            | ErrorKind::RowCountMismatch { .. }
+            | ErrorKind::ChunkLayout { .. }
+            | ErrorKind::DecoderPanic { .. }
+            | ErrorKind::EncryptedParquet
+            | ErrorKind::ManifestInvalid(_)
+            | ErrorKind::BadImage(_)
+            | ErrorKind::Malformed(_)
+            | ErrorKind::RecordMismatch(_) => ErrorFamily::CorruptInput,
+            ErrorKind::SplitKeyNotScalar { .. }
+            | ErrorKind::UnsupportedType { .. }
+            | ErrorKind::NestedList { .. }
+            | ErrorKind::SchemaMismatch { .. }
+            | ErrorKind::UnknownColumn { .. }
+            | ErrorKind::DuplicateFeature { .. }
+            | ErrorKind::KindConflict { .. }
+            | ErrorKind::PartitionKeys { .. }
+            | ErrorKind::PartitionColumn { .. }
+            | ErrorKind::TfdsFeature { .. }
+            | ErrorKind::TfdsImage { .. } => ErrorFamily::SchemaMismatch,
+            ErrorKind::InvalidOption { .. } => ErrorFamily::Usage,
+            ErrorKind::Store { .. } => ErrorFamily::Store,
+            ErrorKind::Interrupted => ErrorFamily::Interrupted,
+            _ => ErrorFamily::Other,
+        }
+    }
+}
+
 impl Error {
     /// Creates an error with an empty location.
     pub fn new(kind: ErrorKind) -> Error {
@@ -732,6 +847,7 @@ impl From<arrow_schema::ArrowError> for Error {
 /// A feature's value type, as `tf.train.Feature` stores it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum FeatureKind {
     /// `int64_list`
     Int64,
@@ -795,6 +911,7 @@ pub enum SpecMismatch {
 
 /// What went wrong talking to a store, as the one line says it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreProblem {
     /// 401/403.
     AccessDenied,

@@ -35,6 +35,7 @@ use crate::tfrecord::Compression;
 
 /// What `finalize` published for one prefix.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct FinalizedSet {
     /// The prefix (or split name).
     pub prefix: String,
@@ -544,6 +545,43 @@ pub struct FinalizeReport {
     pub seconds: f64,
 }
 
+impl FinalizeReport {
+    /// The report as `finalize --json` prints it (and the Python module returns it):
+    /// `output`, `manifest` (null for several sets), `records`, `shards`, `bytes`,
+    /// `seconds`, `workers`; `already_published` when another `finalize` had published
+    /// every set, and `splits` for several.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let sets = &self.sets;
+        let single = sets.len() == 1;
+        let mut value = json!({
+            "output": self.output,
+            "manifest": if single { json!(sets[0].manifest) } else { json!(null) },
+            "records": sets.iter().map(|s| s.records).sum::<u64>(),
+            "shards": sets.iter().map(|s| s.shards).sum::<u64>(),
+            "bytes": sets.iter().map(|s| s.bytes).sum::<u64>(),
+            "seconds": self.seconds,
+            "workers": sets.first().map_or(0, |s| s.workers),
+        });
+        if sets.iter().all(|s| s.already_published) {
+            value["already_published"] = json!(true);
+        }
+        if !single {
+            value["splits"] = sets
+                .iter()
+                .map(|s| {
+                    (
+                        s.prefix.clone(),
+                        json!({"manifest": s.manifest, "records": s.records, "shards": s.shards, "bytes": s.bytes}),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+        }
+        value
+    }
+}
+
 /// A checked `finalize`, ready to run: `Finalizer::builder(output)`, options, `build()`,
 /// `run()`.
 ///
@@ -623,7 +661,7 @@ impl FinalizerBuilder {
     ///
     /// # Errors
     ///
-    /// [`InvalidOption`](crate::ErrorKind::InvalidOption): no output, or an unsupported
+    /// [`InvalidOption`](crate::error::ErrorKind::InvalidOption): no output, or an unsupported
     /// URL scheme.
     pub fn build(self) -> Result<Finalizer> {
         let f = self.finalizer;

@@ -30,8 +30,10 @@
 //! buckets, names); [`manifest`]; then the jobs: [`convert`] (the only module that
 //! wires source, codec, shards and destination), [`finalize`], [`tfds`], [`dataset`]
 //! and [`records`] (finding and decoding shards), [`pipeline`], [`verify`], [`bench`](mod@bench);
-//! last the command line (`cli`, which the binary runs) and, with the `python` feature, the
-//! Python module over it (`src/python/`, built into the wheel by `scripts/build_wheel.sh`).
+//! last the command line (`cli`, feature `cli`, on by default: the binary's) and, with
+//! the `python` feature, the Python module over the library (`src/python/`, built into the
+//! wheel by `scripts/build_wheel.sh`, whose `tfshard` command enters the same `cli`).
+//! Sizes and durations as users write them are parsed in one place, [`units`].
 //!
 //! ```
 //! use tfshard::{Converter, NoProgress, Pipeline, Verifier};
@@ -67,8 +69,9 @@
 #[doc(hidden)]
 pub mod alloc;
 pub mod bench;
-/// The command line of the `tfshard` binary (and of the Python module's `convert`,
-/// which parses its options as the flags they are). Not a stable API.
+/// The command line of the `tfshard` binary (feature `cli`, on by default; the Python
+/// module's `tfshard` command enters it too). Not a stable API.
+#[cfg(feature = "cli")]
 #[doc(hidden)]
 #[allow(missing_docs)]
 pub mod cli;
@@ -95,6 +98,7 @@ pub(crate) mod source;
 pub mod store;
 pub mod tfds;
 pub mod tfrecord;
+pub mod units;
 pub mod verify;
 
 pub use convert::{ConvertOptions, ConvertSummary, Converter};

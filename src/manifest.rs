@@ -5,21 +5,24 @@
 //! scheduled jobs read: keys are only ever added, never renamed.
 
 use std::collections::BTreeMap;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::{FeatureSpec, RecordType};
+use crate::store::IoOptions;
 use crate::tfrecord::Compression;
 
 /// The manifest format version we write.
 pub const MANIFEST_VERSION: u32 = 1;
-pub use crate::shard::name::MANIFEST_SUFFIX;
+/// The suffix of a manifest file name.
+pub const MANIFEST_SUFFIX: &str = ".manifest.json";
 
 /// One input file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct InputInfo {
     /// The path as given (a folder input's files: the folder as given, joined with the
     /// file's relative path).
@@ -36,6 +39,7 @@ pub struct InputInfo {
 
 /// One shard.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ShardInfo {
     /// File name, relative to the manifest's folder.
     pub file: String,
@@ -47,7 +51,15 @@ pub struct ShardInfo {
     pub crc32c: String,
 }
 
-pub use crate::source::images::Skipped;
+/// A file left out of an image conversion.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Skipped {
+    /// Path relative to the input folder.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+}
 
 /// `{prefix}.manifest.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -93,7 +105,87 @@ pub struct Manifest {
     pub row_groups: Option<[u64; 2]>,
 }
 
-pub use crate::source::table::TableInfo;
+/// The snapshot a conversion read: the manifest's `table`. A Delta table's snapshot is
+/// its `version`, an Iceberg table's its `snapshot_id`; the key of the other format is
+/// left out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[non_exhaustive]
+pub struct TableInfo {
+    /// `delta` or `iceberg`.
+    pub format: String,
+    /// The table as given.
+    pub location: String,
+    /// A Delta snapshot's version (none for a table with no commit yet).
+    #[serde(default)]
+    pub version: Option<u64>,
+    /// An Iceberg snapshot's id (none for a table with no snapshot yet).
+    #[serde(default)]
+    pub snapshot_id: Option<i64>,
+    /// Its commit time, RFC 3339 UTC.
+    pub timestamp: Option<String>,
+}
+
+impl TableInfo {
+    /// A Delta table's snapshot.
+    pub(crate) fn delta(location: &str, version: Option<u64>, timestamp_ms: Option<i64>) -> Self {
+        TableInfo {
+            format: "delta".into(),
+            location: location.into(),
+            version,
+            snapshot_id: None,
+            timestamp: timestamp_ms.map(rfc3339_ms),
+        }
+    }
+
+    /// An Iceberg table's snapshot.
+    pub(crate) fn iceberg(
+        location: &str,
+        snapshot_id: Option<i64>,
+        timestamp_ms: Option<i64>,
+    ) -> Self {
+        TableInfo {
+            format: "iceberg".into(),
+            location: location.into(),
+            version: None,
+            snapshot_id,
+            timestamp: timestamp_ms.map(rfc3339_ms),
+        }
+    }
+
+    /// The snapshot in words, for errors and the summary line: `version 4`, `snapshot
+    /// 123`, or `before its first commit`.
+    pub fn snapshot_words(&self) -> String {
+        match (self.version, self.snapshot_id) {
+            (Some(v), _) => format!("version {v}"),
+            (_, Some(id)) => format!("snapshot {id}"),
+            _ if self.format == "iceberg" => "before its first snapshot".into(),
+            _ => "before its first commit".into(),
+        }
+    }
+}
+
+impl serde::Serialize for TableInfo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(4))?;
+        map.serialize_entry("format", &self.format)?;
+        map.serialize_entry("location", &self.location)?;
+        if self.format == "iceberg" {
+            map.serialize_entry("snapshot_id", &self.snapshot_id)?;
+        } else {
+            map.serialize_entry("version", &self.version)?;
+        }
+        map.serialize_entry("timestamp", &self.timestamp)?;
+        map.end()
+    }
+}
+
+/// Milliseconds since the epoch as RFC 3339 UTC (`2026-11-30T08:15:02.123Z`).
+pub fn rfc3339_ms(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| ms.to_string())
+}
 
 /// A part manifest's `worker`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -145,6 +237,46 @@ impl Manifest {
     }
 }
 
+/// Reads and parses a manifest (a file or an object, read with the settings `io`).
+///
+/// # Errors
+///
+/// The file cannot be read or is not a manifest.
+pub fn read_manifest(path: &Path, io: IoOptions) -> Result<Manifest> {
+    Manifest::from_json(&crate::store::paths::read(path, io)?, path)
+}
+
+/// The manifests (`*.manifest.json`) in a folder, sorted by name.
+///
+/// # Errors
+///
+/// The folder cannot be listed.
+pub fn manifests_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = crate::store::paths::files_in(dir, io)?
+        .into_iter()
+        .filter(|p| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.ends_with(MANIFEST_SUFFIX) && !name.starts_with('.')
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The manifest in `file`'s folder that lists it, if any (for `--record-type auto`).
+pub fn manifest_listing(file: &Path, io: IoOptions) -> Option<Manifest> {
+    let dir = match file.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let name = file.file_name()?.to_string_lossy().into_owned();
+    manifests_in(dir, io)
+        .ok()?
+        .iter()
+        .filter_map(|p| read_manifest(p, io).ok())
+        .find(|m| m.lists(&name))
+}
+
 /// Whether a manifest's `file` entry stays inside the manifest's folder: relative, no
 /// `..`, no root. Untrusted manifests must pass this before a file is opened.
 pub fn is_safe_relative(file: &str) -> bool {
@@ -160,14 +292,16 @@ pub fn is_safe_relative(file: &str) -> bool {
 /// # Errors
 ///
 /// [`ErrorKind::ManifestInvalid`] naming the manifest.
-pub fn check_shard_file(file: &str, path: &std::path::Path) -> crate::Result<()> {
+pub fn check_shard_file(file: &str, path: &std::path::Path) -> crate::error::Result<()> {
     if is_safe_relative(file) {
         return Ok(());
     }
     Err(
-        crate::Error::new(crate::ErrorKind::ManifestInvalid(serde::de::Error::custom(
-            format!("unsafe path: shard file {file:?} leaves the manifest's folder"),
-        )))
+        crate::error::Error::new(crate::error::ErrorKind::ManifestInvalid(
+            serde::de::Error::custom(format!(
+                "unsafe path: shard file {file:?} leaves the manifest's folder"
+            )),
+        ))
         .with_file(path),
     )
 }

@@ -218,7 +218,7 @@ impl SchemaReaderBuilder {
     /// manifest that cannot be read.
     pub fn build(self) -> Result<SchemaReader> {
         if self.paths.is_empty() {
-            return Err(crate::Error::invalid_option("paths", "give a path"));
+            return Err(crate::error::Error::invalid_option("paths", "give a path"));
         }
         let (dataset, record_type) = self.reading.discover(&self.paths)?;
         Ok(SchemaReader {

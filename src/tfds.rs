@@ -25,6 +25,11 @@ use crate::manifest::Manifest;
 /// The version folder every dataset is written to.
 pub const VERSION: &str = "1.0.0";
 
+/// `OUT/NAME/1.0.0`, the folder a dataset `NAME` is written to under `OUT`.
+pub fn version_dir(output: &std::path::Path, name: &str) -> std::path::PathBuf {
+    output.join(name).join(VERSION)
+}
+
 /// The split of a conversion without `--split`.
 pub const DEFAULT_SPLIT: &str = "train";
 

@@ -104,6 +104,27 @@ impl ProblemKind {
         }
     }
 
+    /// The kind's stable name, the `kind` key of a `verify --json` problem: the phrase
+    /// in snake case (`data_crc_mismatch`, `missing_shard`, `unreadable`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ProblemKind::LengthCrc => "length_crc_mismatch",
+            ProblemKind::DataCrc => "data_crc_mismatch",
+            ProblemKind::TruncatedLength => "truncated_length",
+            ProblemKind::TruncatedData => "truncated_data",
+            ProblemKind::TrailingBytes => "trailing_bytes",
+            ProblemKind::MissingShard => "missing_shard",
+            ProblemKind::UnlistedShard => "unlisted_shard",
+            ProblemKind::SizeMismatch => "size_mismatch",
+            ProblemKind::RecordCountMismatch => "record_count_mismatch",
+            ProblemKind::Crc32cMismatch => "crc32c_mismatch",
+            ProblemKind::UnsafePath => "unsafe_path",
+            ProblemKind::DecodeError => "decode_error",
+            ProblemKind::SchemaMismatch => "schema_mismatch",
+            ProblemKind::Unreadable => "unreadable",
+        }
+    }
+
     fn of_frame(problem: FrameProblem) -> ProblemKind {
         match problem {
             FrameProblem::LengthCrc => ProblemKind::LengthCrc,
@@ -117,7 +138,8 @@ impl ProblemKind {
 
 /// One thing wrong: what (its [`kind`](Problem::kind) and the facts), and where (file,
 /// record, byte offset). Its `Display` is the line `verify` prints; the `verify --json`
-/// `problems` entries hold its fields, with `problem` its text. Problems order by file,
+/// `problems` entries hold its fields, with `kind` its kind's [`name`](ProblemKind::name)
+/// and `problem` its text. Problems order by file,
 /// record, offset, then text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -169,6 +191,7 @@ impl Serialize for Problem {
         if let Some(offset) = self.offset {
             map.serialize_entry("offset", &offset)?;
         }
+        map.serialize_entry("kind", self.kind.name())?;
         map.serialize_entry("problem", &self.text())?;
         map.end()
     }
@@ -189,6 +212,7 @@ impl std::fmt::Display for Problem {
 
 /// The outcome; the `verify --json` keys.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct VerifyReport {
     /// No problem found.
     pub ok: bool,
@@ -243,7 +267,7 @@ fn problem(
 
 /// The problem an error reading a shard makes: a frame check's own kind, a decode
 /// error, or the file cannot be read.
-fn problem_of(file: &Path, e: &crate::Error) -> Problem {
+fn problem_of(file: &Path, e: &crate::error::Error) -> Problem {
     let (kind, detail) = match e.kind() {
         ErrorKind::Frame { problem, detail } => {
             (ProblemKind::of_frame(*problem), detail.to_string())
@@ -377,7 +401,8 @@ impl VerifierBuilder {
     /// [`ErrorKind::InvalidOption`]: no path and no manifest, or no thread; an I/O
     /// error when the pool's threads cannot start.
     pub fn build(self) -> Result<Verifier> {
-        let invalid = |option, reason: &str| Err(crate::Error::invalid_option(option, reason));
+        let invalid =
+            |option, reason: &str| Err(crate::error::Error::invalid_option(option, reason));
         if self.options.paths.is_empty() && self.options.manifest.is_none() {
             return invalid("paths", "give a path or a manifest");
         }
@@ -410,7 +435,7 @@ pub(crate) fn verify(
     let mut manifests: Vec<PathBuf> = options.manifest.iter().cloned().collect();
     for path in &options.paths {
         if crate::store::paths::is_dir(path, options.io)? {
-            let found = crate::dataset::manifests_in(path, options.io)?;
+            let found = crate::manifest::manifests_in(path, options.io)?;
             if found.is_empty() {
                 for shard in crate::dataset::unlisted_shards(path, options.io)? {
                     jobs.push(plain_job(shard, options));
@@ -422,7 +447,7 @@ pub(crate) fn verify(
         } else {
             let mut job = plain_job(path.clone(), options);
             // A shard listed by a manifest beside it is checked against its entry.
-            if let Some(m) = crate::dataset::manifest_listing(path, options.io) {
+            if let Some(m) = crate::manifest::manifest_listing(path, options.io) {
                 let name = path
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
@@ -438,7 +463,7 @@ pub(crate) fn verify(
     manifests.sort();
     manifests.dedup();
     for path in &manifests {
-        let m = crate::dataset::read_manifest(path, options.io)?;
+        let m = crate::manifest::read_manifest(path, options.io)?;
         plan_manifest(path, &m, options, &mut jobs, &mut problems)?;
     }
     let total_bytes: u64 = jobs
@@ -665,7 +690,7 @@ fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
         && job.listed.is_some()
         && matches!(
             crate::store::locate(&job.path, job.io),
-            Ok(crate::store::Location::Local(_))
+            Ok(crate::store::Place::Local(_))
         );
     if !split {
         return walk_shard(job, deep, false);
@@ -1017,7 +1042,7 @@ mod tests {
         let report = Verifier::builder(vec![shard.clone()])
             .build()
             .unwrap()
-            .run(&crate::NoProgress)
+            .run(&crate::progress::NoProgress)
             .unwrap();
         assert!(!report.ok);
         let [p] = report.problems.as_slice() else {

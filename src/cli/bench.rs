@@ -3,11 +3,10 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 
-use super::{output, CliError, CliResult, Common, ReadFlags};
+use super::{output, parse_duration, CliError, CliResult, Common, ReadFlags};
 use crate::bench::{Bench, BenchBuilder, RunReport};
 use crate::pipeline::{Pipeline, DEFAULT_BATCH_SIZE, DEFAULT_SHUFFLE_BUFFER};
 
@@ -68,25 +67,6 @@ pub struct BenchArgs {
     pub read: ReadFlags,
     #[command(flatten)]
     pub common: Common,
-}
-
-/// Parses `5ms`, `0.2s`, `100us`, `1m` (a bare number is seconds).
-pub fn parse_duration(text: &str) -> Result<Duration, CliError> {
-    let t = text.trim();
-    let bad = || CliError::Usage(format!("invalid duration {text:?}: use e.g. 5ms, 0.2s"));
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "" | "s" => value,
-        "ms" => value / 1e3,
-        "us" | "µs" => value / 1e6,
-        "m" => value * 60.0,
-        _ => return Err(bad()),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|_| bad())
 }
 
 fn print_run(out: &mut impl Write, title: &str, run: &RunReport) -> std::io::Result<()> {
@@ -264,20 +244,5 @@ impl BenchArgs {
         }
         out.flush()?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("5ms").unwrap(), Duration::from_millis(5));
-        assert_eq!(parse_duration("0.5s").unwrap(), Duration::from_millis(500));
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
-        assert_eq!(parse_duration("100us").unwrap(), Duration::from_micros(100));
-        assert!(parse_duration("fast").is_err());
-        assert!(parse_duration("-1s").is_err());
     }
 }

@@ -1,11 +1,10 @@
 //! `tfshard convert parquet|delta|iceberg|images|tfrecord`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::json;
 
 use super::{output, CliError, CliResult, Common};
 use crate::convert::{
@@ -146,11 +145,6 @@ pub struct ImagesArgs {
 impl ImagesArgs {
     /// Resolves flags into the library's builder.
     pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
-        if self.shard.shuffle.split_key.is_some() {
-            return Err(CliError::Usage(
-                "--split-key names a Parquet column; images split by position".into(),
-            ));
-        }
         let mut builder = self
             .shard
             .apply(Converter::images(self.dir.clone()))?
@@ -276,12 +270,7 @@ pub fn parse_splits(text: &str) -> Result<Vec<(String, f64)>, CliError> {
 }
 
 impl ShuffleFlags {
-    fn apply(
-        &self,
-        mut builder: ConverterBuilder,
-        output: &Path,
-        prefix_given: bool,
-    ) -> Result<ConverterBuilder, CliError> {
+    fn apply(&self, mut builder: ConverterBuilder) -> Result<ConverterBuilder, CliError> {
         builder = builder.with_seed(self.seed);
         if self.shuffle {
             let memory_bytes = match &self.shuffle_memory {
@@ -289,22 +278,11 @@ impl ShuffleFlags {
                 None => DEFAULT_SHUFFLE_MEMORY,
             };
             builder = builder.with_shuffle(memory_bytes);
-        } else if self.tmp_dir.is_some() && !crate::store::is_url(output) {
-            return Err(CliError::Usage(
-                "--tmp-dir holds --shuffle's temporary files (and, for a URL output, the shards \
-                 before upload); it needs --shuffle or an output URL"
-                    .into(),
-            ));
         }
         if let Some(dir) = &self.tmp_dir {
             builder = builder.with_tmp_dir(dir.clone());
         }
         if let Some(split) = &self.split {
-            if prefix_given {
-                return Err(CliError::Usage(
-                    "--split names the outputs; it cannot be used with --prefix".into(),
-                ));
-            }
             builder = builder.with_splits(parse_splits(split)?);
         }
         if let Some(key) = &self.split_key {
@@ -458,35 +436,9 @@ pub enum PartitioningFlag {
     None,
 }
 
-/// Parses a size: a bare number is bytes; KB, MB, GB are powers of 1000; KiB, MiB, GiB
-/// powers of 1024.
+/// `--target-shard-size` and the like: [`crate::units::parse_size`], a usage error.
 pub fn parse_size(text: &str) -> Result<u64, CliError> {
-    let bad = || {
-        CliError::Usage(format!(
-            "invalid size {text:?}: use e.g. 256MiB, 500MB or 1048576"
-        ))
-    };
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let multiplier: u64 = match unit.trim() {
-        "" | "B" | "b" => 1,
-        "KB" | "kB" | "kb" => 1000,
-        "MB" | "mb" => 1_000_000,
-        "GB" | "gb" => 1_000_000_000,
-        "KiB" | "kib" | "K" => 1 << 10,
-        "MiB" | "mib" | "M" => 1 << 20,
-        "GiB" | "gib" | "G" => 1 << 30,
-        _ => return Err(bad()),
-    };
-    let value: f64 = number.parse().map_err(|_| bad())?;
-    let bytes = value * multiplier as f64;
-    if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
-        return Err(bad());
-    }
-    Ok(bytes as u64)
+    crate::units::parse_size(text).map_err(CliError::Usage)
 }
 
 fn parse_rename(pairs: &[String]) -> Result<Vec<(String, String)>, CliError> {
@@ -501,11 +453,6 @@ fn parse_rename(pairs: &[String]) -> Result<Vec<(String, String)>, CliError> {
             ))),
         })
         .collect()
-}
-
-/// `OUT/NAME/1.0.0`, the folder `--tfds NAME` writes to.
-pub fn tfds_dir(output: &Path, name: &str) -> PathBuf {
-    output.join(name).join(crate::tfds::VERSION)
 }
 
 impl ShardFlags {
@@ -532,13 +479,11 @@ impl ShardFlags {
         let output = match &self.tfds {
             Some(name) => {
                 builder = builder.with_tfds(name.clone());
-                tfds_dir(&self.output, name)
+                crate::tfds::version_dir(&self.output, name)
             }
             None => self.output.clone(),
         };
-        let builder = self
-            .shuffle
-            .apply(builder, &output, self.prefix.is_some())?;
+        let builder = self.shuffle.apply(builder)?;
         Ok(builder.with_output(output))
     }
 }
@@ -546,14 +491,9 @@ impl ShardFlags {
 impl ParquetArgs {
     /// Resolves flags into the library's builder.
     pub fn to_builder(&self) -> Result<ConverterBuilder, CliError> {
-        self.with_builder(Converter::parquet(self.inputs.clone()))
-    }
-
-    /// The flags but the inputs' (which a Python caller's Arrow stream replaces), on
-    /// `builder`.
-    pub fn with_builder(&self, builder: ConverterBuilder) -> Result<ConverterBuilder, CliError> {
+        let builder = Converter::parquet(self.inputs.clone());
         let mut builder = self.table.apply(self.shard.apply(builder)?)?;
-        // (Auto is the library's default, and the only value an Arrow stream takes.)
+        // (Auto is the library's default.)
         if self.partitioning != PartitioningFlag::Auto {
             builder = builder.with_partitioning(match self.partitioning {
                 PartitioningFlag::Auto => Partitioning::Auto,
@@ -643,55 +583,10 @@ fn install_signal_handlers(cancel: &CancelToken) {
     }
 }
 
-/// How the Python module runs a conversion: cancelled through its token (on
-/// KeyboardInterrupt), with none of the command line's signal handlers, and for an Arrow stream source
-/// (parsed as `convert parquet`'s flags) the stream.
-#[derive(Debug, Clone, Default)]
-pub struct Embedded {
-    /// Cancels the run.
-    pub cancel: CancelToken,
-    /// The record batches to convert instead of `convert parquet`'s inputs.
-    pub stream: Option<crate::convert::ArrowStream>,
-}
-
-/// The `--json` summary of a conversion.
-pub fn summary_json(summary: &ConvertSummary) -> serde_json::Value {
-    {
-        let mut value = json!({
-            "output": summary.output,
-            "manifest": summary.manifest,
-            "records": summary.records,
-            "shards": summary.shards,
-            "bytes": summary.bytes,
-            "seconds": summary.seconds,
-            "skipped": summary.skipped,
-        });
-        if let Some(t) = &summary.table {
-            value["table"] = json!(t);
-        }
-        if let Some(r) = summary.reused {
-            value["reused"] =
-                json!({"shards": r.shards, "bytes": r.bytes, "unread_records": r.unread_records});
-        }
-        if !summary.splits.is_empty() {
-            let splits: serde_json::Map<String, serde_json::Value> = summary
-                .splits
-                .iter()
-                .map(|s| {
-                    let v = json!({"manifest": s.manifest, "records": s.records, "shards": s.shards, "bytes": s.bytes});
-                    (s.name.clone(), v)
-                })
-                .collect();
-            value["splits"] = serde_json::Value::Object(splits);
-        }
-        value
-    }
-}
-
 /// Prints the summary: JSON with `--json`, a short report otherwise.
 fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
     if common.json {
-        output::print_json(&summary_json(summary))?;
+        output::print_json(&summary.to_json())?;
     } else if !common.quiet {
         println!(
             "wrote {} records in {} shard{} ({:.1} MB) to {} in {:.2} s ({:.0} MB/s)",
@@ -754,28 +649,18 @@ impl ConvertCommand {
         }
     }
 
-    /// Runs the conversion (for the Python module when `embedded`).
-    pub fn run(self, embedded: Option<Embedded>) -> CliResult {
+    /// Runs the conversion.
+    pub fn run(self) -> CliResult {
         let (builder, unit) = match &self {
-            ConvertCommand::Parquet(args) => match embedded.as_ref().and_then(|e| e.stream.clone())
-            {
-                Some(stream) => (args.with_builder(Converter::arrow(stream))?, "rows"),
-                None => (args.to_builder()?, "rows"),
-            },
+            ConvertCommand::Parquet(args) => (args.to_builder()?, "rows"),
             ConvertCommand::Delta(args) => (args.to_builder()?, "rows"),
             ConvertCommand::Iceberg(args) => (args.to_builder()?, "rows"),
             ConvertCommand::Images(args) => (args.to_builder()?, "files"),
             ConvertCommand::Tfrecord(args) => (args.to_builder()?, "bytes"),
         };
         let common = self.common();
-        let converter = match &embedded {
-            Some(e) => builder.with_cancel(e.cancel.clone()).build()?,
-            None => {
-                let converter = builder.build()?;
-                install_signal_handlers(&converter.options().cancel);
-                converter
-            }
-        };
+        let converter = builder.build()?;
+        install_signal_handlers(&converter.options().cancel);
         let bar = output::Bar::new(common, unit);
         let result = converter.run(&bar);
         bar.clear();
@@ -794,21 +679,6 @@ impl ConvertCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("256MiB").unwrap(), 256 << 20);
-        assert_eq!(parse_size("32MB").unwrap(), 32_000_000);
-        assert_eq!(parse_size("1000").unwrap(), 1000);
-        assert_eq!(parse_size("1KB").unwrap(), 1000);
-        assert_eq!(parse_size("1KiB").unwrap(), 1024);
-        assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
-        assert_eq!(parse_size("1.5GB").unwrap(), 1_500_000_000);
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("12XB").is_err());
-        assert!(parse_size("").is_err());
-        assert!(parse_size("-5MB").is_err());
-    }
 
     #[test]
     fn renames() {

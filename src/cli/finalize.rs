@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use clap::Args;
-use serde_json::json;
 
 use super::{output, CliResult, Common};
 
@@ -29,7 +28,7 @@ impl FinalizeArgs {
     /// Finalizes and reports.
     pub fn run(&self) -> CliResult {
         let output = match &self.tfds {
-            Some(name) => super::convert::tfds_dir(&self.output, name),
+            Some(name) => crate::tfds::version_dir(&self.output, name),
             None => self.output.clone(),
         };
         let mut finalizer = crate::finalize::Finalizer::builder(&output)
@@ -39,41 +38,10 @@ impl FinalizeArgs {
             finalizer = finalizer.with_prefix(prefix.clone());
         }
         let report = finalizer.build()?.run()?;
-        let (sets, seconds) = (report.sets, report.seconds);
-        let records: u64 = sets.iter().map(|s| s.records).sum();
-        let shards: u64 = sets.iter().map(|s| s.shards).sum();
-        let bytes: u64 = sets.iter().map(|s| s.bytes).sum();
-        let workers = sets.first().map_or(0, |s| s.workers);
-        let found = sets.iter().all(|s| s.already_published);
         if self.common.json {
-            let single = sets.len() == 1;
-            let mut value = json!({
-                "output": output,
-                "manifest": if single { json!(sets[0].manifest) } else { json!(null) },
-                "records": records,
-                "shards": shards,
-                "bytes": bytes,
-                "seconds": seconds,
-                "workers": workers,
-            });
-            if found {
-                value["already_published"] = json!(true);
-            }
-            if !single {
-                value["splits"] = sets
-                    .iter()
-                    .map(|s| {
-                        (
-                            s.prefix.clone(),
-                            json!({"manifest": s.manifest, "records": s.records, "shards": s.shards, "bytes": s.bytes}),
-                        )
-                    })
-                    .collect::<serde_json::Map<_, _>>()
-                    .into();
-            }
-            output::print_json(&value)?;
+            output::print_json(&report.to_json())?;
         } else if !self.common.quiet {
-            for s in &sets {
+            for s in &report.sets {
                 let (what, workers) = if s.already_published {
                     ("already published by another finalize:", String::new())
                 } else {

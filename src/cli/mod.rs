@@ -23,16 +23,16 @@ pub enum CliError {
     /// Flags that make no sense together, or a bad value: exit 2.
     Usage(String),
     /// Bad data or a failed run: exit 1 (130/143 when interrupted).
-    Data(crate::Error),
+    Data(crate::error::Error),
     /// `verify` found problems and already reported them: exit 1, nothing more to say.
     Failed,
 }
 
-impl From<crate::Error> for CliError {
+impl From<crate::error::Error> for CliError {
     /// The library's option errors are usage (exit 2); every other error is data (1).
-    fn from(err: crate::Error) -> CliError {
+    fn from(err: crate::error::Error) -> CliError {
         match err.kind() {
-            crate::ErrorKind::InvalidOption { .. } => CliError::Usage(err.to_string()),
+            crate::error::ErrorKind::InvalidOption { .. } => CliError::Usage(err.to_string()),
             _ => CliError::Data(err),
         }
     }
@@ -234,28 +234,43 @@ impl ReadRecordType {
     }
 }
 
-/// Parses a duration: `500ms`, `2s`, `5m`, `1h`; a bare number is seconds.
+/// `--io-timeout` and the like: [`crate::units::parse_duration`], a usage error.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, CliError> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let seconds: f64 = match unit {
-        "ms" => 0.001,
-        "" | "s" => 1.0,
-        "m" | "min" => 60.0,
-        "h" => 3600.0,
-        _ => f64::NAN,
-    };
-    match number.parse::<f64>() {
-        Ok(n) if (n * seconds).is_finite() && n * seconds > 0.0 => {
-            Ok(std::time::Duration::from_secs_f64(n * seconds))
-        }
-        _ => Err(CliError::Usage(format!(
-            "invalid duration {text:?}: use e.g. 500ms, 30s, 5m"
-        ))),
+    crate::units::parse_duration(text).map_err(CliError::Usage)
+}
+
+/// `d`, or a usage error naming `flag` when it is zero.
+fn positive(d: std::time::Duration, flag: &str) -> Result<std::time::Duration, CliError> {
+    if d.is_zero() {
+        return Err(CliError::Usage(format!("{flag} must be more than 0")));
     }
+    Ok(d)
+}
+
+/// The store switches no flag sets, from the environment (the one place that reads
+/// them): `TFSHARD_STREAM_PARTS=0` buffers S3 upload parts instead of streaming them;
+/// `TFSHARD_MAX_COPY_BYTES`, `TFSHARD_COPY_PART_BYTES` and `TFSHARD_READ_AHEAD_BYTES`
+/// (bytes) lower the copy and read-ahead limits, which tests use to reach the large-object
+/// paths with small objects. A value that is not a positive number is ignored.
+pub fn io_defaults_from_env() -> crate::store::IoOptions {
+    let bytes = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|&v| v > 0)
+    };
+    let mut io = crate::store::IoOptions::new()
+        .with_stream_parts(std::env::var("TFSHARD_STREAM_PARTS").map_or(true, |v| v != "0"));
+    if let Some(b) = bytes("TFSHARD_MAX_COPY_BYTES") {
+        io = io.with_max_copy_bytes(b);
+    }
+    if let Some(b) = bytes("TFSHARD_COPY_PART_BYTES") {
+        io = io.with_copy_part_bytes(b);
+    }
+    if let Some(b) = bytes("TFSHARD_READ_AHEAD_BYTES") {
+        io = io.with_read_ahead_bytes(b);
+    }
+    io
 }
 
 impl Common {
@@ -271,9 +286,9 @@ impl Common {
                 "--io-concurrency must be at least 1".into(),
             ));
         }
-        Ok(crate::store::IoOptions::new()
+        Ok(io_defaults_from_env()
             .with_concurrency(self.io_concurrency)
-            .with_timeout(parse_duration(&self.io_timeout)?))
+            .with_timeout(positive(parse_duration(&self.io_timeout)?, "--io-timeout")?))
     }
 
     fn setup_threads(&self) -> CliResult {
@@ -300,9 +315,33 @@ impl Common {
     }
 }
 
-/// Parses the command line and runs the command.
-pub fn run() -> CliResult {
-    run_command(Cli::parse().command, None)
+/// The whole command line as a program runs it: `args` (without the program's name)
+/// parsed, the command run, its outcome printed and turned into the exit code. The
+/// `tfshard` binary's `main` and the Python wheel's `tfshard` command both call this.
+pub fn main<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    crate::alloc::tune_glibc();
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    if args.first().is_some_and(|c| c == "bench")
+        && std::env::var_os("TFSHARD_SYSTEM_ALLOCATOR").is_none()
+    {
+        // Before any thread starts; see `Allocator`.
+        crate::alloc::use_mimalloc();
+    }
+    match parse(args) {
+        Ok(command) => match run_command(command) {
+            Ok(()) => 0,
+            Err(err) => err.report(),
+        },
+        Err(e) => {
+            // Help and --version print to stdout and exit 0; a usage error to stderr, 2.
+            let _ = e.print();
+            u8::try_from(e.exit_code()).unwrap_or(2)
+        }
+    }
 }
 
 /// Parses arguments (without the program's name) as the command line.
@@ -320,13 +359,12 @@ where
     Cli::try_parse_from(argv).map(|cli| cli.command)
 }
 
-/// Runs a parsed command; `embedded` when the Python module runs it (no signal handlers,
-/// its cancel token, and an Arrow stream as the `convert parquet` input).
-pub fn run_command(command: Command, embedded: Option<convert::Embedded>) -> CliResult {
+/// Runs a parsed command.
+pub fn run_command(command: Command) -> CliResult {
     match command {
         Command::Convert(cmd) => {
             cmd.common().setup_io()?;
-            cmd.run(embedded)
+            cmd.run()
         }
         Command::Inspect(args) => {
             args.common.setup_threads()?;

@@ -10,72 +10,13 @@ use super::{Common, ProgressMode};
 use crate::progress::Progress;
 
 /// Whether an error is a write to a closed pipe (`inspect | head`): not a failure.
-pub fn is_broken_pipe(err: &crate::Error) -> bool {
+pub fn is_broken_pipe(err: &crate::error::Error) -> bool {
     matches!(err.kind(), crate::error::ErrorKind::Io(e) if e.kind() == io::ErrorKind::BrokenPipe)
 }
 
-/// Buffered, locked stdout, or the buffer of a [`capture`] under way on this thread.
-pub fn stdout() -> Out {
-    if CAPTURE.with(|c| c.borrow().is_some()) {
-        Out::Captured(Vec::new())
-    } else {
-        Out::Stdout(io::BufWriter::with_capacity(1 << 16, io::stdout().lock()))
-    }
-}
-
-thread_local! {
-    /// What the commands run by [`capture`] on this thread printed so far.
-    static CAPTURE: std::cell::RefCell<Option<Vec<u8>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` with what it prints on stdout kept instead (the Python module returns it).
-pub fn capture<T>(f: impl FnOnce() -> T) -> (T, Vec<u8>) {
-    CAPTURE.with(|c| *c.borrow_mut() = Some(Vec::new()));
-    let out = f();
-    let printed = CAPTURE.with(|c| c.borrow_mut().take()).unwrap_or_default();
-    (out, printed)
-}
-
-/// Where a command prints: stdout, or a capture's buffer.
-pub enum Out {
-    /// Buffered, locked stdout.
-    Stdout(io::BufWriter<io::StdoutLock<'static>>),
-    /// Bytes for the capture of this thread, handed over at each flush and at the end.
-    Captured(Vec<u8>),
-}
-
-impl Write for Out {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Out::Stdout(w) => w.write(buf),
-            Out::Captured(v) => {
-                v.extend_from_slice(buf);
-                Ok(buf.len())
-            }
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Out::Stdout(w) => w.flush(),
-            Out::Captured(v) => {
-                CAPTURE.with(|c| {
-                    if let Some(all) = c.borrow_mut().as_mut() {
-                        all.append(v);
-                    }
-                });
-                Ok(())
-            }
-        }
-    }
-}
-
-impl Drop for Out {
-    fn drop(&mut self) {
-        if let Out::Captured(_) = self {
-            let _ = self.flush();
-        }
-    }
+/// Buffered, locked stdout.
+pub fn stdout() -> io::BufWriter<io::StdoutLock<'static>> {
+    io::BufWriter::with_capacity(1 << 16, io::stdout().lock())
 }
 
 /// Prints a JSON value as one line on stdout.
@@ -94,11 +35,18 @@ pub struct Bar {
 impl Bar {
     /// A bar counting `unit` (rows, records, files), shown per `--progress`.
     pub fn new(common: &Common, unit: &'static str) -> Bar {
-        let show = match common.progress {
-            ProgressMode::Never => false,
-            ProgressMode::Always => true,
-            ProgressMode::Auto => !common.quiet && io::stderr().is_terminal(),
-        };
+        Bar::shown(
+            match common.progress {
+                ProgressMode::Never => false,
+                ProgressMode::Always => true,
+                ProgressMode::Auto => !common.quiet && io::stderr().is_terminal(),
+            },
+            unit,
+        )
+    }
+
+    /// A bar counting `unit` when `show`, else nothing.
+    pub fn shown(show: bool, unit: &'static str) -> Bar {
         if !show {
             return Bar { bar: None };
         }

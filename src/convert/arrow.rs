@@ -20,7 +20,7 @@ use crate::example::encode::{EncodePlan, EncodeStats, EncodedBatch};
 use crate::manifest::{InputInfo, Manifest};
 use crate::progress::Progress;
 
-/// Record batches to convert, read once ([`crate::Converter::arrow`]).
+/// Record batches to convert, read once ([`crate::convert::Converter::arrow`]).
 #[derive(Clone)]
 pub struct ArrowStream {
     reader: Arc<Mutex<Option<Box<dyn RecordBatchReader + Send>>>>,

@@ -53,7 +53,7 @@ impl ImageOptions {
     ///
     /// # Errors
     ///
-    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option.
+    /// [`InvalidOption`](crate::error::ErrorKind::InvalidOption) naming the option.
     pub fn validate(&self, options: &ConvertOptions) -> Result<()> {
         let invalid = |option, reason: &str| Err(Error::invalid_option(option, reason));
         if options.inputs.len() != 1 {

@@ -48,11 +48,11 @@ use crate::store;
 use crate::store::destination::{Publication, StagePlan, StagedOutput};
 use crate::tfrecord::Compression;
 
+pub use crate::manifest::{rfc3339_ms, TableInfo};
 pub use crate::source::delta::{DeltaOptions, DeltaTable};
 pub use crate::source::iceberg::{IcebergOptions, IcebergTable};
 pub use crate::source::images::{Labels, OnError};
 pub use crate::source::parquet::BATCH_ROWS as PARQUET_BATCH_ROWS;
-pub use crate::source::table::{rfc3339_ms, TableInfo};
 pub use arrow::ArrowStream;
 pub use images::ImageOptions;
 pub use tfrecord::TfrecordOptions;
@@ -154,6 +154,7 @@ pub struct ConvertOptions {
 
 /// Which decoder reads Parquet columns (`--parquet-decoder`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ParquetDecoder {
     /// Fixed-size lists of f32, f64, i32 or i64 without nulls (embeddings, feature
     /// vectors) through our own page decoder, which checks their levels run by run and
@@ -319,7 +320,7 @@ impl ConvertOptions {
     ///
     /// # Errors
     ///
-    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option.
+    /// [`InvalidOption`](crate::error::ErrorKind::InvalidOption) naming the option.
     pub(crate) fn validate(&self) -> Result<()> {
         let invalid = |option, reason: String| Err(Error::invalid_option(option, reason));
         if self.inputs.is_empty() {
@@ -358,6 +359,20 @@ impl ConvertOptions {
                 crate::tfds::check_split(split)
                     .map_err(|why| Error::invalid_option("split", why))?;
             }
+        }
+        if self.splits.is_some() && self.tfds.is_none() && self.prefix != DEFAULT_PREFIX {
+            return invalid(
+                "split",
+                "--split names the outputs; it cannot be used with --prefix".into(),
+            );
+        }
+        if self.staging_dir.is_some() && self.shuffle.is_none() && !store::is_url(&self.output) {
+            return invalid(
+                "tmp-dir",
+                "--tmp-dir holds --shuffle's temporary files (and, for a URL output, the shards \
+                 before upload); it needs --shuffle or an output URL"
+                    .into(),
+            );
         }
         if self.target_bytes == 0 {
             return invalid("target-shard-size", "must be at least 1 byte".into());
@@ -454,6 +469,7 @@ impl ConvertOptions {
 
 /// What a conversion produced; the `convert --json` keys.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConvertSummary {
     /// The output folder.
     pub output: PathBuf,
@@ -478,8 +494,46 @@ pub struct ConvertSummary {
     pub table: Option<TableInfo>,
 }
 
+impl ConvertSummary {
+    /// The summary as `convert --json` prints it (and the Python module returns it):
+    /// `output`, `manifest`, `records`, `shards`, `bytes`, `seconds`, `skipped`, and
+    /// where they apply `table`, `reused` and `splits`.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        let mut value = json!({
+            "output": self.output,
+            "manifest": self.manifest,
+            "records": self.records,
+            "shards": self.shards,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "skipped": self.skipped,
+        });
+        if let Some(t) = &self.table {
+            value["table"] = json!(t);
+        }
+        if let Some(r) = self.reused {
+            value["reused"] =
+                json!({"shards": r.shards, "bytes": r.bytes, "unread_records": r.unread_records});
+        }
+        if !self.splits.is_empty() {
+            let splits: serde_json::Map<String, serde_json::Value> = self
+                .splits
+                .iter()
+                .map(|s| {
+                    let v = json!({"manifest": s.manifest, "records": s.records, "shards": s.shards, "bytes": s.bytes});
+                    (s.name.clone(), v)
+                })
+                .collect();
+            value["splits"] = serde_json::Value::Object(splits);
+        }
+        value
+    }
+}
+
 /// What a `--resume` run reused of the run it continues (`convert --json` `reused`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Reused {
     /// Shards reused.
     pub shards: u64,
@@ -492,6 +546,7 @@ pub struct Reused {
 
 /// One split's output; the `convert --json` `splits` values.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SplitSummary {
     /// The split name (its prefix).
     pub name: String,
@@ -692,7 +747,7 @@ impl Converter {
     /// # Errors
     ///
     /// Bad input (named by file, column and row), a non-empty output folder without
-    /// overwrite, an I/O error, or [`Interrupted`](crate::ErrorKind::Interrupted) once the cancel token is
+    /// overwrite, an I/O error, or [`Interrupted`](crate::error::ErrorKind::Interrupted) once the cancel token is
     /// cancelled. On any error the output folder holds none of this run's files, and an
     /// earlier run's output is left as it was.
     pub fn run(&self, progress: &dyn Progress) -> Result<ConvertSummary> {
@@ -1051,7 +1106,7 @@ impl ConverterBuilder {
     ///
     /// # Errors
     ///
-    /// [`InvalidOption`](crate::ErrorKind::InvalidOption) naming the option (no output
+    /// [`InvalidOption`](crate::error::ErrorKind::InvalidOption) naming the option (no output
     /// folder included; a setter that does not apply to the source), or an I/O error
     /// when the pool's threads cannot start.
     pub fn build(self) -> Result<Converter> {
@@ -1092,6 +1147,12 @@ impl ConverterBuilder {
         }
         options.validate()?;
         if let Input::Images(images) = &input {
+            if options.encode.split_key.is_some() {
+                return Err(Error::invalid_option(
+                    "split-key",
+                    "--split-key names a Parquet column; images split by position",
+                ));
+            }
             images.validate(&options)?;
         }
         let tfrecord = matches!(input, Input::Tfrecord(_));
@@ -1392,7 +1453,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ErrorKind;
+    use crate::error::ErrorKind;
 
     fn options() -> ConvertOptions {
         ConvertOptions::new(vec!["in.parquet".into()], "out".into())

@@ -23,7 +23,7 @@ use crate::manifest::{InputInfo, Manifest};
 use crate::progress::Progress;
 use crate::source::delta::DeltaTable;
 use crate::source::hive;
-use crate::source::iceberg::IcebergTable;
+use crate::source::iceberg::{IcebergFileRead, IcebergTable};
 use crate::source::parquet::{self as source, ParquetInput};
 use crate::source::table::SideFile;
 use crate::store;
@@ -185,7 +185,11 @@ impl ParquetSource {
             .into_par_iter()
             .map(|f| {
                 let mut input = ParquetInput::open(f.input)?;
-                input.set_delta(&f.read, schema.clone())?;
+                let columns = f
+                    .read
+                    .columns(&input.metadata, schema.clone())
+                    .map_err(|e| e.with_file(&input.file.display))?;
+                input.set_table(std::sync::Arc::new(columns));
                 Ok(input)
             })
             .collect::<Result<_>>()?;
@@ -218,7 +222,10 @@ impl ParquetSource {
             .into_par_iter()
             .map(|f| {
                 let mut input = ParquetInput::open(f.input)?;
-                input.set_iceberg(f.read, schema.clone());
+                input.set_table(std::sync::Arc::new(IcebergFileRead::new(
+                    f.read,
+                    schema.clone(),
+                )));
                 Ok(input)
             })
             .collect::<Result<_>>()?;

@@ -112,6 +112,7 @@ struct SplitKey {
 /// Per-leaf statistics gathered while encoding, for the manifest's shapes (kept in a
 /// `--resume` journal's checkpoints).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct EncodeStats {
     /// Rows seen.
     pub rows: u64,

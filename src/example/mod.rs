@@ -20,6 +20,7 @@ pub use schema::{FeatureKind, FeatureSpec, Part, SpecMismatch};
 /// Which message each record holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RecordType {
     /// `tf.train.Example`
     #[default]
@@ -52,6 +53,7 @@ impl RecordType {
 
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Record {
     /// A `tf.train.Example`.
     Example(proto::Example),

@@ -45,6 +45,7 @@ impl FeatureKind {
 /// Which part of a `SequenceExample` a feature lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Part {
     /// Per-sequence features (`context`).
     Context,
@@ -54,6 +55,7 @@ pub enum Part {
 
 /// One feature of the spec; the manifest's `features` entries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct FeatureSpec {
     /// The feature name (flattened and renamed column name).
     pub name: String,

@@ -21,6 +21,7 @@ pub struct Origin {
 /// A record's bytes: a range of a mapped file, or a pooled buffer (compressed files, or
 /// when mapping is off).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Payload {
     /// Copied out of a stream; the buffer is reused once parsed.
     Owned(Vec<u8>),

@@ -41,6 +41,7 @@ use crate::tfrecord::frame::crc32c;
 
 /// Where the cache lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CacheMode {
     /// In memory, for this run.
     Memory,
@@ -57,6 +58,7 @@ const READ_BUFFER: usize = 1 << 20;
 
 /// What the cache did, for reports.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct CacheReport {
     /// `memory` or `file`.
     pub mode: &'static str,

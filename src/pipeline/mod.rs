@@ -182,7 +182,8 @@ impl PipelineOptions {
     /// Checks the rules that do not depend on the data: counts are at least 1, the
     /// parse workers fit the threads.
     pub(crate) fn validate(&self) -> Result<()> {
-        let invalid = |option, reason: String| Err(crate::Error::invalid_option(option, reason));
+        let invalid =
+            |option, reason: String| Err(crate::error::Error::invalid_option(option, reason));
         if self.batch_size == 0 {
             return invalid("batch-size", "must be at least 1".into());
         }
@@ -478,6 +479,7 @@ impl PipelineBuilder {
 /// The automatic settings (`AUTOTUNE`), from the cores, the files and, for the prefetch
 /// depth, the observed rates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Tuned {
     /// Files read at once.
     pub cycle_length: usize,
@@ -1205,6 +1207,7 @@ pub struct Pipeline {
 
 /// What the pipeline's own buffers held ([`Pipeline::memory`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Memory {
     /// The most bytes the buffers held at once: record buffers (pool, shuffle buffer,
     /// raw batches in flight, buffers on their way back to the pool), the shuffle
@@ -1440,7 +1443,7 @@ mod tests {
         waiting.reverse();
         let spec = [FeatureSpec::new(
             "i",
-            crate::FeatureKind::Int64,
+            crate::example::FeatureKind::Int64,
             Some(vec![]),
         )];
         let parser = Parser::new(&spec).unwrap();

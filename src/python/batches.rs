@@ -77,7 +77,7 @@ impl Shards {
         });
         let io = IoOptions::default();
         let (dataset, spec) = py
-            .detach(|| -> crate::Result<_> {
+            .detach(|| -> crate::error::Result<_> {
                 let dataset = Dataset::discover(&paths, io)?;
                 let record_type = dataset.record_type();
                 let spec = crate::records::feature_spec(&dataset, compression, record_type)?;
@@ -124,10 +124,12 @@ impl Shards {
         self.files.iter().map(|f| f.display().to_string()).collect()
     }
 
-    /// The feature spec the batches follow, as `tfshard schema` prints it.
+    /// The feature spec the batches follow, as `tfshard.schema` returns it.
     #[getter]
-    fn spec(&self) -> PyResult<String> {
-        serde_json::to_string(&self.spec).map_err(|e| PyValueError::new_err(e.to_string()))
+    fn spec(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let value =
+            serde_json::to_value(&self.spec).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        super::commands::to_python(py, &value)
     }
 
     /// Records in each file (the manifest's counts; files no manifest lists are counted
@@ -228,7 +230,7 @@ impl Shards {
 }
 
 impl Shards {
-    fn counted(&self) -> crate::Result<Vec<u64>> {
+    fn counted(&self) -> crate::error::Result<Vec<u64>> {
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = counts.as_ref() {
             return Ok(c.clone());

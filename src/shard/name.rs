@@ -2,8 +2,7 @@
 
 use crate::tfrecord::Compression;
 
-/// The suffix of a manifest file name.
-pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+pub use crate::manifest::MANIFEST_SUFFIX;
 
 /// `{prefix}-{index:05}-of-{count:05}.tfrecord` plus `.gz`/`.zlib`; for a TFDS prefix
 /// (`{NAME}-{split}.tfrecord`, see [`crate::tfds`]) TFDS's `{prefix}-{index:05}-of-{count:05}`

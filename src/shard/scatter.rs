@@ -306,6 +306,7 @@ impl Scatter {
 
 /// The records of pass 1: sorted in memory, or in bucket files in hash order.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Scattered {
     /// Everything fit in half the budget; the entries are sorted by hash.
     Memory(Held),

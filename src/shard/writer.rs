@@ -29,6 +29,7 @@ const WRITE_BUFFER_BYTES: usize = 1 << 20;
 
 /// How shards are cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Plan {
     /// Fill each shard to the target (and `max_records`).
     Fill,

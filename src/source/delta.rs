@@ -16,7 +16,7 @@
 //! the table root (decoded), rows in file order.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use arrow_array::{Array, BooleanArray, RecordBatch, RecordBatchOptions};
@@ -35,10 +35,11 @@ use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::arrow::ProjectionMask;
 use url::Url;
 
-use super::parquet::InputFile;
-use super::table::{parse_time, rfc3339_ms, table_error, SideFile, TableInfo};
+use super::parquet::{InputFile, TableFileRead};
+use super::table::{parse_time, table_error, SideFile};
 use crate::error::{Error, ErrorKind, Result};
-use crate::store::{self, Listed, Location, ObjectUrl};
+use crate::manifest::{rfc3339_ms, TableInfo};
+use crate::store::{self, Listed, Place};
 
 /// Which snapshot to read, and which of its partitions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -51,12 +52,6 @@ pub struct DeltaOptions {
     /// `--partition-filter KEY=VALUE`: keep the data files of these partition values
     /// (all must hold; values as the log writes them).
     pub partition_filters: Vec<(String, String)>,
-}
-
-/// Where the table is.
-enum Place {
-    Local(PathBuf),
-    Remote(ObjectUrl),
 }
 
 /// A Delta table at one snapshot.
@@ -172,7 +167,7 @@ impl DeltaTable {
         let location = location.trim_end_matches('/').to_owned();
         let (place, root, object_store): (_, _, Arc<dyn object_store::ObjectStore>) =
             match store::locate(table, io)? {
-                Location::Local(dir) => {
+                Place::Local(dir) => {
                     let meta =
                         std::fs::metadata(&dir).map_err(|e| Error::from(e).with_file(&location))?;
                     if !meta.is_dir() {
@@ -192,7 +187,7 @@ impl DeltaTable {
                         Arc::new(object_store::local::LocalFileSystem::new()),
                     )
                 }
-                Location::Remote(url) => {
+                Place::Remote(url) => {
                     if store::list(&url.join("_delta_log"))?.is_empty() {
                         return Err(table_error(&location, "not a Delta table: no _delta_log/"));
                     }
@@ -531,8 +526,8 @@ impl DeltaTable {
                     // An absolute path outside the table (a shallow clone's).
                     None if rel.contains("://") => {
                         match store::locate(Path::new(rel), base.io())? {
-                            Location::Remote(url) => store::head(&url).map_err(|_| missing())?,
-                            Location::Local(_) => return Err(missing()),
+                            Place::Remote(url) => store::head(&url).map_err(|_| missing())?,
+                            Place::Local(_) => return Err(missing()),
                         }
                     }
                     None => return Err(missing()),
@@ -941,15 +936,22 @@ pub struct DeltaColumns {
     /// The file's leaf columns to read (`None`: all).
     mask: Option<ProjectionMask>,
     reorder: Vec<ReorderIndex>,
+    /// The table's logical schema, which the batches take.
+    table: arrow_schema::SchemaRef,
 }
 
 impl DeltaRead {
-    /// The read plan of the file whose footer is `file`.
+    /// The read plan of the file whose footer is `file`, for a table whose logical
+    /// schema is `table`.
     ///
     /// # Errors
     ///
     /// A column of the table whose type the file cannot give.
-    pub fn columns(self: &Arc<Self>, file: &ArrowReaderMetadata) -> Result<DeltaColumns> {
+    pub fn columns(
+        self: &Arc<Self>,
+        file: &ArrowReaderMetadata,
+        table: arrow_schema::SchemaRef,
+    ) -> Result<DeltaColumns> {
         let (reorder, mask) = parquet_read_plan(&self.shape.physical, file).map_err(|e| {
             Error::new(ErrorKind::Table {
                 detail: one_line(&e),
@@ -959,6 +961,7 @@ impl DeltaRead {
             read: self.clone(),
             mask,
             reorder,
+            table,
         })
     }
 
@@ -981,7 +984,17 @@ impl DeltaRead {
     }
 }
 
-impl DeltaColumns {
+/// A Delta data file's read: the kernel's plan of its columns, its deletion vector, its
+/// partition values and column mapping from the log.
+impl TableFileRead for DeltaColumns {
+    fn table_schema(&self) -> &arrow_schema::SchemaRef {
+        &self.table
+    }
+
+    fn projection(&self, _file: &ArrowReaderMetadata) -> ProjectionMask {
+        self.mask.clone().unwrap_or_else(ProjectionMask::all)
+    }
+
     /// The snapshot's rows of `batch` (the file's `roots` columns, its rows from
     /// `first_row` of the file): physical columns in the scan's order (null where the
     /// file lacks one), turned logical, deleted rows dropped.
@@ -989,7 +1002,7 @@ impl DeltaColumns {
     /// # Errors
     ///
     /// A column whose type cannot become the table's, or the kernel's evaluation failing.
-    pub fn adapt(&self, batch: RecordBatch, first_row: u64) -> Result<RecordBatch> {
+    fn adapt(&self, batch: RecordBatch, first_row: u64) -> Result<RecordBatch> {
         let shape = &self.read.shape;
         let rows = batch.num_rows();
         let delta_error = |e: delta_kernel::KernelError| {
@@ -1041,18 +1054,13 @@ impl DeltaColumns {
     }
 
     /// Rows of the file's rows `[first, first + rows)` that its deletion vector keeps.
-    pub fn kept(&self, first: u64, rows: u64) -> u64 {
+    fn kept_rows(&self, first: u64, rows: u64) -> u64 {
         let Some(deleted) = &self.read.deleted else {
             return rows;
         };
         let lo = deleted.partition_point(|&d| d < first);
         let hi = deleted.partition_point(|&d| d < first.saturating_add(rows));
         rows - (hi - lo) as u64
-    }
-
-    /// The file's leaf columns the plan reads.
-    pub fn mask(&self) -> ProjectionMask {
-        self.mask.clone().unwrap_or_else(ProjectionMask::all)
     }
 }
 

@@ -22,6 +22,7 @@ pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
 /// `--partitioning`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Partitioning {
     /// On when every file has the same keys in the same order.
     #[default]

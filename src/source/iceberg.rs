@@ -38,10 +38,11 @@ use iceberg::spec::{FormatVersion, Literal, PrimitiveLiteral, PrimitiveType, Tab
 use iceberg::table::{StaticTable, Table};
 use parquet::arrow::ProjectionMask;
 
-use super::parquet::InputFile;
-use super::table::{parse_time, table_error, SideFile, TableInfo};
+use super::parquet::{rows_for, InputFile, ParquetInput, TableFileRead, BATCH_BYTES};
+use super::table::{parse_time, table_error, SideFile};
 use crate::error::{Error, Result};
-use crate::store::{self, IoOptions, Listed, Location, ObjectUrl};
+use crate::manifest::{rfc3339_ms, TableInfo};
+use crate::store::{self, IoOptions, Listed, ObjectUrl, Place};
 
 /// The field id arrow-rs's Parquet reader puts in a field's metadata.
 const FIELD_ID_KEY: &str = "PARQUET:field_id";
@@ -57,13 +58,6 @@ pub struct IcebergOptions {
     /// `--partition-filter KEY=VALUE`: keep the data files of these partition values (all
     /// must hold). KEY is a partition field's name, or an identity field's column.
     pub partition_filters: Vec<(String, String)>,
-}
-
-/// Where the table is now (its metadata may name another place: a copied table).
-#[derive(Debug, Clone)]
-enum Place {
-    Local(PathBuf),
-    Remote(ObjectUrl),
 }
 
 /// An Iceberg table at one snapshot.
@@ -179,7 +173,7 @@ impl IcebergTable {
             given.clone()
         };
         let (place, metadata_at) = match store::locate(table, io)? {
-            Location::Local(path) => {
+            Place::Local(path) => {
                 let root = if is_metadata_file {
                     path.parent().and_then(Path::parent).map(Path::to_path_buf)
                 } else {
@@ -194,7 +188,7 @@ impl IcebergTable {
                 };
                 (place, Place::Local(file))
             }
-            Location::Remote(url) => {
+            Place::Remote(url) => {
                 if is_metadata_file {
                     let root = url.parent().parent();
                     (Place::Remote(root), Place::Remote(url))
@@ -546,7 +540,7 @@ fn pick_snapshot(
             format!(
                 "timestamp {timestamp} is before the first snapshot ({} at {})",
                 first.snapshot_id,
-                super::table::rfc3339_ms(first.timestamp_ms)
+                rfc3339_ms(first.timestamp_ms)
             ),
         ));
     }
@@ -709,6 +703,75 @@ impl IcebergRead {
     }
 }
 
+/// An Iceberg data file's read, for our Parquet reader: the `iceberg` crate reads each
+/// row group, deletes applied, columns matched by field id.
+#[derive(Debug)]
+pub struct IcebergFileRead {
+    read: Arc<IcebergRead>,
+    /// The snapshot's schema, which the batches take.
+    table: arrow_schema::SchemaRef,
+}
+
+impl IcebergFileRead {
+    /// The read of a data file, for a snapshot whose schema is `table`.
+    pub fn new(read: Arc<IcebergRead>, table: arrow_schema::SchemaRef) -> IcebergFileRead {
+        IcebergFileRead { read, table }
+    }
+}
+
+impl TableFileRead for IcebergFileRead {
+    fn table_schema(&self) -> &arrow_schema::SchemaRef {
+        &self.table
+    }
+
+    fn projection(
+        &self,
+        file: &parquet::arrow::arrow_reader::ArrowReaderMetadata,
+    ) -> ProjectionMask {
+        self.read.projection(file)
+    }
+
+    fn exact_rows(&self) -> bool {
+        !self.read.has_deletes
+    }
+
+    /// The crate reads the row group's bytes (its row groups counted as the crate counts
+    /// them: back to back after the magic), deletes applied. Batches are handed over in
+    /// slices of about [`BATCH_BYTES`]; `f` gets the index of each slice's first record
+    /// in the file's records (rows after deletes), as the crate cannot say which rows it
+    /// dropped.
+    fn read_row_group(
+        &self,
+        input: &ParquetInput,
+        row_group: usize,
+        first_row: u64,
+        f: &mut dyn FnMut(RecordBatch, u64) -> Result<()>,
+    ) -> Option<Result<()>> {
+        let groups = input.metadata.metadata().row_groups();
+        let start = 4 + groups[..row_group]
+            .iter()
+            .map(|g| g.compressed_size().max(0) as u64)
+            .sum::<u64>();
+        let length = groups[row_group].compressed_size().max(0) as u64;
+        if length == 0 {
+            return Some(Ok(()));
+        }
+        let mut at = first_row;
+        Some(self.read.read_row_group(start..start + length, |batch| {
+            let rows = batch.num_rows();
+            let bytes = batch.get_array_memory_size() as u64;
+            let step = rows_for(BATCH_BYTES, bytes, rows).clamp(1, rows.max(1));
+            for begin in (0..rows).step_by(step) {
+                let slice = batch.slice(begin, step.min(rows - begin));
+                let first = at + begin as u64;
+                f(slice, first).map_err(|e| e.shift_row(first).with_file(&input.file.display))?;
+            }
+            at += rows as u64;
+            Ok(())
+        }))
+    }
+}
+
 /// Moves a batch of the crate's arrow into ours through the Arrow C data interface: the
 /// buffers are shared, nothing is copied.
 ///
@@ -862,8 +925,8 @@ impl TableStorage {
             });
         }
         match store::locate(Path::new(normalize(path)), inner.io)? {
-            Location::Local(p) => Ok(Target::Local(p, path.to_owned())),
-            Location::Remote(url) => Ok(Target::Remote(url, None)),
+            Place::Local(p) => Ok(Target::Local(p, path.to_owned())),
+            Place::Remote(url) => Ok(Target::Remote(url, None)),
         }
     }
 

@@ -10,24 +10,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{Error, ErrorKind, ImageProblem, Result};
-
-/// A file left out of an image conversion.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Skipped {
-    /// Path relative to the input folder.
-    pub path: String,
-    /// Why.
-    pub reason: String,
-}
+use crate::manifest::Skipped;
 
 /// Extensions read by default (case-insensitive).
 pub(crate) const DEFAULT_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "gif", "bmp", "webp"];
 
 /// Where labels come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Labels {
     /// First-level sub-folders are classes.
     DirName,
@@ -39,6 +30,7 @@ pub enum Labels {
 
 /// What to do with a file that is not a readable image.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OnError {
     /// Stop with an error naming it.
     Fail,

@@ -27,11 +27,9 @@ use parquet::file::serialized_reader::SerializedPageReader;
 
 use crate::error::{ChunkProblem, Error, ErrorKind, Result};
 use crate::source::contain::contain;
-use crate::source::delta::{DeltaColumns, DeltaRead};
 use crate::source::fixed_list::{self, FixedListReader};
 use crate::source::hive::{self, PartitionColumn};
-use crate::source::iceberg::IcebergRead;
-use crate::store::{self, Listed, Location, RemoteChunks, RemoteParquet};
+use crate::store::{self, Listed, Place, RemoteChunks, RemoteParquet};
 
 /// Rows per Arrow batch at most: large enough to amortize per-batch work (8192 rows of
 /// the standard table ≈ 1.4 MB).
@@ -106,9 +104,9 @@ fn refuse_table_formats<'a>(mut names: impl Iterator<Item = &'a str>, table: &st
 
 /// Refuses an input that lies inside a Delta or Iceberg table (a partition folder or a
 /// data file of one): the folders above it, up to the root, are checked for the markers.
-fn refuse_inside_table(input: &Location) -> Result<()> {
+fn refuse_inside_table(input: &Place) -> Result<()> {
     match input {
-        Location::Local(path) => {
+        Place::Local(path) => {
             let Ok(path) = std::fs::canonicalize(path) else {
                 return Ok(());
             };
@@ -121,7 +119,7 @@ fn refuse_inside_table(input: &Location) -> Result<()> {
             }
             Ok(())
         }
-        Location::Remote(url) => {
+        Place::Remote(url) => {
             let mut dir = url.clone();
             while !dir.key().is_empty() {
                 dir = dir.parent();
@@ -189,11 +187,11 @@ pub fn discover(
     let base = partition_base.map(|b| store::locate(b, io)).transpose()?;
     if let Some(base) = &base {
         match base {
-            Location::Local(dir) => refuse_table_formats(
+            Place::Local(dir) => refuse_table_formats(
                 local_table_markers(dir).iter().map(String::as_str),
                 &dir.display().to_string(),
             )?,
-            Location::Remote(url) => {
+            Place::Remote(url) => {
                 let mut markers: Vec<String> = Vec::new();
                 for sub in ["_delta_log", "metadata"] {
                     for o in store::list(&url.join(sub))? {
@@ -213,7 +211,7 @@ pub fn discover(
         let location = store::locate(input, io)?;
         refuse_inside_table(&location)?;
         match location {
-            Location::Local(path) => {
+            Place::Local(path) => {
                 let meta = std::fs::metadata(&path).map_err(|e| Error::from(e).with_file(input))?;
                 if !meta.is_dir() {
                     out.push(InputFile::local(path.clone(), input.display().to_string()));
@@ -232,7 +230,7 @@ pub fn discover(
                     });
                 }
             }
-            Location::Remote(url) => {
+            Place::Remote(url) => {
                 let objects = store::list(&url)?;
                 if objects.is_empty() {
                     // Not a prefix: an object named directly (or nothing: not found).
@@ -289,10 +287,10 @@ pub fn discover(
 }
 
 /// A file's path relative to the partition base, when it lies below it.
-fn relative_to_base(file: &InputFile, base: &Location) -> Option<String> {
+fn relative_to_base(file: &InputFile, base: &Place) -> Option<String> {
     match (base, &file.object) {
-        (Location::Remote(base), Some(object)) => object.url.relative_to(base).map(str::to_owned),
-        (Location::Local(base), None) => {
+        (Place::Remote(base), Some(object)) => object.url.relative_to(base).map(str::to_owned),
+        (Place::Local(base), None) => {
             let rel = file.path.strip_prefix(base).ok()?;
             let parts: Vec<String> = rel
                 .components()
@@ -322,13 +320,59 @@ pub struct ParquetInput {
     /// Whether fixed-size lists may go through our own decoder ([`fixed_list`]); off,
     /// arrow-rs reads every column (`--parquet-decoder arrow-rs`).
     fast_lists: bool,
-    /// A Delta table's data file: its columns for the scan, and what turns its batches
-    /// into the snapshot's rows ([`super::delta`]). Roots then index the table's
-    /// logical schema, and partition values come from the log.
-    delta: Option<(Arc<DeltaColumns>, SchemaRef)>,
-    /// An Iceberg table's data file: the `iceberg` crate reads its row groups, deletes
-    /// applied ([`super::iceberg`]). Roots then index the table's schema.
-    iceberg: Option<(Arc<IcebergRead>, SchemaRef)>,
+    /// A table's data file (Delta, Iceberg): what its format adds to reading it. Roots
+    /// then index the table's schema.
+    table: Option<Arc<dyn TableFileRead>>,
+}
+
+/// What a table format adds to reading one of its Parquet data files: the table's
+/// schema, which columns of the file to read (by field id or physical name), which rows
+/// the snapshot keeps, and how a batch of the file becomes the table's rows (partition
+/// values, renamed columns). Delta ([`super::delta`]) and Iceberg ([`super::iceberg`])
+/// implement it; the Parquet reader knows neither.
+pub trait TableFileRead: Send + Sync + std::fmt::Debug {
+    /// The table's schema (the snapshot's), which roots index.
+    fn table_schema(&self) -> &SchemaRef;
+
+    /// The file's columns to read, given its footer.
+    fn projection(&self, file: &ArrowReaderMetadata) -> ProjectionMask;
+
+    /// The file's rows in `[first, first + rows)` that the snapshot keeps (all of them
+    /// unless a deletion vector drops some).
+    fn kept_rows(&self, _first: u64, rows: u64) -> u64 {
+        rows
+    }
+
+    /// Whether [`TableFileRead::kept_rows`] is exact before the file is read (false
+    /// where delete files are applied while reading).
+    fn exact_rows(&self) -> bool {
+        true
+    }
+
+    /// A batch of the file's projected columns, its first row at row `at` of the file,
+    /// as the table's rows.
+    ///
+    /// # Errors
+    ///
+    /// A column that cannot become the table's.
+    fn adapt(&self, batch: RecordBatch, _at: u64) -> Result<RecordBatch> {
+        Ok(batch)
+    }
+
+    /// Reads row group `row_group` itself, where the format's own reader must (the
+    /// `iceberg` crate applies delete files as it reads), calling `f` with each batch of
+    /// the table's rows and the index of its first record in the file; `None` leaves
+    /// the reading to the Parquet reader, which then calls
+    /// [`TableFileRead::adapt`].
+    fn read_row_group(
+        &self,
+        _input: &ParquetInput,
+        _row_group: usize,
+        _first_row: u64,
+        _f: &mut dyn FnMut(RecordBatch, u64) -> Result<()>,
+    ) -> Option<Result<()>> {
+        None
+    }
 }
 
 impl ParquetInput {
@@ -399,8 +443,7 @@ impl ParquetInput {
             row_bytes: Default::default(),
             partitions: Default::default(),
             fast_lists: true,
-            delta: None,
-            iceberg: None,
+            table: None,
         })
     }
 
@@ -411,56 +454,36 @@ impl ParquetInput {
         self.partitions = (columns, index);
     }
 
-    /// Makes this file a Delta table's data file, read as `read` says; `table` is the
-    /// table's logical schema, which roots index from now on. Delta's arrays are
-    /// Parquet lists, never fixed-size: arrow-rs reads every column.
-    ///
-    /// # Errors
-    ///
-    /// A column of the table that the file cannot give, naming the file.
-    pub fn set_delta(&mut self, read: &Arc<DeltaRead>, table: SchemaRef) -> Result<()> {
-        let columns = read
-            .columns(&self.metadata)
-            .map_err(|e| e.with_file(&self.file.display))?;
-        self.delta = Some((Arc::new(columns), table));
-        self.fast_lists = false;
-        Ok(())
-    }
-
-    /// Makes this file an Iceberg table's data file, read by the `iceberg` crate as
-    /// `read` says; `table` is the snapshot's schema, which roots index from now on.
-    pub fn set_iceberg(&mut self, read: Arc<IcebergRead>, table: SchemaRef) {
-        self.iceberg = Some((read, table));
+    /// Makes this file a table's data file, read as `read` says; roots index the
+    /// table's schema from now on. Tables' arrays are Parquet lists, never fixed-size
+    /// (Delta has no fixed-size list): arrow-rs reads every column.
+    pub fn set_table(&mut self, read: Arc<dyn TableFileRead>) {
+        self.table = Some(read);
         self.fast_lists = false;
     }
 
     /// Whether [`ParquetInput::kept_rows`] is exact: an Iceberg data file with delete
     /// files knows its records only once read.
     pub fn exact_rows(&self) -> bool {
-        self.iceberg
-            .as_ref()
-            .is_none_or(|(read, _)| !read.has_deletes)
+        self.table.as_ref().is_none_or(|t| t.exact_rows())
     }
 
     /// The projection of the file's columns that `file_roots` (from
-    /// [`ParquetInput::file_roots`]) read: a Delta data file's is its read plan's.
+    /// [`ParquetInput::file_roots`]) read: a table's data file's is its format's.
     fn projection(&self, file_roots: &[usize]) -> ProjectionMask {
-        if let Some((read, _)) = &self.iceberg {
-            return read.projection(&self.metadata);
-        }
-        match &self.delta {
-            Some((columns, _)) => columns.mask(),
+        match &self.table {
+            Some(table) => table.projection(&self.metadata),
             None => {
                 ProjectionMask::roots(self.metadata.parquet_schema(), file_roots.iter().copied())
             }
         }
     }
 
-    /// A Delta data file's rows in `[first, first + rows)` that its deletion vector
-    /// keeps (all of them for any other file).
+    /// The file's rows in `[first, first + rows)` that the table's snapshot keeps (all
+    /// of them for a plain file).
     pub fn kept_rows(&self, first: u64, rows: u64) -> u64 {
-        match &self.delta {
-            Some((columns, _)) => columns.kept(first, rows),
+        match &self.table {
+            Some(table) => table.kept_rows(first, rows),
             None => rows,
         }
     }
@@ -468,7 +491,7 @@ impl ParquetInput {
     /// The file's own top-level columns that `roots` (indices of
     /// [`ParquetInput::table_schema`]) read, and the partition columns among them.
     fn file_roots(&self, roots: &[usize]) -> (Vec<usize>, Vec<usize>) {
-        if self.delta.is_some() || self.iceberg.is_some() {
+        if self.table.is_some() {
             return (Vec::new(), Vec::new());
         }
         let file_columns = self.schema().fields().len();
@@ -508,16 +531,11 @@ impl ParquetInput {
             .map(|(_, c)| c)
     }
 
-    /// The file's columns, then the partition columns (a Delta table's data file: the
-    /// table's logical schema).
+    /// The file's columns, then the partition columns (a table's data file: the
+    /// table's schema).
     pub fn table_schema(&self) -> Schema {
-        if let Some(table) = self
-            .delta
-            .as_ref()
-            .map(|(_, t)| t)
-            .or(self.iceberg.as_ref().map(|(_, t)| t))
-        {
-            return table.as_ref().clone();
+        if let Some(table) = &self.table {
+            return table.table_schema().as_ref().clone();
         }
         let mut fields: Vec<arrow_schema::FieldRef> =
             self.schema().fields().iter().cloned().collect();
@@ -767,20 +785,24 @@ pub fn read_row_group(
     mut f: impl FnMut(RecordBatch, u64) -> Result<()>,
 ) -> Result<()> {
     let locate = |e: Error| e.with_file(&input.file.display);
-    if let Some((read, _)) = &input.iceberg {
-        return read_iceberg_row_group(input, read, row_group, first_row, f);
+    if let Some(read) = input
+        .table
+        .as_ref()
+        .and_then(|t| t.read_row_group(input, row_group, first_row, &mut f))
+    {
+        return read;
     }
     let file_columns = input.schema().fields().len();
     let (file_roots, partition_roots) = input.file_roots(roots);
     let mask = input.projection(&file_roots);
     let expected = input.row_group_rows()[row_group];
-    // The batch as the table has it: Hive partition columns appended, or a Delta data
-    // file's rows of the snapshot.
+    // The batch as the table has it: Hive partition columns appended, or a table's
+    // data file's rows of the snapshot.
     let as_table = |batch: RecordBatch, at: u64| -> Result<RecordBatch> {
-        if let Some((columns, _)) = &input.delta {
-            // The kernel's fix-up and evaluator are a dependency's code on the file's
-            // data: contained like the decoder.
-            return contain(|| columns.adapt(batch, at))
+        if let Some(table) = &input.table {
+            // A format's fix-up (Delta's kernel evaluator) is a dependency's code on the
+            // file's data: contained like the decoder.
+            return contain(|| table.adapt(batch, at))
                 .map_err(|panic| decoder_panic(Some(row_group), panic))?;
         }
         if partition_roots.is_empty() {
@@ -797,11 +819,11 @@ pub fn read_row_group(
         }
         Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?)
     };
-    if input.delta.is_some()
+    if input.table.is_some()
         && !(0..input.metadata.parquet_schema().num_columns()).any(|l| mask.leaf_included(l))
     {
-        // Only partition values (from the log): no column of the file is read, only its
-        // row count, in batches of rows without columns.
+        // Only partition values (from the table's metadata): no column of the file is
+        // read, only its row count, in batches of rows without columns.
         let empty = Arc::new(Schema::empty());
         let mut at = 0u64;
         while at < expected {
@@ -924,42 +946,6 @@ pub fn read_row_group(
     Ok(())
 }
 
-/// [`read_row_group`] of an Iceberg data file: the `iceberg` crate reads the row group's
-/// bytes (its row groups counted as the crate counts them: back to back after the
-/// magic), deletes applied. Batches are handed over in slices of about
-/// [`BATCH_BYTES`]; `f` gets the index of each slice's first record in the file's
-/// records (rows after deletes), as the crate cannot say which rows it dropped.
-fn read_iceberg_row_group(
-    input: &ParquetInput,
-    read: &IcebergRead,
-    row_group: usize,
-    first_row: u64,
-    mut f: impl FnMut(RecordBatch, u64) -> Result<()>,
-) -> Result<()> {
-    let groups = input.metadata.metadata().row_groups();
-    let start = 4 + groups[..row_group]
-        .iter()
-        .map(|g| g.compressed_size().max(0) as u64)
-        .sum::<u64>();
-    let length = groups[row_group].compressed_size().max(0) as u64;
-    if length == 0 {
-        return Ok(());
-    }
-    let mut at = first_row;
-    read.read_row_group(start..start + length, |batch| {
-        let rows = batch.num_rows();
-        let bytes = batch.get_array_memory_size() as u64;
-        let step = rows_for(BATCH_BYTES, bytes, rows).clamp(1, rows.max(1));
-        for begin in (0..rows).step_by(step) {
-            let slice = batch.slice(begin, step.min(rows - begin));
-            let first = at + begin as u64;
-            f(slice, first).map_err(|e| e.shift_row(first).with_file(&input.file.display))?;
-        }
-        at += rows as u64;
-        Ok(())
-    })
-}
-
 /// The selected columns that [`fixed_list`] reads, joined to arrow-rs's batches of the
 /// other selected columns. Local files only: a store's column chunks come through
 /// [`RemoteChunks`]' read-ahead, which serves arrow-rs's reader.
@@ -1038,7 +1024,7 @@ impl FastColumns {
 }
 
 /// How many rows like these (`rows` rows taking `bytes` in all) fit in `budget` bytes.
-fn rows_for(budget: u64, bytes: u64, rows: usize) -> usize {
+pub(crate) fn rows_for(budget: u64, bytes: u64, rows: usize) -> usize {
     let per_row = bytes.div_ceil(rows.max(1) as u64).max(1);
     usize::try_from(budget / per_row).unwrap_or(usize::MAX)
 }

@@ -15,11 +15,11 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use crate::dataset::{manifests_in, read_manifest};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::RecordType;
 use crate::manifest::{self, MANIFEST_SUFFIX};
-use crate::store::{self, IoOptions, Listed, Location, ObjectUrl, RemoteRead};
+use crate::manifest::{manifests_in, read_manifest};
+use crate::store::{self, IoOptions, Listed, ObjectUrl, Place, RemoteRead};
 
 /// TFDS's file describing a prepared dataset.
 const TFDS_INFO: &str = "dataset_info.json";
@@ -150,8 +150,8 @@ pub fn discover(inputs: &[PathBuf], io: IoOptions) -> Result<Found> {
     let mut found = Found::default();
     for input in inputs {
         match store::locate(input, io)? {
-            Location::Local(path) => discover_local(input, &path, io, &mut found)?,
-            Location::Remote(url) => discover_remote(&url, io, &mut found)?,
+            Place::Local(path) => discover_local(input, &path, io, &mut found)?,
+            Place::Remote(url) => discover_remote(&url, io, &mut found)?,
         }
     }
     Ok(found)

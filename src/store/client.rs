@@ -360,7 +360,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::url::{locate, Location};
+    use crate::store::url::{locate, Place};
 
     /// Each settings value has its own permits and clients; the first run's
     /// settings are not the process's.
@@ -374,8 +374,8 @@ mod tests {
         assert_eq!(permits(b).available_permits(), 5);
         assert!(Arc::ptr_eq(&permits(a), &permits(a)));
         let at = |io| match locate(std::path::Path::new("s3://settings-test/k"), io).unwrap() {
-            Location::Remote(url) => url,
-            Location::Local(_) => unreachable!("a URL"),
+            Place::Remote(url) => url,
+            Place::Local(_) => unreachable!("a URL"),
         };
         let (ua, ub) = (at(a), at(b));
         assert!(Arc::ptr_eq(&bucket(&ua).unwrap(), &bucket(&ua).unwrap()));

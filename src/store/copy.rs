@@ -35,25 +35,8 @@ pub fn copy_object_recorded(from: &ObjectUrl, to: &ObjectUrl, record: &ObjectUrl
     ))
 }
 
-/// The largest object S3's CopyObject copies in one request; a larger one is copied
-/// as a multipart upload of ranges (UploadPartCopy). `TFSHARD_MAX_COPY_BYTES` lowers it,
-/// for tests.
-pub const MAX_COPY_BYTES: u64 = 5 << 30;
-
-/// Bytes per part of a multipart copy (S3: 5 MiB to 5 GiB a part, 10,000 parts, so
-/// objects up to 5 TB). `TFSHARD_COPY_PART_BYTES` lowers it, for tests.
-pub const COPY_PART_BYTES: u64 = 512 << 20;
-
-fn limit_from_env(var: &str, default: u64) -> u64 {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&v| v > 0)
-        .unwrap_or(default)
-}
-
 /// Copies an object within its bucket, on the server: one request, or on S3, for an
-/// object above [`MAX_COPY_BYTES`], a multipart copy; on Azure, where a copy may finish
+/// object above [`IoOptions::max_copy_bytes`](super::IoOptions::max_copy_bytes), a multipart copy; on Azure, where a copy may finish
 /// after its request, this returns once the copy has completed.
 ///
 /// A multipart copy's id goes to `record` before its first part is sent. Once the copy
@@ -93,7 +76,7 @@ async fn copy_on_server(
     match from.scheme() {
         Scheme::S3 => {
             let source = request(from, b.store.head(&src)).await?;
-            if source.size > limit_from_env("TFSHARD_MAX_COPY_BYTES", MAX_COPY_BYTES) {
+            if source.size > from.io().max_copy_bytes {
                 let etag = source.e_tag.as_deref();
                 return multipart_copy(&b, from, to, source.size, etag, started).await;
             }
@@ -124,8 +107,9 @@ async fn multipart_copy(
             return Err(Error::invalid_option(
                 "URL",
                 format!(
-                    "{to}: a shard above {MAX_COPY_BYTES} bytes is copied in parts, which \
-                     tfshard cannot do with {var} set; use a smaller --target-shard-size"
+                    "{to}: a shard above {} bytes is copied in parts, which \
+                     tfshard cannot do with {var} set; use a smaller --target-shard-size",
+                    from.io().max_copy_bytes
                 ),
             ));
         }
@@ -133,8 +117,7 @@ async fn multipart_copy(
     let (id, ()) =
         create_recorded(to, false, async |id: &str| started(id.to_owned()).await).await?;
     // S3 takes 10,000 parts at most.
-    let step =
-        limit_from_env("TFSHARD_COPY_PART_BYTES", COPY_PART_BYTES).max(size.div_ceil(10_000));
+    let step = to.io().copy_part_bytes.max(size.div_ceil(10_000));
     let ranges = (0..size)
         .step_by(step as usize)
         .map(|s| s..(s + step).min(size));

@@ -55,7 +55,7 @@ pub(crate) trait Destination: Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::OutputExists`](crate::ErrorKind::OutputExists) locally or
+    /// [`ErrorKind::OutputExists`](crate::error::ErrorKind::OutputExists) locally or
     /// [`StoreProblem::AlreadyExists`](super::StoreProblem::AlreadyExists) on a store
     /// when `create_only` finds the file; an I/O or store error.
     fn write(&self, rel: &str, bytes: Vec<u8>, create_only: bool) -> Result<()>;
@@ -96,7 +96,7 @@ pub(crate) trait Destination: Send + Sync {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::OutputExists`](crate::ErrorKind::OutputExists) when the output holds
+    /// [`ErrorKind::OutputExists`](crate::error::ErrorKind::OutputExists) when the output holds
     /// anything but `plan.hidden` names and `plan.overwrite` is off; an I/O or store
     /// error.
     fn stage(&self, plan: StagePlan) -> Result<Box<dyn Staging>>;
@@ -151,7 +151,7 @@ pub(crate) trait Staging {
     ///
     /// # Errors
     ///
-    /// [`ErrorKind::ResumeMismatch`](crate::ErrorKind::ResumeMismatch) naming the first
+    /// [`ErrorKind::ResumeMismatch`](crate::error::ErrorKind::ResumeMismatch) naming the first
     /// difference; an I/O or store error.
     fn resume(&mut self, i: usize, header: serde_json::Value) -> Result<Vec<ClosedShard>>;
 

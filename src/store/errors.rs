@@ -223,12 +223,12 @@ impl std::error::Error for HttpStatus {}
 mod tests {
     use super::*;
     use crate::store::settings::IoOptions;
-    use crate::store::url::{locate, Location};
+    use crate::store::url::{locate, Place};
 
     fn url(s: &str) -> ObjectUrl {
         match locate(std::path::Path::new(s), IoOptions::default()).unwrap() {
-            Location::Remote(u) => u,
-            Location::Local(p) => panic!("{} is local", p.display()),
+            Place::Remote(u) => u,
+            Place::Local(p) => panic!("{} is local", p.display()),
         }
     }
 

@@ -42,8 +42,8 @@ pub(crate) fn object_store_of(
 ) -> crate::error::Result<std::sync::Arc<dyn object_store::ObjectStore>> {
     Ok(client::bucket(url)?.store.clone())
 }
+pub use self::copy::copy_object_recorded;
 pub(crate) use self::copy::copy_recorded;
-pub use self::copy::{copy_object_recorded, COPY_PART_BYTES, MAX_COPY_BYTES};
 pub(crate) use self::errors::is_problem;
 pub use self::errors::StoreProblem;
 pub(crate) use self::multipart::{
@@ -60,8 +60,11 @@ pub use self::read::RemoteRead;
 pub(crate) use self::records::{
     abort_pending_in, abort_uploads_under, create_recorded, kill_point, upload_record,
 };
-pub use self::settings::{IoOptions, DEFAULT_IO_CONCURRENCY, DEFAULT_IO_TIMEOUT};
-pub use self::url::{is_url, locate, Location, ObjectUrl, Scheme};
+pub use self::settings::{
+    IoOptions, COPY_PART_BYTES, DEFAULT_IO_CONCURRENCY, DEFAULT_IO_TIMEOUT, MAX_COPY_BYTES,
+    READ_AHEAD_BYTES,
+};
+pub use self::url::{is_url, locate, ObjectUrl, Place, Scheme};
 
 /// An id unique among the runs (and attempts of one worker) that may race for one
 /// output: time, process and a counter. `run-…`.
@@ -85,9 +88,9 @@ pub(crate) fn attempt_id() -> String {
 pub(crate) fn destination_of(
     output: &std::path::Path,
     io: IoOptions,
-) -> crate::Result<std::sync::Arc<dyn destination::Destination>> {
+) -> crate::error::Result<std::sync::Arc<dyn destination::Destination>> {
     Ok(match locate(output, io)? {
-        Location::Local(dir) => std::sync::Arc::new(local::LocalDir::new(dir)),
-        Location::Remote(url) => std::sync::Arc::new(object::ObjectPrefix::new(url)),
+        Place::Local(dir) => std::sync::Arc::new(local::LocalDir::new(dir)),
+        Place::Remote(url) => std::sync::Arc::new(object::ObjectPrefix::new(url)),
     })
 }

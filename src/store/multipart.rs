@@ -106,7 +106,7 @@ pub(crate) fn part_checksums(url: &ObjectUrl) -> bool {
 pub(crate) fn streams_parts(url: &ObjectUrl) -> bool {
     let set = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty());
     url.scheme() == Scheme::S3
-        && std::env::var("TFSHARD_STREAM_PARTS").map_or(true, |v| v != "0")
+        && url.io().stream_parts
         && !set("AWS_CHECKSUM_ALGORITHM")
         && !set("AWS_SSE_CUSTOMER_KEY_BASE64")
 }

@@ -135,14 +135,6 @@ impl AsyncFileReader for RemoteParquet {
     }
 }
 
-/// Bytes the column chunks of one row group being decoded may hold fetched or in flight
-/// from a store, together (per worker: a worker decodes one row group at a time; the
-/// converter's decode budget bounds the workers together). A row group within it is
-/// fetched whole at once, adjacent chunks coalesced (the standard table's 8.5 MB row
-/// groups); a larger one streams. Measured against moto on the standard table, S3→disk:
-/// whole row groups 2.5–2.9 s, streamed in 8 MiB 3.2–3.5 s, in 4 MiB 3.7–4.2 s (each
-/// request costs; fewer, larger ones win), peak memory 77–83, 75–81, 71–76 MiB.
-pub(crate) const READ_AHEAD_BYTES: u64 = 16 << 20;
 /// Pieces of a streamed column chunk fetched or in flight at once: the one being
 /// decoded and the next, fetched while it decodes.
 const PIECES_AHEAD: usize = 2;
@@ -567,17 +559,14 @@ impl RemoteChunks {
     }
 
     /// For an object in a store, every request pinned to its listed ETag, within
-    /// [`READ_AHEAD_BYTES`] (`TFSHARD_READ_AHEAD_BYTES` sets another budget, for tests).
+    /// the read-ahead budget of its settings ([`IoOptions::read_ahead_bytes`](super::IoOptions::read_ahead_bytes)).
     pub(crate) fn for_object(object: &Listed, ranges: Vec<Range<u64>>) -> RemoteChunks {
         let reader = RemoteParquet::new(object.clone());
         let fetch: Fetch = Arc::new(move |range| {
             let reader = reader.clone();
             async move { reader.fetch_bytes(range).await }.boxed()
         });
-        let budget = std::env::var("TFSHARD_READ_AHEAD_BYTES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(READ_AHEAD_BYTES);
+        let budget = object.url.io().read_ahead_bytes;
         RemoteChunks::new(object.size, ranges, budget, PIECES_AHEAD, fetch)
     }
 

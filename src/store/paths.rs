@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{head, list_dir, locate, read_all, IoOptions, Location, RemoteRead};
+use super::{head, list_dir, locate, read_all, IoOptions, Place, RemoteRead};
 use crate::error::{Error, Result};
 
 /// A readable byte source and its length.
@@ -23,12 +23,12 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
 /// The file cannot be opened, or a store error naming the URL.
 pub fn open(path: &Path, io: IoOptions) -> Result<Opened> {
     match locate(path, io)? {
-        Location::Local(p) => {
+        Place::Local(p) => {
             let file = File::open(&p).map_err(io_at(path))?;
             let len = file.metadata().map_err(io_at(path))?.len();
             Ok((Box::new(file), len))
         }
-        Location::Remote(url) => {
+        Place::Remote(url) => {
             let r = RemoteRead::open(&url)?;
             let len = r.len();
             Ok((Box::new(r), len))
@@ -43,7 +43,7 @@ pub fn open(path: &Path, io: IoOptions) -> Result<Opened> {
 /// As [`open`].
 pub fn head_bytes(path: &Path, n: usize, io: IoOptions) -> Result<Vec<u8>> {
     match locate(path, io)? {
-        Location::Local(p) => {
+        Place::Local(p) => {
             let file = File::open(&p).map_err(io_at(path))?;
             let mut out = Vec::with_capacity(n);
             file.take(n as u64)
@@ -51,7 +51,7 @@ pub fn head_bytes(path: &Path, n: usize, io: IoOptions) -> Result<Vec<u8>> {
                 .map_err(io_at(path))?;
             Ok(out)
         }
-        Location::Remote(url) => {
+        Place::Remote(url) => {
             let object = head(&url)?;
             let end = object.size.min(n as u64);
             if end == 0 {
@@ -70,8 +70,8 @@ pub fn head_bytes(path: &Path, n: usize, io: IoOptions) -> Result<Vec<u8>> {
 /// As [`open`].
 pub fn read(path: &Path, io: IoOptions) -> Result<Vec<u8>> {
     match locate(path, io)? {
-        Location::Local(p) => std::fs::read(&p).map_err(io_at(path)),
-        Location::Remote(url) => Ok(read_all(&url)?.to_vec()),
+        Place::Local(p) => std::fs::read(&p).map_err(io_at(path)),
+        Place::Remote(url) => Ok(read_all(&url)?.to_vec()),
     }
 }
 
@@ -82,8 +82,8 @@ pub fn read(path: &Path, io: IoOptions) -> Result<Vec<u8>> {
 /// As [`open`].
 pub fn len(path: &Path, io: IoOptions) -> Result<u64> {
     match locate(path, io)? {
-        Location::Local(p) => Ok(std::fs::metadata(&p).map_err(io_at(path))?.len()),
-        Location::Remote(url) => Ok(head(&url)?.size),
+        Place::Local(p) => Ok(std::fs::metadata(&p).map_err(io_at(path))?.len()),
+        Place::Remote(url) => Ok(head(&url)?.size),
     }
 }
 
@@ -96,8 +96,8 @@ pub fn len(path: &Path, io: IoOptions) -> Result<u64> {
 /// (`not found`).
 pub fn is_dir(path: &Path, io: IoOptions) -> Result<bool> {
     match locate(path, io)? {
-        Location::Local(p) => Ok(std::fs::metadata(&p).map_err(io_at(path))?.is_dir()),
-        Location::Remote(url) => {
+        Place::Local(p) => Ok(std::fs::metadata(&p).map_err(io_at(path))?.is_dir()),
+        Place::Remote(url) => {
             if url.key().is_empty() {
                 return Ok(true);
             }
@@ -118,7 +118,7 @@ pub fn is_dir(path: &Path, io: IoOptions) -> Result<bool> {
 /// The folder cannot be listed.
 pub fn files_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
     match locate(dir, io)? {
-        Location::Local(p) => {
+        Place::Local(p) => {
             let mut out = Vec::new();
             for entry in std::fs::read_dir(&p).map_err(io_at(dir))? {
                 let entry = entry.map_err(io_at(dir))?;
@@ -129,7 +129,7 @@ pub fn files_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
             out.sort();
             Ok(out)
         }
-        Location::Remote(url) => {
+        Place::Remote(url) => {
             let (objects, _) = list_dir(&url)?;
             Ok(objects
                 .iter()

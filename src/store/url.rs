@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 
 /// A store's kind, by URL scheme.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Scheme {
     /// `s3://` (and `s3a://`, Hadoop's name for it).
     S3,
@@ -138,7 +139,8 @@ impl fmt::Display for ObjectUrl {
 
 /// A path argument resolved: a local path or an object URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Location {
+#[non_exhaustive]
+pub enum Place {
     /// A local file or folder (a plain path, or a `file://` URL).
     Local(PathBuf),
     /// An object or prefix in a store.
@@ -151,22 +153,22 @@ pub enum Location {
 ///
 /// # Errors
 ///
-/// [`ErrorKind::InvalidOption`](crate::ErrorKind::InvalidOption) for an unsupported
+/// [`ErrorKind::InvalidOption`](crate::error::ErrorKind::InvalidOption) for an unsupported
 /// scheme or a URL without a bucket.
-pub fn locate(arg: &Path, io: IoOptions) -> Result<Location> {
+pub fn locate(arg: &Path, io: IoOptions) -> Result<Place> {
     let text = arg.to_string_lossy();
     let Some((scheme, rest)) = text.split_once("://") else {
-        return Ok(Location::Local(arg.to_path_buf()));
+        return Ok(Place::Local(arg.to_path_buf()));
     };
     let scheme_ok = !scheme.is_empty()
         && scheme
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
     if !scheme_ok {
-        return Ok(Location::Local(arg.to_path_buf()));
+        return Ok(Place::Local(arg.to_path_buf()));
     }
     let kind = match scheme.to_ascii_lowercase().as_str() {
-        "file" => return Ok(Location::Local(PathBuf::from(rest))),
+        "file" => return Ok(Place::Local(PathBuf::from(rest))),
         "s3" | "s3a" => Scheme::S3,
         "gs" => Scheme::Gcs,
         "az" | "abfss" => Scheme::Azure,
@@ -189,7 +191,7 @@ pub fn locate(arg: &Path, io: IoOptions) -> Result<Location> {
     }
     // s3a:// is Hadoop's spelling of the same store: one bucket, one client.
     let scheme_text = if kind == Scheme::S3 { "s3" } else { scheme };
-    Ok(Location::Remote(ObjectUrl {
+    Ok(Place::Remote(ObjectUrl {
         scheme: kind,
         root: format!("{scheme_text}://{bucket}"),
         key: key.trim_matches('/').to_owned(),
@@ -199,7 +201,7 @@ pub fn locate(arg: &Path, io: IoOptions) -> Result<Location> {
 
 /// Whether `arg` is an object URL (of any scheme we accept).
 pub fn is_url(arg: &Path) -> bool {
-    matches!(locate(arg, IoOptions::default()), Ok(Location::Remote(_)))
+    matches!(locate(arg, IoOptions::default()), Ok(Place::Remote(_)))
 }
 
 #[cfg(test)]
@@ -208,8 +210,8 @@ mod tests {
 
     pub(crate) fn url(s: &str) -> ObjectUrl {
         match locate(Path::new(s), IoOptions::default()).unwrap() {
-            Location::Remote(u) => u,
-            Location::Local(p) => panic!("{} is local", p.display()),
+            Place::Remote(u) => u,
+            Place::Local(p) => panic!("{} is local", p.display()),
         }
     }
 
@@ -218,11 +220,11 @@ mod tests {
         let io = IoOptions::default();
         assert_eq!(
             locate(Path::new("out/x"), io).unwrap(),
-            Location::Local("out/x".into())
+            Place::Local("out/x".into())
         );
         assert_eq!(
             locate(Path::new("file:///tmp/x"), io).unwrap(),
-            Location::Local("/tmp/x".into())
+            Place::Local("/tmp/x".into())
         );
         let u = url("s3a://bucket/table/dt=1/");
         assert_eq!(u.to_string(), "s3://bucket/table/dt=1");
@@ -241,7 +243,7 @@ mod tests {
         for bad in ["http://host/x", "hdfs://nn/x", "s3://", "s3:///key"] {
             let e = locate(Path::new(bad), io).unwrap_err();
             assert!(
-                matches!(e.kind(), crate::ErrorKind::InvalidOption { .. }),
+                matches!(e.kind(), crate::error::ErrorKind::InvalidOption { .. }),
                 "{bad}"
             );
         }
@@ -250,7 +252,7 @@ mod tests {
     #[test]
     fn a_url_carries_the_settings_it_was_resolved_with() {
         let slow = IoOptions::default().with_concurrency(2);
-        let Location::Remote(u) = locate(Path::new("s3://b/k"), slow).unwrap() else {
+        let Place::Remote(u) = locate(Path::new("s3://b/k"), slow).unwrap() else {
             panic!("a URL")
         };
         assert_eq!(u.io(), slow);

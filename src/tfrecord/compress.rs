@@ -23,6 +23,7 @@ pub use super::deflate::LEVEL;
 
 /// How a record stream is compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
 pub enum Compression {
     /// Plain framed records.
     #[default]

@@ -36,6 +36,7 @@ const COMBINE_FROM_BYTES: usize = 4096;
 
 /// What [`check_file`] found in a sound file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FileCheck {
     /// Records in the file.
     pub records: u64,

@@ -46,6 +46,15 @@ fn problems(report: &Value) -> Vec<(String, Option<u64>, Option<u64>, String)> {
         .unwrap()
         .iter()
         .map(|p| {
+            // `kind` names the problem's phrase in snake case, beside it (a key added to
+            // the report: scripts match on it instead of on text).
+            let text = p["problem"].as_str().unwrap();
+            let kind = p["kind"].as_str().unwrap_or_else(|| panic!("no kind: {p}"));
+            let phrase = match kind {
+                "unreadable" => "cannot read".to_owned(),
+                k => k.replace('_', " "),
+            };
+            assert!(text.to_lowercase().starts_with(&phrase), "{p}");
             let file = Path::new(p["file"].as_str().unwrap())
                 .file_name()
                 .unwrap()

@@ -68,14 +68,18 @@ def test_usage_errors_raise_value_error_and_write_nothing(tmp_path):
     table = pq.read_table(SMALL)
     with pytest.raises(ValueError, match="lots"):
         tfshard.convert(SMALL, tmp_path / "a", target_shard_size="lots")
-    with pytest.raises(ValueError, match="no_such_flag|no-such-flag"):
-        tfshard.convert(SMALL, tmp_path / "b", no_such_flag=1)
+    with pytest.raises(TypeError, match="no_such_flag"):
+        tfshard.convert(SMALL, tmp_path / "b", no_such_flag=1)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="version"):
+        tfshard.convert(SMALL, tmp_path / "b", version=3)
     with pytest.raises(ValueError, match="min-shards"):
         tfshard.convert(table, tmp_path / "c", min_shards=4)
     with pytest.raises(ValueError, match="format"):
         tfshard.convert(SMALL, tmp_path / "d", format="csv")
-    with pytest.raises(ValueError, match="printed"):
-        tfshard.verify(SMALL, json=True)
+    with pytest.raises(TypeError, match="json"):
+        tfshard.verify(SMALL, json=True)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="compression"):
+        tfshard.convert(SMALL, tmp_path / "b", compression="lz4")
     assert not any((tmp_path / d).exists() and any((tmp_path / d).iterdir()) for d in "abcd")
 
 
@@ -88,6 +92,8 @@ def test_bad_data_raises_tfshard_error_with_its_location(tmp_path):
     err = caught.value
     assert err.file and str(files[0].name) in err.file
     assert err.message == str(err)
+    # A corrupt file: the family's subclass, and the library's kind.
+    assert isinstance(err, tfshard.CorruptInputError) and err.kind in ("parquet", "chunk_layout", "decoder_panic", "row_count_mismatch"), (type(err), err.kind)
     assert not (tmp_path / "out").exists() or not any(p.suffix == ".tfrecord" for p in (tmp_path / "out").iterdir())
 
 
@@ -96,6 +102,7 @@ def test_a_column_that_cannot_be_encoded_is_named(tmp_path):
     with pytest.raises(tfshard.Error) as caught:
         tfshard.convert(table, tmp_path / "out")
     assert caught.value.column == "m"
+    assert isinstance(caught.value, tfshard.SchemaMismatchError) and caught.value.kind == "unsupported_type"
 
 
 def test_a_value_out_of_range_names_its_row(tmp_path):
@@ -103,6 +110,7 @@ def test_a_value_out_of_range_names_its_row(tmp_path):
     with pytest.raises(tfshard.Error) as caught:
         tfshard.convert(table, tmp_path / "out")
     assert (caught.value.column, caught.value.row) == ("u", 2)
+    assert caught.value.kind == "out_of_range"
 
 
 def test_verify_returns_its_report(small_shards, tmp_path):
@@ -112,15 +120,91 @@ def test_verify_returns_its_report(small_shards, tmp_path):
     corrupt_copy(small_shards, broken, 0, at=lambda n: 100)
     report = tfshard.verify(broken)
     assert not report["ok"] and report["problems"]
+    assert all(p["kind"] and p["problem"] for p in report["problems"])
     with pytest.raises(tfshard.Error):
         tfshard.verify(tmp_path / "nothing-here")
 
 
-def test_inspect_returns_records(small_shards):
-    records = tfshard.inspect(small_shards, limit=3)
+def test_inspect_yields_records_as_the_command_line_prints_them(small_shards, tfshard_bin):
+    records = list(tfshard.inspect(small_shards, limit=3))
     assert len(records) == 3
     assert set(records[0]) >= {"x", "y", "id"} and records[0]["y"] == {"int64": [0]}
-    assert len(tfshard.inspect(small_shards)) == 2000
+    printed = cli(tfshard_bin, "inspect", str(small_shards))
+    assert printed.returncode == 0, printed.stderr
+    assert list(tfshard.inspect(small_shards)) == [json.loads(line) for line in printed.stdout.splitlines()]
+
+
+def test_inspect_of_two_million_records_holds_a_few_at_a_time(tmp_path):
+    out = tmp_path / "big"
+    tfshard.convert(pa.table({"i": pa.array(range(2_000_000), pa.int64())}), out)
+    records = tfshard.inspect(out)
+    seen = 0
+    for record in records:
+        assert record["i"]["int64"][0] == seen
+        seen += 1
+    assert seen == 2_000_000
+    # What the reader may hold ahead of the caller is bounded: a few dozen records.
+    assert 0 < records.most_held <= 64, records.most_held
+    # A generator left early stops reading.
+    first = next(iter(tfshard.inspect(out)))
+    assert first == {"i": {"int64": [0]}}
+
+
+def test_functions_have_real_signatures():
+    import inspect
+
+    convert = inspect.signature(tfshard.convert).parameters
+    for name, default in [("target_shard_size", "256MiB"), ("compression", "none"), ("overwrite", False), ("io_concurrency", 16), ("io_timeout", "5m"), ("shuffle_memory", "1GiB")]:
+        assert convert[name].kind is inspect.Parameter.KEYWORD_ONLY and convert[name].default == default, name
+    assert {"version", "snapshot_id", "partition_filter", "labels", "input_compression", "split"} <= set(convert)
+    assert inspect.signature(tfshard.verify).parameters["deep"].default is False
+    assert inspect.signature(tfshard.inspect).parameters["limit"].default is None
+    assert inspect.signature(tfshard.finalize).parameters["overwrite"].default is False
+
+
+def test_the_signatures_defaults_are_the_flags_defaults(tfshard_bin):
+    """Each option's default in Python is the flag's default in --help."""
+    import inspect
+    import re
+
+    commands = ["convert parquet", "convert delta", "convert iceberg", "convert images", "convert tfrecord"]
+    checked = 0
+    for command, function in [(c, tfshard.convert) for c in commands] + [("verify", tfshard.verify), ("schema", tfshard.schema), ("finalize", tfshard.finalize), ("inspect", tfshard.inspect)]:
+        help_text = cli(tfshard_bin, *command.split(), "--help").stdout
+        for name, param in inspect.signature(function).parameters.items():
+            # (None: the format's own default; progress: nothing is drawn unless asked.)
+            if param.default in (None, inspect.Parameter.empty) or name == "progress":
+                continue
+            flag = "--" + name.replace("_", "-")
+            found = re.search(r"^ *" + re.escape(flag) + r"(?![\w-])[^\n]*(?:\n(?! *-)[^\n]*)*?\[default: ([^\]]+)\]", help_text, re.M)
+            if found:
+                assert str(param.default).lower() == found.group(1).lower(), (command, name, param.default, found.group(1))
+                checked += 1
+    assert checked > 20, checked
+
+
+def test_a_typed_caller_passes_mypy_strict(tmp_path):
+    mypy = pytest.importorskip("mypy.api")
+    caller = tmp_path / "caller.py"
+    caller.write_text(
+        "import tfshard\n"
+        "from typing import Any, Dict, List\n"
+        "summary: Dict[str, Any] = tfshard.convert('in.parquet', 'out/', target_shard_size='128MiB', split={'train': 0.9, 'test': 0.1}, overwrite=True)\n"
+        "report: Dict[str, Any] = tfshard.verify(['out/'], deep=True)\n"
+        "records: List[Dict[str, Any]] = list(tfshard.inspect('out/', limit=2))\n"
+        "for batch in tfshard.Dataset('out/', batch_size=32, seed=1):\n"
+        "    pass\n"
+        "try:\n"
+        "    tfshard.verify('out/')\n"
+        "except tfshard.CorruptInputError as e:\n"
+        "    kind: str = e.kind\n"
+    )
+    out, err, code = mypy.run(["--strict", "--no-incremental", str(caller)])
+    assert code == 0, out + err
+    bad = tmp_path / "bad.py"
+    bad.write_text("import tfshard\ntfshard.convert('a', 'b', target_shard_size=1.5)\n")
+    out, _, code = mypy.run(["--strict", "--no-incremental", str(bad)])
+    assert code == 1 and "target_shard_size" in out, out
 
 
 def test_workers_then_finalize(tmp_path, tfshard_bin):

@@ -38,7 +38,7 @@ def test_numpy_batches_have_the_documented_shapes(small_shards):
     values, splits = first["tags"]
     assert splits.dtype == np.int64 and splits.shape == (257,) and splits[0] == 0 and splits[-1] == len(values)
     assert batches[-1]["y"].shape == (2000 - 7 * 256,)
-    records = tfshard.inspect(small_shards, limit=2)
+    records = list(tfshard.inspect(small_shards, limit=2))
     assert first["y"][:2].tolist() == [r["y"]["int64"][0] for r in records]
     assert list(values[splits[1] : splits[2]]) == [t.encode() for t in records[1].get("tags", {}).get("bytes", [])]
 

@@ -12,23 +12,50 @@ The commands are the ``tfshard`` command line's, returning data instead of print
         x, y = batch["x"], batch["y"]        # NumPy arrays, [256, ...]
 
 Options are the command's long flags in snake_case (``--target-shard-size`` is
-``target_shard_size=``), with the same defaults and rules. Usage errors raise
-``ValueError``; bad data raises :class:`tfshard.Error`. Nothing is printed unless asked
-(``progress="always"`` draws the command line's progress bar on stderr).
+``target_shard_size=``), with the same defaults and rules; the results have the keys of
+the command's ``--json``. Usage errors raise ``ValueError`` (an unknown option,
+``TypeError``, as for any Python function); bad data raises :class:`tfshard.Error`, or the
+subclass of its family (:class:`CorruptInputError`, :class:`SchemaMismatchError`,
+:class:`StoreError`, :class:`Interrupted`). Nothing is printed unless asked
+(``progress=True`` draws the command line's progress bar on stderr).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
-from ._tfshard import Error, Shards as _Shards, __version__, run as _run
+from ._tfshard import (
+    CorruptInputError,
+    Error,
+    Interrupted,
+    SchemaMismatchError,
+    StoreError,
+    Shards as _Shards,
+    __version__,
+)
+from . import _tfshard
 
-__all__ = ["Dataset", "Error", "convert", "finalize", "inspect", "schema", "verify", "__version__"]
+__all__ = [
+    "CorruptInputError",
+    "Dataset",
+    "Error",
+    "Interrupted",
+    "SchemaMismatchError",
+    "StoreError",
+    "convert",
+    "finalize",
+    "inspect",
+    "schema",
+    "verify",
+    "__version__",
+]
 
 _SOURCE_FORMATS = ("parquet", "delta", "iceberg", "tfrecord", "images")
+
+PathLike = Union[str, "os.PathLike[str]"]
+"""A local path or a store URL (``s3://``, ``gs://``, ``az://``, ``file://``)."""
 
 
 def _paths(paths: Any) -> List[str]:
@@ -41,49 +68,61 @@ def _paths(paths: Any) -> List[str]:
     return out
 
 
-def _flags(options: Dict[str, Any]) -> List[str]:
-    """Keyword options as the long flags they name: ``True`` is the bare flag, ``False``
-    and ``None`` leave it out, a list repeats it, a dict gives ``KEY=VALUE`` pairs (joined
-    by commas for ``split``)."""
-    argv: List[str] = []
-    for key, value in options.items():
-        if value is None or value is False:
-            continue
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            argv.append(flag)
-        elif isinstance(value, dict):
-            pairs = [f"{k}={v}" for k, v in value.items()]
-            if key == "split":
-                argv += [flag, ",".join(pairs)]
-            else:
-                for pair in pairs:
-                    argv += [flag, pair]
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                argv += [flag, os.fsdecode(item) if isinstance(item, os.PathLike) else str(item)]
-        else:
-            argv += [flag, os.fsdecode(value) if isinstance(value, os.PathLike) else str(value)]
-    return argv
+def _given(function: Any, values: Dict[str, Any]) -> Dict[str, Any]:
+    """The keyword options of ``function`` whose values differ from its defaults (as
+    flags left out of a command line), paths as strings."""
+    defaults = function.__kwdefaults__
+    given = {}
+    for name, value in values.items():
+        if name in defaults and value is not defaults[name] and value != defaults[name]:
+            given[name] = os.fsdecode(value) if isinstance(value, os.PathLike) else value
+    return given
 
 
-def _command(argv: List[str], options: Dict[str, Any], stream: Any = None) -> str:
-    """Runs a command with ``--json``, quietly unless a progress bar is asked for."""
-    options = dict(options)
-    progress = options.pop("progress", "never")
-    if progress is True:
-        progress = "always"
-    elif progress is False:
-        progress = "never"
-    for reserved in ("json", "quiet"):
-        if reserved in options:
-            raise ValueError(f"{reserved}= is not an option here: results are returned, never printed")
-    return _run(argv + _flags(options) + ["--progress", str(progress), "--json", "--quiet"], stream)
-
-
-def convert(source: Any, output: Union[str, os.PathLike], *, format: Optional[str] = None, **options: Any) -> Dict[str, Any]:
+def convert(
+    source: Any,
+    output: PathLike,
+    *,
+    format: Optional[str] = None,
+    target_shard_size: Union[int, str] = "256MiB",
+    max_records_per_shard: Optional[int] = None,
+    min_shards: Optional[int] = None,
+    prefix: str = "data",
+    tfds: Optional[str] = None,
+    compression: str = "none",
+    overwrite: bool = False,
+    resume: bool = False,
+    index: bool = False,
+    shuffle: bool = False,
+    seed: int = 0,
+    shuffle_memory: Union[int, str] = "1GiB",
+    tmp_dir: Optional[PathLike] = None,
+    split: Union[Mapping[str, float], str, None] = None,
+    split_key: Optional[str] = None,
+    columns: Optional[Sequence[str]] = None,
+    exclude: Optional[Sequence[str]] = None,
+    rename: Optional[Mapping[str, str]] = None,
+    record_type: Optional[str] = None,
+    num_workers: Optional[int] = None,
+    worker_index: Optional[int] = None,
+    parquet_decoder: str = "auto",
+    partition_base: Optional[PathLike] = None,
+    partitioning: str = "auto",
+    version: Optional[int] = None,
+    snapshot_id: Optional[int] = None,
+    timestamp: Optional[str] = None,
+    partition_filter: Optional[Mapping[str, str]] = None,
+    labels: str = "dirname",
+    extensions: Optional[Sequence[str]] = None,
+    on_error: str = "fail",
+    input_compression: str = "auto",
+    threads: Optional[int] = None,
+    io_concurrency: int = 16,
+    io_timeout: Union[str, float] = "5m",
+    progress: Union[bool, str] = False,
+) -> Dict[str, Any]:
     """Converts ``source`` into TFRecord shards in ``output`` (a folder or a store URL) and
-    returns the run's summary (what ``tfshard convert ... --json`` prints).
+    returns the run's summary (the keys of ``tfshard convert ... --json``).
 
     ``source`` is what the command line takes: a path, a URL or a list of them, read as
     ``format`` (``"parquet"``, the default; ``"delta"``, ``"iceberg"``, ``"tfrecord"``,
@@ -91,21 +130,25 @@ def convert(source: Any, output: Union[str, os.PathLike], *, format: Optional[st
     RecordBatchReader, a polars DataFrame, a DuckDB relation; pandas through
     ``pyarrow.Table.from_pandas``), converted in stream order with the Parquet mapping.
 
-    ``options`` are ``tfshard convert FORMAT``'s long flags in snake_case:
-    ``target_shard_size="128MiB"``, ``compression="gzip"``, ``overwrite=True``,
-    ``columns=["x", "y"]``, ``split={"train": 0.8, "test": 0.2}``, ``shuffle=True``,
-    ``version=12`` (Delta), ``snapshot_id=...`` (Iceberg), ``threads=4`` ...
+    The options are ``tfshard convert FORMAT``'s flags, with their defaults; an option of
+    another format (``version=`` for Parquet) is a ``ValueError``. Sizes are bytes or
+    strings with a unit (``"128MiB"``); ``split`` maps names to fractions
+    (``{"train": 0.8, "test": 0.2}``), ``rename`` old names to new, ``partition_filter``
+    keys to values; ``record_type`` is ``"example"`` or ``"sequence-example"`` (and for
+    TFRecords ``"auto"``, their default, or ``"bytes"``).
 
     Raises ``ValueError`` for options that make no sense, :class:`tfshard.Error` for bad
     data (nothing of the run is left in ``output``), ``KeyboardInterrupt`` when
     interrupted (its temporaries removed).
     """
+    options = _given(convert, dict(locals()))
+    options.pop("format", None)
     stream = None
+    inputs: List[str] = []
     if hasattr(source, "__arrow_c_stream__") or type(source).__name__ == "RecordBatchReader":
         if format not in (None, "arrow"):
             raise ValueError(f"format={format!r} names a kind of file; an Arrow stream is converted as it is")
-        stream = source
-        argv = ["convert", "parquet", f"<{type(source).__module__}.{type(source).__qualname__}>"]
+        stream, format = source, "arrow"
     else:
         format = format or "parquet"
         if format not in _SOURCE_FORMATS:
@@ -117,42 +160,82 @@ def convert(source: Any, output: Union[str, os.PathLike], *, format: Optional[st
                 f"source must be a path, a URL, a list of them, or an object with __arrow_c_stream__; "
                 f"not a {type(source).__name__}"
             )
-        argv = ["convert", format] + inputs
-    argv += ["--output", os.fsdecode(output)]
-    return json.loads(_command(argv, options, stream))
+    result: Dict[str, Any] = _tfshard.convert(format, inputs, os.fsdecode(output), stream, options)
+    return result
 
 
-def verify(paths: Any, **options: Any) -> Dict[str, Any]:
+def verify(
+    paths: Union[PathLike, Sequence[PathLike]],
+    *,
+    manifest: Optional[PathLike] = None,
+    deep: bool = False,
+    compression: str = "auto",
+    record_type: str = "auto",
+    threads: Optional[int] = None,
+    io_concurrency: int = 16,
+    io_timeout: Union[str, float] = "5m",
+    progress: Union[bool, str] = False,
+) -> Dict[str, Any]:
     """Checks every record's framing and CRCs, and the manifest's counts, sizes and
     checksums (``deep=True``: every record parses and matches the schema). Returns the
-    report (``tfshard verify --json``): ``ok`` is False, with the ``problems``, when
-    something is wrong. Raises :class:`tfshard.Error` only when nothing can be read."""
-    return json.loads(_command(["verify"] + _paths(paths), options))
+    report (the keys of ``tfshard verify --json``): ``ok`` is False, with the
+    ``problems`` (each with its ``kind``), when something is wrong. Raises
+    :class:`tfshard.Error` only when nothing can be read."""
+    options = _given(verify, dict(locals()))
+    report: Dict[str, Any] = _tfshard.verify(_paths(paths), options)
+    return report
 
 
-def schema(paths: Any, **options: Any) -> Union[List[Dict[str, Any]], str]:
-    """The feature spec of shards (their manifest's, or inferred from every record), as
-    ``tfshard schema`` prints it: a list of features, or with ``format="python"`` the
-    ``tf.io.parse_example`` feature-spec dict as Python source."""
-    text = _command(["schema"] + _paths(paths), options)
-    if options.get("format") == "python":
-        return text
-    return json.loads(text)
+def schema(
+    paths: Union[PathLike, Sequence[PathLike]],
+    *,
+    format: str = "json",
+    compression: str = "auto",
+    record_type: str = "auto",
+    threads: Optional[int] = None,
+    io_concurrency: int = 16,
+    io_timeout: Union[str, float] = "5m",
+) -> Any:
+    """The feature spec of shards (their manifest's, or inferred from every record): a
+    list of features as the manifest lists them, or with ``format="python"`` the
+    ``tf.io.parse_example`` feature-spec dict as Python source (a string)."""
+    options = _given(schema, dict(locals()))
+    return _tfshard.schema(_paths(paths), options)
 
 
-def inspect(path: Union[str, os.PathLike], *, limit: Optional[int] = None, **options: Any) -> List[Dict[str, Any]]:
-    """The records of a shard (or of a folder's or manifest's shards), decoded, as
-    ``tfshard inspect`` prints them (one dict per record; bytes as base64 where they are
-    not UTF-8). ``limit``: at most this many."""
-    text = _command(["inspect", os.fsdecode(path)], dict(options, limit=limit))
-    return [json.loads(line) for line in text.splitlines() if line]
+def inspect(
+    path: PathLike,
+    *,
+    limit: Optional[int] = None,
+    compression: str = "auto",
+    record_type: str = "auto",
+    io_concurrency: int = 16,
+    io_timeout: Union[str, float] = "5m",
+) -> Iterator[Dict[str, Any]]:
+    """The records of a shard (or of a folder's or manifest's shards), decoded, one dict
+    per record as ``tfshard inspect`` prints them (bytes as text, or as base64 under
+    ``bytes_b64`` where they are not UTF-8), yielded as they are read: a few dozen records
+    at most are held ahead of the caller. ``limit``: at most this many."""
+    options = _given(inspect, dict(locals()))
+    records: Iterator[Dict[str, Any]] = _tfshard.Inspect(os.fsdecode(path), options)
+    return records
 
 
-def finalize(output: Union[str, os.PathLike], **options: Any) -> Dict[str, Any]:
+def finalize(
+    output: PathLike,
+    *,
+    prefix: Optional[str] = None,
+    overwrite: bool = False,
+    tfds: Optional[str] = None,
+    io_concurrency: int = 16,
+    io_timeout: Union[str, float] = "5m",
+) -> Dict[str, Any]:
     """Publishes the parts that ``convert(..., num_workers=N, worker_index=i)`` runs wrote
-    to ``output`` as one shard set with one manifest; returns ``tfshard finalize --json``'s
-    summary."""
-    return json.loads(_command(["finalize", os.fsdecode(output)], options))
+    to ``output`` as one shard set with one manifest; returns the keys of ``tfshard
+    finalize --json``."""
+    options = _given(finalize, dict(locals()))
+    report: Dict[str, Any] = _tfshard.finalize(os.fsdecode(output), options)
+    return report
 
 
 def _mix(seed: int, epoch: int) -> int:
@@ -303,7 +386,8 @@ class Dataset:
     @property
     def spec(self) -> List[Dict[str, Any]]:
         """The features the batches hold, as :func:`schema` gives them."""
-        return json.loads(self._shards.spec)
+        spec: List[Dict[str, Any]] = self._shards.spec
+        return spec
 
     @property
     def epoch(self) -> int:
