@@ -791,10 +791,9 @@ fn finalize(
     for (p, plan, _) in &plans {
         if overwrite {
             out.delete(&name::manifest_name(p))?;
-            let fresh: Vec<&String> = plan.moves.iter().map(|(_, to)| to).collect();
+            let placed = |n: &str| plan.moves.iter().any(|(_, to)| to == n);
             for n in out.names("")? {
-                let stem = n.strip_suffix(".idx").unwrap_or(&n);
-                if name::is_own_shard(p, &n) && !fresh.iter().any(|f| *f == stem) {
+                if store::destination::is_stale(name::is_own_shard, p, placed, &n) {
                     out.delete(&n)?;
                 }
             }

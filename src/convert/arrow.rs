@@ -14,7 +14,7 @@ use arrow_array::{RecordBatch, RecordBatchReader};
 use rayon::prelude::*;
 
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, Source, PARQUET_BATCH_ROWS};
+use crate::convert::{ConvertOptions, Open, Source, PARQUET_BATCH_ROWS};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{EncodePlan, EncodeStats, EncodedBatch};
 use crate::manifest::{InputInfo, Manifest};
@@ -111,6 +111,12 @@ impl ArrowSource {
             plan,
             stats: None,
         })
+    }
+}
+
+impl Open for ArrowStream {
+    fn open(&self, options: &ConvertOptions) -> Result<Box<dyn Source + '_>> {
+        Ok(Box::new(ArrowSource::open(options, self)?))
     }
 }
 

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use serde_json::json;
 
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, Source};
+use crate::convert::{ConvertOptions, Open, Source};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{EncodeOptions, EncodedBatch};
 use crate::example::image;
@@ -107,6 +107,12 @@ impl ImageSource {
         all.extend(self.skipped.iter().cloned());
         all.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
         all
+    }
+}
+
+impl Open for ImageOptions {
+    fn open(&self, options: &ConvertOptions) -> Result<Box<dyn Source + '_>> {
+        Ok(Box::new(ImageSource::open(options, self)?))
     }
 }
 

@@ -593,7 +593,7 @@ impl ConvertOptions {
 pub const DEFAULT_PREFIX: &str = "data";
 
 /// Where records come from. A third source is one new file implementing this.
-pub(crate) trait Source {
+pub(crate) trait Source: Send {
     /// Progress units in all (rows, files).
     fn total_units(&self) -> u64;
     /// A guess at the framed records' bytes (the shuffle sizes its buffers by it).
@@ -627,18 +627,33 @@ pub(crate) trait Source {
     fn restart_from(&mut self, _checkpoint: &serde_json::Value) -> u64 {
         0
     }
-    /// `--resume`: continues what the journal (its `header`) says the interrupted run
-    /// read, where the source reads a table at a snapshot.
+}
+
+/// How a source is opened: one implementation per kind of input (in its
+/// `convert/NAME.rs`), chosen when the builder is built (the builder's `Input` is the
+/// registration of the kinds). A new kind of input implements this and [`Source`].
+pub(crate) trait Open: Send + Sync + std::fmt::Debug {
+    /// Opens the inputs and checks the whole plan before anything is written.
     ///
     /// # Errors
     ///
-    /// Those of opening the source again.
-    fn continue_journal(
-        &mut self,
+    /// A missing or unreadable input, a column that cannot be encoded, and the like.
+    fn open(&self, options: &ConvertOptions) -> Result<Box<dyn Source + '_>>;
+
+    /// `--resume`: the source opened again at what the journal's `header` says the
+    /// interrupted run read, where that differs from `opened` (a table's snapshot,
+    /// committed to since, when the run named none); `None` to go on with `opened`.
+    ///
+    /// # Errors
+    ///
+    /// Those of opening the source.
+    fn reopen_at(
+        &self,
         _options: &ConvertOptions,
         _header: &serde_json::Value,
-    ) -> Result<()> {
-        Ok(())
+        _opened: &dyn Source,
+    ) -> Result<Option<Box<dyn Source + '_>>> {
+        Ok(None)
     }
 }
 
@@ -666,7 +681,7 @@ pub struct ConverterBuilder {
 #[derive(Debug)]
 pub struct Converter {
     options: ConvertOptions,
-    input: Input,
+    source: Box<dyn Open>,
     pool: rayon::ThreadPool,
 }
 
@@ -752,34 +767,7 @@ impl Converter {
     /// earlier run's output is left as it was.
     pub fn run(&self, progress: &dyn Progress) -> Result<ConvertSummary> {
         let options = &self.options;
-        self.pool.install(|| match &self.input {
-            Input::Parquet => run(options, parquet::ParquetSource::open(options)?, progress),
-            Input::Arrow(stream) => run(
-                options,
-                arrow::ArrowSource::open(options, stream)?,
-                progress,
-            ),
-            Input::Delta(delta) => run(
-                options,
-                parquet::ParquetSource::open_delta(options, delta)?,
-                progress,
-            ),
-            Input::Iceberg(iceberg) => run(
-                options,
-                parquet::ParquetSource::open_iceberg(options, iceberg)?,
-                progress,
-            ),
-            Input::Images(images) => run(
-                options,
-                images::ImageSource::open(options, images)?,
-                progress,
-            ),
-            Input::Tfrecord(tfrecord) => run(
-                options,
-                tfrecord::TfrecordSource::open(options, tfrecord)?,
-                progress,
-            ),
-        })
+        self.pool.install(|| run(options, &*self.source, progress))
     }
 }
 
@@ -1240,9 +1228,17 @@ impl ConverterBuilder {
             }
         }
         let pool = crate::progress::thread_pool(options.threads, "convert")?;
+        let source: Box<dyn Open> = match input {
+            Input::Parquet => Box::new(parquet::ParquetFiles),
+            Input::Arrow(stream) => Box::new(stream),
+            Input::Delta(delta) => Box::new(delta),
+            Input::Iceberg(iceberg) => Box::new(iceberg),
+            Input::Images(images) => Box::new(images),
+            Input::Tfrecord(tfrecord) => Box::new(tfrecord),
+        };
         Ok(Converter {
             options,
-            input,
+            source,
             pool,
         })
     }
@@ -1252,10 +1248,11 @@ impl ConverterBuilder {
 /// then commit every output with its manifest.
 fn run(
     options: &ConvertOptions,
-    mut source: impl Source,
+    opener: &dyn Open,
     progress: &dyn Progress,
 ) -> Result<ConvertSummary> {
     let started = Instant::now();
+    let mut source = opener.open(options)?;
     crate::failpoint::hit("convert:planned")?;
     let prefixes = options.prefixes();
     if options.tfds.is_some() {
@@ -1306,7 +1303,9 @@ fn run(
         // A table's snapshot: the one the interrupted run read, whatever was committed
         // since (unless this run names one).
         if let Some(header) = staging.journal_header(0)? {
-            source.continue_journal(options, &header)?;
+            if let Some(reopened) = opener.reopen_at(options, &header, &*source)? {
+                source = reopened;
+            }
         }
         // What the output depends on besides the records: the journal's header.
         let described = source.manifest(options, 0);

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use crate::convert::ordered::{self, Emit, InOrder};
 use crate::convert::route::Router;
 use crate::convert::{
-    ConvertOptions, DeltaOptions, IcebergOptions, ParquetDecoder, Source, TableInfo,
+    ConvertOptions, DeltaOptions, IcebergOptions, Open, ParquetDecoder, Source, TableInfo,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{schema_difference, EncodePlan, EncodeStats, EncodedBatch};
@@ -61,16 +61,6 @@ struct Unit {
 enum Asked {
     Delta(DeltaOptions),
     Iceberg(IcebergOptions),
-}
-
-impl Asked {
-    /// Whether the snapshot was named (a version, snapshot id or time).
-    fn named(&self) -> bool {
-        match self {
-            Asked::Delta(d) => d.version.is_some() || d.timestamp.is_some(),
-            Asked::Iceberg(i) => i.snapshot_id.is_some() || i.timestamp.is_some(),
-        }
-    }
 }
 
 /// What a table's manifest says beside its data files.
@@ -297,6 +287,98 @@ impl ParquetSource {
     }
 }
 
+/// Parquet files and folders: the run's inputs.
+#[derive(Debug)]
+pub(crate) struct ParquetFiles;
+
+impl Open for ParquetFiles {
+    fn open(&self, options: &ConvertOptions) -> Result<Box<dyn Source + '_>> {
+        Ok(Box::new(ParquetSource::open(options)?))
+    }
+}
+
+impl Open for DeltaOptions {
+    fn open(&self, options: &ConvertOptions) -> Result<Box<dyn Source + '_>> {
+        Ok(Box::new(ParquetSource::open_delta(options, self)?))
+    }
+
+    /// No version named: the one the interrupted run read, whatever was committed since.
+    fn reopen_at(
+        &self,
+        options: &ConvertOptions,
+        header: &serde_json::Value,
+        opened: &dyn Source,
+    ) -> Result<Option<Box<dyn Source + '_>>> {
+        if self.version.is_some() || self.timestamp.is_some() {
+            return Ok(None);
+        }
+        let read = opened.manifest(options, 0).table.and_then(|t| t.version);
+        match header["table"]["version"].as_u64() {
+            Some(v) if Some(v) != read => {
+                let pinned = DeltaOptions {
+                    version: Some(v),
+                    ..self.clone()
+                };
+                let source = ParquetSource::open_delta(options, &pinned)?;
+                Ok(Some(Box::new(source.unnamed())))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+impl Open for IcebergOptions {
+    fn open(&self, options: &ConvertOptions) -> Result<Box<dyn Source + '_>> {
+        Ok(Box::new(ParquetSource::open_iceberg(options, self)?))
+    }
+
+    /// No snapshot named: the one the interrupted run read, whatever was committed
+    /// since, through the metadata file it read (listed first) while that is there: the
+    /// inputs then match its journal.
+    fn reopen_at(
+        &self,
+        options: &ConvertOptions,
+        header: &serde_json::Value,
+        opened: &dyn Source,
+    ) -> Result<Option<Box<dyn Source + '_>>> {
+        if self.snapshot_id.is_some() || self.timestamp.is_some() {
+            return Ok(None);
+        }
+        let read = opened
+            .manifest(options, 0)
+            .table
+            .and_then(|t| t.snapshot_id);
+        match header["table"]["snapshot_id"].as_i64() {
+            Some(id) if Some(id) != read => {
+                let pinned = IcebergOptions {
+                    snapshot_id: Some(id),
+                    ..self.clone()
+                };
+                let mut at = options.clone();
+                if let Some(file) = header["inputs"][0]["path"].as_str() {
+                    if store::paths::len(std::path::Path::new(file), options.io).is_ok() {
+                        at.inputs = vec![file.into()];
+                    }
+                }
+                let source = ParquetSource::open_iceberg(&at, &pinned)?;
+                Ok(Some(Box::new(source.unnamed())))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+impl ParquetSource {
+    /// The source with its snapshot as asked (none named), whatever it was opened at:
+    /// the manifest and the journal's header name it so.
+    fn unnamed(mut self) -> ParquetSource {
+        if let Some(t) = &mut self.table {
+            t.asked = table_asked_unnamed(&t.asked);
+        }
+        self
+    }
+}
+
 impl Source for ParquetSource {
     fn total_units(&self) -> u64 {
         self.units.iter().map(|u| u.records).sum()
@@ -352,55 +434,6 @@ impl Source for ParquetSource {
 
     fn worker_range(&self) -> Option<[u64; 2]> {
         self.range
-    }
-
-    fn continue_journal(
-        &mut self,
-        options: &ConvertOptions,
-        header: &serde_json::Value,
-    ) -> Result<()> {
-        let Some(table) = &self.table else {
-            return Ok(());
-        };
-        if table.asked.named() {
-            return Ok(());
-        }
-        // No snapshot named: continue the one the interrupted run read.
-        match &table.asked {
-            Asked::Delta(asked) => match header["table"]["version"].as_u64() {
-                Some(v) if Some(v) != table.table.version => {
-                    let pinned = DeltaOptions {
-                        version: Some(v),
-                        ..asked.clone()
-                    };
-                    *self = ParquetSource::open_delta(options, &pinned)?;
-                }
-                _ => return Ok(()),
-            },
-            Asked::Iceberg(asked) => match header["table"]["snapshot_id"].as_i64() {
-                Some(id) if Some(id) != table.table.snapshot_id => {
-                    let pinned = IcebergOptions {
-                        snapshot_id: Some(id),
-                        ..asked.clone()
-                    };
-                    // Read through the metadata file the interrupted run read (listed
-                    // first), while it is there: the inputs then match its journal.
-                    let mut at = options.clone();
-                    if let Some(file) = header["inputs"][0]["path"].as_str() {
-                        if store::paths::len(std::path::Path::new(file), options.io).is_ok() {
-                            at.inputs = vec![file.into()];
-                        }
-                    }
-                    *self = ParquetSource::open_iceberg(&at, &pinned)?;
-                }
-                _ => return Ok(()),
-            },
-        }
-        // The manifest names the snapshot as asked (none given).
-        if let Some(t) = &mut self.table {
-            t.asked = table_asked_unnamed(&t.asked);
-        }
-        Ok(())
     }
 
     fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {

@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::convert::ordered::{self, Emit, InOrder};
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, Source};
+use crate::convert::{ConvertOptions, Open, Source};
 use crate::error::{Error, ErrorKind, FrameDetail, FrameProblem, Result};
 use crate::example::encode::EncodedBatch;
 use crate::example::proto::{self, Example, Feature, SequenceExample};
@@ -575,6 +575,12 @@ impl InOrder<BatchMeta> for PassWriter<'_, '_> {
     }
 
     fn unit_done(&mut self, _: usize) {}
+}
+
+impl Open for TfrecordOptions {
+    fn open(&self, options: &ConvertOptions) -> Result<Box<dyn Source + '_>> {
+        Ok(Box::new(TfrecordSource::open(options, self)?))
+    }
 }
 
 impl Source for TfrecordSource {

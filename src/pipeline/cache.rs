@@ -37,6 +37,7 @@ use serde::Serialize;
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::{FeatureSpec, RecordType};
 pub(crate) use crate::pipeline::chunk::{gather, CachedRows, Chunk};
+use crate::store::atomic::AtomicFile;
 use crate::tfrecord::frame::crc32c;
 
 /// Where the cache lives.
@@ -101,7 +102,7 @@ enum Store {
 enum Fill {
     Memory(Vec<Option<Arc<Chunk>>>),
     File {
-        writer: BufWriter<File>,
+        writer: BufWriter<AtomicFile>,
         temp: PathBuf,
         /// Chunks written so far (the next batch number to write).
         next: u64,
@@ -363,7 +364,6 @@ impl Cache {
                 let file = match finish_file(writer, &temp, &path, next, inner.report.records) {
                     Ok(file) => file,
                     Err(e) => {
-                        let _ = std::fs::remove_file(&temp);
                         inner.sealed = None;
                         return Err(e);
                     }
@@ -433,12 +433,8 @@ fn leave(inner: &mut Inner) {
     if !matches!(inner.state, State::Filling(_)) {
         return;
     }
-    if let State::Filling(Fill::File { writer, temp, .. }) =
-        std::mem::replace(&mut inner.state, State::Abandoned)
-    {
-        drop(writer);
-        let _ = std::fs::remove_file(temp);
-    }
+    // (The writer goes with it, and its temporary with the writer.)
+    inner.state = State::Abandoned;
     inner.sealed = None;
 }
 
@@ -522,12 +518,9 @@ fn start_file(path: &Path, header: &[u8]) -> Result<Fill> {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let temp = dir.join(format!(
-        ".{name}.tfshard-tmp-{}",
-        crate::store::attempt_id()
-    ));
-    let file = File::create(&temp).map_err(|e| Error::from(e).with_file(&temp))?;
+    let file = AtomicFile::create(&dir.join(path.file_name().unwrap_or_default()))
+        .map_err(|e| Error::from(e).with_file(path))?;
+    let temp = file.temp().to_path_buf();
     let mut writer = BufWriter::with_capacity(READ_BUFFER, file);
     let written = (|| {
         writer.write_all(MAGIC)?;
@@ -537,7 +530,6 @@ fn start_file(path: &Path, header: &[u8]) -> Result<Fill> {
         writer.write_all(&crc32c(header).to_le_bytes())
     })();
     if let Err(e) = written {
-        let _ = std::fs::remove_file(&temp);
         return Err(Error::from(e).with_file(&temp));
     }
     Ok(Fill::File {
@@ -548,7 +540,7 @@ fn start_file(path: &Path, header: &[u8]) -> Result<Fill> {
     })
 }
 
-fn write_chunk(writer: &mut BufWriter<File>, payload: &[u8]) -> std::io::Result<()> {
+fn write_chunk(writer: &mut BufWriter<AtomicFile>, payload: &[u8]) -> std::io::Result<()> {
     writer.write_all(&(payload.len() as u64).to_le_bytes())?;
     writer.write_all(&crc32c(payload).to_le_bytes())?;
     writer.write_all(payload)
@@ -564,10 +556,10 @@ fn end_record(chunks: u64, rows: u64) -> [u8; 28] {
     out
 }
 
-/// Writes the end record, syncs and renames the temporary to its final name; returns
-/// the file, open for reading.
+/// Writes the end record and puts the file in place ([`AtomicFile::commit`]); returns
+/// it, open for reading.
 fn finish_file(
-    mut writer: BufWriter<File>,
+    mut writer: BufWriter<AtomicFile>,
     temp: &Path,
     path: &Path,
     chunks: u64,
@@ -576,11 +568,7 @@ fn finish_file(
     let io = |e: std::io::Error| Error::from(e).with_file(temp);
     writer.write_all(&end_record(chunks, rows)).map_err(io)?;
     let file = writer.into_inner().map_err(|e| io(e.into_error()))?;
-    file.sync_all().map_err(io)?;
-    drop(file);
-    let read = File::open(temp).map_err(io)?;
-    std::fs::rename(temp, path).map_err(|e| Error::from(e).with_file(path))?;
-    Ok(read)
+    file.commit().map_err(|e| Error::from(e).with_file(path))
 }
 
 /// Where the chunks start: after the header.

@@ -206,11 +206,33 @@ impl Publication {
             })
     }
 
-    /// Whether `name` in the output is this prefix's and not in the new set.
+    /// Whether `name` in the output is this prefix's and not placed by this set.
     pub(crate) fn is_stale(&self, name: &str) -> bool {
-        let stem = name.strip_suffix(".idx").unwrap_or(name);
-        (self.own)(&self.prefix, name) && !self.names.iter().any(|n| n == stem)
+        let placed = |n: &str| {
+            self.shards
+                .iter()
+                .zip(&self.names)
+                .any(|(shard, shard_name)| {
+                    n == shard_name
+                        || shard.idx_path.is_some() && n.strip_suffix(".idx") == Some(shard_name)
+                })
+        };
+        is_stale(self.own, &self.prefix, placed, name)
     }
+}
+
+/// The stale-shard rule of every publish (convert, `--overwrite`, `finalize`): `name` in
+/// the output folder is a shard or `.idx` file of `prefix` (as `own` tells) that the new
+/// set does not place (`placed` answers for its shards' and `.idx` files' names; an old
+/// `.idx` of a shard name the set reuses without one is stale too). Such files go after the old
+/// manifest and before the new one.
+pub(crate) fn is_stale(
+    own: fn(&str, &str) -> bool,
+    prefix: &str,
+    placed: impl Fn(&str) -> bool,
+    name: &str,
+) -> bool {
+    own(prefix, name) && !placed(name)
 }
 
 /// A finished shard, still under its temporary name.
@@ -352,6 +374,39 @@ mod conformance {
             manifest: ("data.manifest.json".into(), b"{}\n".to_vec()),
             own: is_own_shard,
             prefix: "data".into(),
+        }
+    }
+
+    /// The one stale rule: the prefix's shards and `.idx` files the new set does not
+    /// place go, whatever their count; an old `.idx` beside a reused name goes when the
+    /// new shard has none; other prefixes and files stay.
+    #[test]
+    fn stale_files_are_the_prefixs_the_new_set_does_not_place() {
+        let shard = |idx: bool| ClosedShard {
+            path: "t".into(),
+            idx_path: idx.then(|| "t.idx".into()),
+            records: 1,
+            bytes: 1,
+            crc32c: 0,
+            checkpoint: None,
+        };
+        let mut p = publication(vec![(shard(true), vec![]), (shard(false), vec![])]);
+        p.names = vec![
+            "data-00000-of-00002.tfrecord".into(),
+            "data-00001-of-00002.tfrecord".into(),
+        ];
+        for (name, stale) in [
+            ("data-00000-of-00002.tfrecord", false),
+            ("data-00000-of-00002.tfrecord.idx", false),
+            ("data-00001-of-00002.tfrecord", false),
+            ("data-00001-of-00002.tfrecord.idx", true),
+            ("data-00002-of-00003.tfrecord", true),
+            ("data-00000-of-00001.tfrecord.gz", true),
+            ("train-00000-of-00002.tfrecord", false),
+            ("data.manifest.json", false),
+            ("notes.txt", false),
+        ] {
+            assert_eq!(p.is_stale(name), stale, "{name}");
         }
     }
 

@@ -66,15 +66,9 @@ impl Journal {
     /// An I/O error naming the journal.
     pub fn write(&self, tmp: &Path) -> Result<()> {
         let path = tmp.join(JOURNAL);
-        let staged = tmp.join(format!("{JOURNAL}.new"));
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&staged)?;
-            f.write_all(&serde_json::to_vec(self).map_err(std::io::Error::other)?)?;
-            f.sync_all()?;
-            std::fs::rename(&staged, &path)
-        };
-        write().map_err(|e| Error::from(e).with_file(&path))
+        let json = serde_json::to_vec(self).map_err(std::io::Error::other);
+        json.and_then(|bytes| super::atomic::write_atomic(&path, &bytes, false))
+            .map_err(|e| Error::from(e).with_file(&path))
     }
 
     /// The first difference between the journal's header and this run's, as

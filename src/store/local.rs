@@ -36,33 +36,10 @@ impl LocalDir {
     }
 }
 
-/// Writes `bytes` to `path` through a synced temporary beside it; with `create_only`,
-/// the temporary is linked into place, which fails if anything is there.
+/// Writes `bytes` to `path` atomically ([`super::atomic::write_atomic`]); with
+/// `create_only`, where something is already there, [`ErrorKind::OutputExists`].
 fn write_atomic(path: &Path, bytes: &[u8], create_only: bool) -> Result<()> {
-    // Unique: two writers of one name (two runs' claims) never share a temporary.
-    let tmp = path.with_file_name(format!(
-        ".{}.{}.tfshard-write",
-        path.file_name().unwrap_or_default().to_string_lossy(),
-        super::attempt_id()
-    ));
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        if let Some(dir) = path.parent() {
-            // As on a store, where a name's folders need not exist.
-            fs::create_dir_all(dir)?;
-        }
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        if create_only {
-            let linked = fs::hard_link(&tmp, path);
-            let _ = fs::remove_file(&tmp);
-            linked
-        } else {
-            fs::rename(&tmp, path)
-        }
-    };
-    match write() {
+    match super::atomic::write_atomic(path, bytes, create_only) {
         Err(e) if create_only && e.kind() == std::io::ErrorKind::AlreadyExists => {
             Err(Error::new(ErrorKind::OutputExists).with_file(path))
         }
@@ -234,7 +211,8 @@ impl Staging for LocalStaging {
 
     /// 1. every old manifest goes (no output of these prefixes is published from here
     ///    on);
-    /// 2. each output's old shards go and its new ones are renamed into place;
+    /// 2. each output's stale shards go and its new ones are renamed into place
+    ///    (replacing those of the same names);
     /// 3. every new manifest is written and synced beside the temporaries;
     /// 4. the manifests are renamed into place, then the folder is synced.
     ///
@@ -258,7 +236,7 @@ impl Staging for LocalStaging {
                 for entry in fs::read_dir(&out.dir).map_err(io_at(&out.dir))? {
                     let entry = entry.map_err(io_at(&out.dir))?;
                     let name = entry.file_name().to_string_lossy().into_owned();
-                    if (publication.own)(&publication.prefix, &name)
+                    if publication.is_stale(&name)
                         && entry.file_type().map_err(io_at(&out.dir))?.is_file()
                     {
                         fs::remove_file(entry.path()).map_err(io_at(&entry.path()))?;

@@ -6,7 +6,8 @@
 //! variables. This module is the only one that talks to a store, split by concern:
 //! [`url`] (the URL model), `client` (clients per bucket and settings, the runtime,
 //! permits, timeouts and retries), `errors` (typed classification), `objects`
-//! (listing, ranged reads pinned to an ETag, conditional puts, deletes), `multipart`
+//! (listing, ranged reads pinned to an ETag, conditional puts, deletes), `atomic` (a
+//! local file replaced atomically: manifests, journals, cache files), `multipart`
 //! (uploads), `copy` (server-side copies), `records` (upload ids recorded for a later
 //! abort), `settings`, and the `destination` with its two back-ends, `local` and
 //! `object`. Every call blocks the calling thread
@@ -15,6 +16,7 @@
 //! the URL and the cause ([`StoreProblem`]). Settings are values ([`IoOptions`]) that
 //! each URL carries.
 
+pub(crate) mod atomic;
 mod client;
 mod copy;
 pub(crate) mod destination;

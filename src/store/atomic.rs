@@ -1,0 +1,190 @@
+//! A local file replaced atomically: written in full under a hidden temporary name beside
+//! its final one, synced, then renamed into place (or linked, to create it only where
+//! nothing is). Readers see the old file or the whole new one; a write that fails or is
+//! dropped before its commit leaves nothing. The manifest, the `--resume` journal and the
+//! pipeline's cache file are written this way, by this one helper.
+
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+/// A file being written under its temporary name; [`AtomicFile::commit`] puts it in
+/// place. Dropped uncommitted, the temporary is removed.
+#[derive(Debug)]
+pub struct AtomicFile {
+    file: Option<File>,
+    temp: PathBuf,
+    path: PathBuf,
+}
+
+impl AtomicFile {
+    /// Starts the file that will be `path` (its folders made, as on a store, where a
+    /// name's folders need not exist), under a temporary name unique to this run: two
+    /// writers of one name never share a temporary.
+    ///
+    /// # Errors
+    ///
+    /// The folder or the temporary cannot be made.
+    pub fn create(path: &Path) -> io::Result<AtomicFile> {
+        let temp = path.with_file_name(format!(
+            ".{}.{}.tfshard-write",
+            path.file_name().unwrap_or_default().to_string_lossy(),
+            super::attempt_id()
+        ));
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir)?;
+        }
+        let file = File::create(&temp)?;
+        Ok(AtomicFile {
+            file: Some(file),
+            temp,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The temporary's name (for errors while writing).
+    pub fn temp(&self) -> &Path {
+        &self.temp
+    }
+
+    /// Syncs the file and renames it into place, replacing what was there; returns it
+    /// opened for reading (the file just written, whatever is renamed onto its name
+    /// later).
+    ///
+    /// # Errors
+    ///
+    /// The sync, the reopening or the rename failed (the temporary is removed).
+    pub fn commit(mut self) -> io::Result<File> {
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| io::Error::other("committed twice"))?;
+        file.sync_all()?;
+        drop(file);
+        let read = File::open(&self.temp)?;
+        fs::rename(&self.temp, &self.path)?;
+        Ok(read)
+    }
+
+    /// Syncs the file and links it into place only where nothing is
+    /// ([`io::ErrorKind::AlreadyExists`] otherwise); the temporary goes either way.
+    ///
+    /// # Errors
+    ///
+    /// Something is at the final name, or the sync or link failed.
+    pub fn commit_new(mut self) -> io::Result<()> {
+        let file = self
+            .file
+            .take()
+            .ok_or_else(|| io::Error::other("committed twice"))?;
+        file.sync_all()?;
+        drop(file);
+        let linked = fs::hard_link(&self.temp, &self.path);
+        let _ = fs::remove_file(&self.temp);
+        linked
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.file {
+            Some(f) => f.write(buf),
+            None => Err(io::Error::other("written after its commit")),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.file {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        // Uncommitted (or a commit that failed after the sync): nothing stays.
+        let _ = fs::remove_file(&self.temp);
+    }
+}
+
+/// Writes `bytes` as the file `path`, atomically and durably: replacing what is there,
+/// or with `create_only` only where nothing is ([`io::ErrorKind::AlreadyExists`]).
+///
+/// # Errors
+///
+/// As [`AtomicFile::create`], [`AtomicFile::commit`] and [`AtomicFile::commit_new`].
+pub fn write_atomic(path: &Path, bytes: &[u8], create_only: bool) -> io::Result<()> {
+    let mut file = AtomicFile::create(path)?;
+    file.write_all(bytes)?;
+    if create_only {
+        file.commit_new()
+    } else {
+        file.commit().map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tfshard-atomic-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn names(d: &Path) -> Vec<String> {
+        let mut n: Vec<String> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn replaces_whole_or_leaves_nothing() {
+        let d = dir("replace");
+        let path = d.join("m.json");
+        write_atomic(&path, b"one", false).unwrap();
+        write_atomic(&path, b"two", false).unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        // A write dropped before its commit leaves the old file and no temporary.
+        let mut half = AtomicFile::create(&path).unwrap();
+        half.write_all(b"thr").unwrap();
+        assert_eq!(names(&d).len(), 2, "the temporary beside it while written");
+        drop(half);
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        assert_eq!(names(&d), ["m.json"]);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn create_only_refuses_an_existing_file() {
+        let d = dir("create");
+        let path = d.join("sub").join("claim");
+        write_atomic(&path, b"a", true).unwrap();
+        let e = write_atomic(&path, b"b", true).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(fs::read(&path).unwrap(), b"a");
+        assert_eq!(names(&d.join("sub")), ["claim"]);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn commit_hands_back_the_file_written() {
+        let d = dir("read");
+        let path = d.join("cache");
+        let mut f = AtomicFile::create(&path).unwrap();
+        f.write_all(b"cached").unwrap();
+        let read = f.commit().unwrap();
+        // Replaced since: the handle still reads what this writer wrote.
+        write_atomic(&path, b"other", false).unwrap();
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut &read, &mut got).unwrap();
+        assert_eq!(got, "cached");
+        let _ = fs::remove_dir_all(&d);
+    }
+}
