@@ -30,6 +30,7 @@ pub(crate) mod images;
 mod ordered;
 pub(crate) mod parquet;
 pub(crate) mod route;
+pub(crate) mod table;
 pub(crate) mod tfrecord;
 
 use std::path::{Path, PathBuf};

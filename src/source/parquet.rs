@@ -571,6 +571,51 @@ impl ParquetInput {
     }
 }
 
+/// A Parquet file is a table's file whose units are its row groups.
+impl super::table::TableFile for ParquetInput {
+    fn name(&self) -> &str {
+        &self.file.display
+    }
+
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn etag(&self) -> Option<&str> {
+        self.file.object.as_ref().and_then(|o| o.etag.as_deref())
+    }
+
+    fn unit_rows(&self) -> Vec<u64> {
+        self.row_group_rows()
+    }
+
+    fn kept_rows(&self, first: u64, rows: u64) -> u64 {
+        ParquetInput::kept_rows(self, first, rows)
+    }
+
+    fn exact_rows(&self) -> bool {
+        ParquetInput::exact_rows(self)
+    }
+
+    fn selected_bytes(&self, unit: usize, roots: &[usize]) -> u64 {
+        ParquetInput::selected_bytes(self, unit, roots)
+    }
+
+    fn decode_bytes(&self, unit: usize) -> u64 {
+        self.row_group_decode_bytes(unit)
+    }
+
+    fn read_unit(
+        &self,
+        unit: usize,
+        roots: &[usize],
+        first_row: u64,
+        f: &mut dyn FnMut(RecordBatch, u64) -> Result<()>,
+    ) -> Result<()> {
+        read_row_group(self, unit, roots, first_row, f)
+    }
+}
+
 /// Whether the file ends with `PARE`, the magic of an encrypted footer.
 fn ends_with_encrypted_magic(file: &File, bytes: u64) -> bool {
     use std::os::unix::fs::FileExt;

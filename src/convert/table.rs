@@ -1,0 +1,382 @@
+//! A table of files, each split into units read alone (Parquet row groups; Delta and
+//! Iceberg snapshots are such files plus what their format adds; ORC stripes or Lance
+//! fragments would be too): the one source the columnar formats share, over
+//! [`TableFile`]. The worker share, checkpoints, resume and read-ahead are here, once;
+//! each format only opens its files (`convert/parquet.rs`).
+//!
+//! Work is cut into units numbered in input order (files in the order given, then
+//! units); workers decode them and encode every batch into framed records, and the run's
+//! thread writes them in unit order ([`super::ordered`]).
+//!
+//! With `--resume` (one output, no shuffle, no `--min-shards`), the end of each unit is
+//! a checkpoint journaled with the shards closed after it: the units done, the records,
+//! rows per input and the encoding statistics so far. A rerun starts after the last
+//! checkpoint its reused shards hold, instead of reading and encoding those units again.
+
+use crate::convert::ordered::{self, Emit, InOrder};
+use crate::convert::route::Router;
+use crate::convert::{ConvertOptions, Source};
+use crate::error::{Error, Result};
+use crate::example::encode::{EncodePlan, EncodeStats, EncodedBatch};
+use crate::manifest::{InputInfo, Manifest, TableInfo};
+use crate::progress::Progress;
+use crate::source::table::{SideFile, TableFile};
+
+/// Whether units end in checkpoints: `--resume` with one output written directly (a
+/// shuffle, splits or `--min-shards` need every record again).
+fn checkpoints(options: &ConvertOptions) -> bool {
+    options.resume
+        && options.splits.is_none()
+        && options.shuffle.is_none()
+        && options.min_shards.is_none()
+}
+
+/// Where a resumed run restarts: after `units` units, which hold `records` records.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Checkpoint {
+    units: usize,
+    records: u64,
+    rows_per_input: Vec<u64>,
+    stats: EncodeStats,
+}
+
+/// One unit of one file (a Parquet row group).
+#[derive(Debug, Clone, Copy)]
+struct Unit {
+    input: usize,
+    unit: usize,
+    first_row: u64,
+    /// Its records: its rows, but those a Delta deletion vector drops.
+    records: u64,
+}
+
+/// What a table's manifest says beside its data files.
+pub(crate) struct TableExtra {
+    /// The snapshot read.
+    pub table: TableInfo,
+    /// The log or metadata file that defines the snapshot (listed first; none before a
+    /// Delta table's first commit).
+    pub log: Option<SideFile>,
+    /// Its deletion vector or delete files (listed after the data files).
+    pub deletes: Vec<SideFile>,
+    /// `--partition-filter`: the partition values kept, as given.
+    pub partition_filters: Vec<(String, String)>,
+}
+
+/// A table's files, opened and checked, cut into units, ready to be converted.
+pub(crate) struct TableSource {
+    inputs: Vec<Box<dyn TableFile>>,
+    plan: EncodePlan,
+    units: Vec<Unit>,
+    /// What the last pass saw (a second pass for `--min-shards` sees the same).
+    pass: Option<Pass>,
+    /// A worker's units, `[first, end)` in the run's order of every unit.
+    range: Option<[u64; 2]>,
+    /// The index in the whole run of this run's first record (rows before a worker's
+    /// share).
+    first_record: u64,
+    /// `--resume`: the checkpoint to restart from (its units are skipped).
+    restart: Option<Checkpoint>,
+    /// A table's snapshot (Delta, Iceberg), where the files are one.
+    table: Option<TableExtra>,
+}
+
+impl TableSource {
+    /// Cuts the opened files into units (a worker: its share).
+    ///
+    /// # Errors
+    ///
+    /// A worker of a position split whose share's first record cannot be known before
+    /// reading (files whose records are known only once read).
+    pub(crate) fn new(
+        options: &ConvertOptions,
+        inputs: Vec<Box<dyn TableFile>>,
+        plan: EncodePlan,
+        table: Option<TableExtra>,
+    ) -> Result<TableSource> {
+        let mut units = Vec::new();
+        for (i, input) in inputs.iter().enumerate() {
+            let mut first_row = 0;
+            for (unit, rows) in input.unit_rows().into_iter().enumerate() {
+                units.push(Unit {
+                    input: i,
+                    unit,
+                    first_row,
+                    records: input.kept_rows(first_row, rows),
+                });
+                first_row += rows;
+            }
+        }
+        let mut range = None;
+        let mut first_record = 0;
+        if let Some(worker) = options.worker {
+            // Every worker reads the same footers in the same order: one agreed plan.
+            let bytes: Vec<u64> = units
+                .iter()
+                .map(|u| inputs[u.input].selected_bytes(u.unit, plan.roots()))
+                .collect();
+            let [first, end] = worker.share(&bytes);
+            // A position split numbers records over the whole run: the records before
+            // this share must be known without reading them.
+            let before = &units[..first as usize];
+            if options.splits.is_some()
+                && options.encode.split_key.is_none()
+                && before.iter().any(|u| !inputs[u.input].exact_rows())
+            {
+                return Err(Error::invalid_option(
+                    "split",
+                    "the snapshot has delete files, so a worker cannot count the records \
+                     before its share: split by a column (--split-key) or convert on one machine",
+                ));
+            }
+            range = Some([first, end]);
+            first_record = units[..first as usize].iter().map(|u| u.records).sum();
+            units = units[first as usize..end as usize].to_vec();
+        }
+        Ok(TableSource {
+            inputs,
+            plan,
+            units,
+            pass: None,
+            range,
+            first_record,
+            restart: None,
+            table,
+        })
+    }
+}
+
+impl Source for TableSource {
+    fn total_units(&self) -> u64 {
+        self.units.iter().map(|u| u.records).sum()
+    }
+
+    fn expected_records(&self) -> Option<u64> {
+        Some(self.total_units())
+    }
+
+    fn estimated_bytes(&self) -> u64 {
+        // Encoded Examples run 1.5-2x their zstd Parquet (the standard table: 1.55x): a
+        // guess for the shuffle's buffers and bucket count, erring high.
+        self.inputs.iter().map(|i| i.bytes()).sum::<u64>() * 2
+    }
+
+    fn produce(
+        &mut self,
+        options: &ConvertOptions,
+        router: &mut Router,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        let skipped = self.restart.as_ref().map_or(0, |c| c.records);
+        router.start_at(self.first_record + skipped);
+        progress.advance(skipped, 0);
+        self.pass = Some(self.write_pass(options, router, progress)?);
+        Ok(())
+    }
+
+    fn restart_from(&mut self, checkpoint: &serde_json::Value) -> u64 {
+        let Ok(c) = serde_json::from_value::<Checkpoint>(checkpoint.clone()) else {
+            return 0;
+        };
+        // Only a checkpoint that fits this run's plan exactly (the journal's header
+        // already matched: same inputs and options).
+        let Some(done) = self.units.get(..c.units) else {
+            return 0;
+        };
+        let rows: u64 = done.iter().map(|u| u.records).sum();
+        // With Iceberg delete files, units count rows, an upper bound of their records.
+        let exact = done.iter().all(|u| self.inputs[u.input].exact_rows());
+        let fits = (rows == c.records || !exact && rows >= c.records)
+            && c.stats.rows == c.records
+            && c.rows_per_input.iter().sum::<u64>() == c.records
+            && c.rows_per_input.len() <= self.inputs.len()
+            && c.stats.shapes.len() <= self.plan.new_stats().shapes.len();
+        if !fits {
+            return 0;
+        }
+        let records = c.records;
+        self.restart = Some(c);
+        records
+    }
+
+    fn worker_range(&self) -> Option<[u64; 2]> {
+        self.range
+    }
+
+    fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {
+        let rows = self.pass.as_ref().map(|p| p.rows_per_input.as_slice());
+        let side = |f: &SideFile| InputInfo {
+            path: f.display.clone(),
+            bytes: f.bytes,
+            rows: 0,
+            etag: f.etag.clone(),
+        };
+        let mut inputs: Vec<InputInfo> = self
+            .table
+            .iter()
+            .filter_map(|d| d.log.as_ref())
+            .map(side)
+            .collect();
+        inputs.extend(self.inputs.iter().enumerate().map(|(i, input)| InputInfo {
+            path: input.name().to_owned(),
+            bytes: input.bytes(),
+            rows: rows.and_then(|r| r.get(i).copied()).unwrap_or(0),
+            etag: input.etag().map(str::to_owned),
+        }));
+        if let Some(t) = &self.table {
+            inputs.extend(t.deletes.iter().map(side));
+        }
+        let stats = self.pass.as_ref().map(|p| &p.stats);
+        let features = match stats {
+            Some(stats) => self.plan.features(stats),
+            None => self.plan.features(&self.plan.new_stats()),
+        };
+        let mut manifest = options.new_manifest(self.plan.record_type(), inputs, features);
+        if let Some(t) = &self.table {
+            manifest.table = Some(t.table.clone());
+            // The partitions kept change the output: recorded as given (`KEY=VALUE`).
+            if !t.partition_filters.is_empty() {
+                let given: Vec<String> = (t.partition_filters.iter())
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                manifest
+                    .options
+                    .insert("partition_filter".into(), serde_json::json!(given));
+            }
+        }
+        manifest
+    }
+}
+
+/// What one pass over the inputs saw.
+struct Pass {
+    stats: EncodeStats,
+    rows_per_input: Vec<u64>,
+}
+
+impl Pass {
+    /// A pass over `inputs` inputs, from the start or from a checkpoint.
+    fn new(plan: &EncodePlan, inputs: usize, from: Option<&Checkpoint>) -> Pass {
+        let mut pass = Pass {
+            stats: plan.new_stats(),
+            rows_per_input: vec![0; inputs],
+        };
+        if let Some(c) = from {
+            pass.stats.merge(&c.stats);
+            for (mine, &rows) in pass.rows_per_input.iter_mut().zip(&c.rows_per_input) {
+                *mine += rows;
+            }
+        }
+        pass
+    }
+
+    /// After unit `units` (counted in the whole plan) is written: with `--resume`, the
+    /// checkpoint the shards closed from now on carry.
+    fn unit_done(&self, units: usize, writer: &mut Router, options: &ConvertOptions) {
+        if !checkpoints(options) {
+            return;
+        }
+        writer.checkpoint(|| {
+            let c = Checkpoint {
+                units,
+                records: self.stats.rows,
+                rows_per_input: self.rows_per_input.clone(),
+                stats: self.stats.clone(),
+            };
+            serde_json::to_value(c).expect("a checkpoint serializes")
+        });
+    }
+
+    /// Writes a unit's encoded batch (in unit order) and counts it.
+    fn write(
+        &mut self,
+        unit: &Unit,
+        batch: &EncodedBatch,
+        batch_stats: &EncodeStats,
+        writer: &mut Router,
+        options: &ConvertOptions,
+        progress: &dyn Progress,
+    ) -> Result<()> {
+        writer.put_batch(batch)?;
+        self.stats.merge(batch_stats);
+        self.rows_per_input[unit.input] += batch_stats.rows;
+        progress.advance(batch_stats.rows, writer.bytes_written());
+        options.cancel.check()
+    }
+}
+
+impl TableSource {
+    /// Decodes and encodes units on `threads` workers; writes their records in unit
+    /// order ([`ordered`]).
+    fn write_pass(
+        &self,
+        options: &ConvertOptions,
+        router: &mut Router,
+        progress: &dyn Progress,
+    ) -> Result<Pass> {
+        let skip = self.restart.as_ref().map_or(0, |c| c.units);
+        let (inputs, plan, units) = (&self.inputs[..], &self.plan, &self.units[skip..]);
+        let mut writer = PassWriter {
+            pass: Pass::new(plan, inputs.len(), self.restart.as_ref()),
+            skip,
+            units,
+            router,
+            options,
+            progress,
+        };
+        ordered::run(
+            options.threads,
+            ordered::queued_bytes(options.compression),
+            units,
+            |unit| inputs[unit.input].decode_bytes(unit.unit),
+            |unit, emit: &mut Emit<'_, EncodeStats>| {
+                inputs[unit.input].read_unit(
+                    unit.unit,
+                    plan.roots(),
+                    unit.first_row,
+                    &mut |batch, _| {
+                        let mut encoded = emit.buffer();
+                        let mut stats = plan.new_stats();
+                        plan.encode_batch(&batch, &mut encoded, &mut stats)?;
+                        emit.send(encoded, stats)
+                    },
+                )
+            },
+            &mut writer,
+        )?;
+        // Inputs without a row group have no unit; they still get their row count (0).
+        let mut pass = writer.pass;
+        pass.rows_per_input.resize(inputs.len(), 0);
+        Ok(pass)
+    }
+}
+
+/// Writes a pass's batches in unit order, from `pass` (which starts after `skip` units
+/// of the plan).
+struct PassWriter<'a, 'r> {
+    pass: Pass,
+    skip: usize,
+    units: &'a [Unit],
+    router: &'a mut Router<'r>,
+    options: &'a ConvertOptions,
+    progress: &'a dyn Progress,
+}
+
+impl InOrder<EncodeStats> for PassWriter<'_, '_> {
+    fn write(&mut self, u: usize, batch: &EncodedBatch, stats: EncodeStats) -> Result<()> {
+        let unit = &self.units[u];
+        self.pass.write(
+            unit,
+            batch,
+            &stats,
+            self.router,
+            self.options,
+            self.progress,
+        )
+    }
+
+    fn unit_done(&mut self, u: usize) {
+        self.pass
+            .unit_done(self.skip + u + 1, self.router, self.options);
+    }
+}
