@@ -21,6 +21,34 @@ struct Reading {
     io: IoOptions,
 }
 
+/// How shards are read, alike on every builder that reads them ([`InspectorBuilder`],
+/// [`SchemaReaderBuilder`], [`crate::verify::VerifierBuilder`]): what the command line's
+/// `--compression` and `--record-type` (and the Python module's `compression=`,
+/// `record_type=`) set, `auto` leaving the default.
+pub trait ReadSettings: Sized {
+    /// The shards' compression (default: by name, else by content).
+    fn with_compression(self, compression: Compression) -> Self;
+
+    /// The record type (default: the manifest's, else Example).
+    fn with_record_type(self, record_type: RecordType) -> Self;
+
+    /// Sets what is given; `None` leaves the default.
+    fn with_reading(
+        self,
+        compression: Option<Compression>,
+        record_type: Option<RecordType>,
+    ) -> Self {
+        let b = match compression {
+            Some(c) => self.with_compression(c),
+            None => self,
+        };
+        match record_type {
+            Some(t) => b.with_record_type(t),
+            None => b,
+        }
+    }
+}
+
 /// The setters of how shards are read, alike on every reading builder.
 macro_rules! reading_setters {
     () => {
@@ -122,6 +150,24 @@ impl Inspector {
         Ok(given)
     }
 }
+
+/// The trait is the inherent setters.
+macro_rules! read_settings {
+    ($builder:ty) => {
+        impl ReadSettings for $builder {
+            fn with_compression(self, compression: Compression) -> Self {
+                <$builder>::with_compression(self, compression)
+            }
+
+            fn with_record_type(self, record_type: RecordType) -> Self {
+                <$builder>::with_record_type(self, record_type)
+            }
+        }
+    };
+}
+read_settings!(InspectorBuilder);
+read_settings!(SchemaReaderBuilder);
+read_settings!(crate::verify::VerifierBuilder);
 
 impl InspectorBuilder {
     /// At most this many records.

@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::{output, CliResult, Common, ReadFlags};
 use crate::example::decode::push_json;
-use crate::records::Inspector;
+use crate::records::{Inspector, ReadSettings};
 
 /// Arguments of `inspect`.
 #[derive(Args, Debug)]
@@ -31,12 +31,10 @@ impl InspectArgs {
         if let Some(limit) = self.limit {
             inspector = inspector.with_limit(limit);
         }
-        if let Some(c) = self.read.compression.resolve() {
-            inspector = inspector.with_compression(c);
-        }
-        if let Some(t) = self.read.record_type.resolve() {
-            inspector = inspector.with_record_type(t);
-        }
+        inspector = inspector.with_reading(
+            self.read.compression.resolve(),
+            self.read.record_type.resolve(),
+        );
         let mut out = output::stdout();
         let mut line = String::new();
         inspector.build()?.run(|record| {

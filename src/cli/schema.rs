@@ -6,7 +6,7 @@ use clap::{Args, ValueEnum};
 
 use super::{output, CliResult, Common, ReadFlags};
 use crate::example::schema::to_python;
-use crate::records::SchemaReader;
+use crate::records::{ReadSettings, SchemaReader};
 
 /// `--format`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,12 +36,10 @@ impl SchemaArgs {
     /// Prints the spec.
     pub fn run(&self) -> CliResult {
         let mut reader = SchemaReader::builder(self.paths.clone()).with_io(self.common.io()?);
-        if let Some(c) = self.read.compression.resolve() {
-            reader = reader.with_compression(c);
-        }
-        if let Some(t) = self.read.record_type.resolve() {
-            reader = reader.with_record_type(t);
-        }
+        reader = reader.with_reading(
+            self.read.compression.resolve(),
+            self.read.record_type.resolve(),
+        );
         let schema = reader.build()?.run()?;
         let (spec, record_type) = (schema.features, schema.record_type);
         let mut out = output::stdout();

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
+use crate::records::ReadSettings;
 use crate::verify::{Verifier, VerifierBuilder};
 
 /// Arguments of `verify`.
@@ -36,13 +37,10 @@ impl VerifyArgs {
         if let Some(manifest) = &self.manifest {
             builder = builder.with_manifest(manifest.clone());
         }
-        if let Some(compression) = self.read.compression.resolve() {
-            builder = builder.with_compression(compression);
-        }
-        if let Some(record_type) = self.read.record_type.resolve() {
-            builder = builder.with_record_type(record_type);
-        }
-        Ok(builder)
+        Ok(builder.with_reading(
+            self.read.compression.resolve(),
+            self.read.record_type.resolve(),
+        ))
     }
 
     /// Verifies; exit 1 when any problem is found.

@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::example::{proto, Record, RecordType};
 use crate::finalize::Finalizer;
 use crate::progress::CancelToken;
-use crate::records::{Inspector, SchemaReader};
+use crate::records::{Inspector, ReadSettings, SchemaReader};
 use crate::source::hive::Partitioning;
 use crate::source::images::{Labels, OnError};
 use crate::store::IoOptions;
@@ -464,12 +464,7 @@ pub(crate) fn verify(
         b = b.with_manifest(manifest);
     }
     let (compression, record_type) = read_options(&o)?;
-    if let Some(c) = compression {
-        b = b.with_compression(c);
-    }
-    if let Some(t) = record_type {
-        b = b.with_record_type(t);
-    }
+    b = b.with_reading(compression, record_type);
     if let Some(n) = o.threads()? {
         b = b.with_threads(n);
     }
@@ -500,12 +495,7 @@ pub(crate) fn schema(
     let python = o.choice("format", &["json", "python"])? == Some("python");
     let mut b = SchemaReader::builder(paths).with_io(o.io()?);
     let (compression, record_type) = read_options(&o)?;
-    if let Some(c) = compression {
-        b = b.with_compression(c);
-    }
-    if let Some(t) = record_type {
-        b = b.with_record_type(t);
-    }
+    b = b.with_reading(compression, record_type);
     o.threads()?;
     o.progress()?;
     o.finish()?;
@@ -583,12 +573,7 @@ impl Inspect {
             b = b.with_limit(limit);
         }
         let (compression, record_type) = read_options(&o)?;
-        if let Some(c) = compression {
-            b = b.with_compression(c);
-        }
-        if let Some(t) = record_type {
-            b = b.with_record_type(t);
-        }
+        b = b.with_reading(compression, record_type);
         o.threads()?;
         o.progress()?;
         o.finish()?;
