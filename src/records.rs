@@ -167,7 +167,6 @@ macro_rules! read_settings {
 }
 read_settings!(InspectorBuilder);
 read_settings!(SchemaReaderBuilder);
-read_settings!(crate::verify::VerifierBuilder);
 
 impl InspectorBuilder {
     /// At most this many records.

@@ -351,6 +351,16 @@ impl Verifier {
     }
 }
 
+impl crate::records::ReadSettings for VerifierBuilder {
+    fn with_compression(self, compression: Compression) -> Self {
+        VerifierBuilder::with_compression(self, compression)
+    }
+
+    fn with_record_type(self, record_type: RecordType) -> Self {
+        VerifierBuilder::with_record_type(self, record_type)
+    }
+}
+
 impl VerifierBuilder {
     /// Checks the shards against this manifest.
     pub fn with_manifest(mut self, manifest: PathBuf) -> Self {
