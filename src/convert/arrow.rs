@@ -45,6 +45,21 @@ impl ArrowStream {
         }
     }
 
+    /// A stream named `name` whose batches come later, through [`ArrowStream::fill`]
+    /// (the Python module checks a conversion's options before it takes the stream,
+    /// which a failed check would have used up).
+    pub fn pending(name: impl Into<String>) -> Self {
+        ArrowStream {
+            reader: Arc::new(Mutex::new(None)),
+            name: name.into(),
+        }
+    }
+
+    /// Gives a [`ArrowStream::pending`] stream (and every clone of it) its batches.
+    pub fn fill(&self, reader: Box<dyn RecordBatchReader + Send>) {
+        *self.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(reader);
+    }
+
     /// The name errors and the manifest give the stream.
     pub fn name(&self) -> &str {
         &self.name

@@ -1252,8 +1252,8 @@ fn run(
     opener: &dyn Open,
     progress: &dyn Progress,
 ) -> Result<ConvertSummary> {
-    let started = Instant::now();
     let mut source = opener.open(options)?;
+    let started = Instant::now();
     crate::failpoint::hit("convert:planned")?;
     let prefixes = options.prefixes();
     if options.tfds.is_some() {

@@ -15,7 +15,7 @@ use arrow_array::ffi_stream::RecordBatchStreamReader;
 use arrow_pyarrow::FromPyArrow;
 use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyStopIteration, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList, PyString};
+use pyo3::types::{PyBool, PyDict, PyList, PyMapping, PyString};
 
 use super::to_py_err;
 use crate::cli::output::Bar;
@@ -105,45 +105,67 @@ impl<'py> Options<'py> {
             .map_err(|_| PyValueError::new_err(format!("{name}=: a list of names")))
     }
 
-    /// `KEY=VALUE` pairs: a dict (in its order), or a list of `"KEY=VALUE"` strings.
-    fn pairs<V: for<'a> FromPyObject<'a, 'py>>(
-        &self,
-        name: &str,
-        parse: impl Fn(&str) -> Option<V>,
-    ) -> PyResult<Option<Vec<(String, V)>>> {
+    /// `KEY=VALUE` pairs: a mapping (in its order; values as their text, `str()`), or a
+    /// list of `"KEY=VALUE"` strings, each split at its first `=` as the flag's value is.
+    fn pairs(&self, name: &str) -> PyResult<Option<Vec<(String, String)>>> {
         let Some(v) = self.take(name)? else {
             return Ok(None);
         };
         let bad = || PyValueError::new_err(format!("{name}=: a dict, or a list of \"KEY=VALUE\""));
-        if let Ok(dict) = v.cast::<PyDict>() {
-            return dict
+        if let Ok(mapping) = v.cast::<PyMapping>() {
+            return mapping
+                .items()?
                 .iter()
-                .map(|(k, v)| match (k.extract::<String>(), v.extract::<V>()) {
-                    (Ok(k), Ok(v)) => Ok((k, v)),
-                    _ => Err(bad()),
+                .map(|item| {
+                    let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item.extract()?;
+                    Ok((k.str()?.to_string(), v.str()?.to_string()))
                 })
                 .collect::<PyResult<Vec<_>>>()
                 .map(Some);
         }
-        let items: Vec<String> = if v.is_instance_of::<PyString>() {
-            let text: String = v.extract()?;
-            text.split(',').map(str::to_owned).collect()
-        } else {
-            v.extract().map_err(|_| bad())?
-        };
+        let items: Vec<String> = v.extract().map_err(|_| bad())?;
         items
             .iter()
-            .map(|item| {
-                let (k, v) = item
-                    .split_once('=')
-                    .filter(|(k, _)| !k.is_empty())
-                    .ok_or_else(|| {
-                        PyValueError::new_err(format!("invalid {name}= {item:?}: use KEY=VALUE"))
+            .map(|item| match item.split_once('=') {
+                Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+                _ => Err(PyValueError::new_err(format!(
+                    "invalid {name}= {item:?}: use KEY=VALUE"
+                ))),
+            })
+            .collect::<PyResult<Vec<_>>>()
+            .map(Some)
+    }
+
+    /// `split`: names and fractions, as a mapping or as the flag's `train=0.8,test=0.2`.
+    fn splits(&self) -> PyResult<Option<Vec<(String, f64)>>> {
+        let Some(v) = self.take("split")? else {
+            return Ok(None);
+        };
+        if let Ok(mapping) = v.cast::<PyMapping>() {
+            return mapping
+                .items()?
+                .iter()
+                .map(|item| {
+                    let (k, f): (String, f64) = item.extract().map_err(|_| {
+                        PyValueError::new_err("split=: names and fractions, {\"train\": 0.8, ...}")
                     })?;
-                let v = parse(v.trim()).ok_or_else(|| {
-                    PyValueError::new_err(format!("invalid {name}= value in {item:?}"))
+                    Ok((k, f))
+                })
+                .collect::<PyResult<Vec<_>>>()
+                .map(Some);
+        }
+        let text: String = v
+            .extract()
+            .map_err(|_| PyValueError::new_err("split=: a dict, or \"train=0.8,test=0.2\""))?;
+        text.split(',')
+            .map(|part| {
+                let (name, fraction) = part.split_once('=').ok_or_else(|| {
+                    PyValueError::new_err(format!("invalid split= {part:?}: use NAME=FRACTION"))
                 })?;
-                Ok((k.trim().to_owned(), v))
+                let fraction: f64 = fraction.trim().parse().map_err(|_| {
+                    PyValueError::new_err(format!("invalid split= fraction in {part:?}: a number"))
+                })?;
+                Ok((name.trim().to_owned(), fraction))
             })
             .collect::<PyResult<Vec<_>>>()
             .map(Some)
@@ -285,7 +307,7 @@ fn convert_options(
     if let Some(dir) = o.get::<PathBuf>("tmp_dir")? {
         b = b.with_tmp_dir(dir);
     }
-    if let Some(splits) = o.pairs::<f64>("split", |v| v.parse().ok())? {
+    if let Some(splits) = o.splits()? {
         b = b.with_splits(splits);
     }
     if let Some(key) = o.get::<String>("split_key")? {
@@ -297,7 +319,7 @@ fn convert_options(
     if let Some(exclude) = o.names("exclude")? {
         b = b.with_exclude(exclude);
     }
-    if let Some(rename) = o.pairs::<String>("rename", |v| Some(v.to_owned()))? {
+    if let Some(rename) = o.pairs("rename")? {
         if let Some((old, _)) = rename.iter().find(|(o, n)| o.is_empty() || n.is_empty()) {
             return Err(PyValueError::new_err(format!(
                 "invalid rename= {old:?}: old=new, both names"
@@ -347,10 +369,7 @@ fn convert_options(
     if let Some(t) = o.get::<String>("timestamp")? {
         b = b.with_timestamp(t);
     }
-    for (key, value) in o
-        .pairs::<String>("partition_filter", |v| Some(v.to_owned()))?
-        .unwrap_or_default()
-    {
+    for (key, value) in o.pairs("partition_filter")?.unwrap_or_default() {
         b = b.with_partition_filter(&key, &value);
     }
     if let Some(labels) = o.get::<PathBuf>("labels")? {
@@ -399,14 +418,17 @@ pub(crate) fn convert(
     options: Bound<'_, PyDict>,
 ) -> PyResult<Py<PyAny>> {
     let o = Options::new(options, format!("convert {format}"));
+    // An Arrow stream is taken last, once every option is checked: taking it uses it up.
+    let mut pending = None;
     let builder = match (format, stream) {
         ("arrow", Some(obj)) => {
             let name = {
                 let ty = obj.get_type();
                 format!("{}.{}", ty.module()?, ty.qualname()?)
             };
-            let reader = RecordBatchStreamReader::from_pyarrow_bound(&obj)?;
-            Converter::arrow(ArrowStream::new(Box::new(reader), name))
+            let stream = ArrowStream::pending(name);
+            pending = Some((stream.clone(), obj));
+            Converter::arrow(stream)
         }
         ("parquet", None) => Converter::parquet(inputs),
         ("tfrecord", None) => Converter::tfrecord(inputs),
@@ -441,6 +463,9 @@ pub(crate) fn convert(
         .with_cancel(cancel.clone())
         .build()
         .map_err(to_py_err)?;
+    if let Some((stream, obj)) = pending {
+        stream.fill(Box::new(RecordBatchStreamReader::from_pyarrow_bound(&obj)?));
+    }
     let summary = interruptible(py, cancel, move || {
         let bar = Bar::shown(show, unit);
         let summary = converter.run(&bar);
@@ -496,11 +521,13 @@ pub(crate) fn schema(
     let mut b = SchemaReader::builder(paths).with_io(o.io()?);
     let (compression, record_type) = read_options(&o)?;
     b = b.with_reading(compression, record_type);
-    o.threads()?;
+    let threads = o.threads()?;
     o.progress()?;
     o.finish()?;
+    // Inference reads the shards in parallel, on a pool of `threads` (else every core).
+    let pool = crate::progress::thread_pool(threads.unwrap_or(0), "schema").map_err(to_py_err)?;
     let schema = py
-        .detach(|| b.build().and_then(|r| r.run()))
+        .detach(|| pool.install(|| b.build().and_then(|r| r.run())))
         .map_err(to_py_err)?;
     if python {
         let text = crate::example::schema::to_python(&schema.features, schema.record_type);
@@ -553,9 +580,8 @@ const INSPECT_AHEAD: usize = 64;
 /// as the caller takes them, at most [`INSPECT_AHEAD`] ahead.
 #[pyclass(module = "tfshard._tfshard")]
 pub(crate) struct Inspect {
-    records: crossbeam_channel::Receiver<Result<Record>>,
-    /// Stops the reading thread when the iterator goes before the end.
-    stop: Arc<AtomicBool>,
+    /// `None` once closed (the reader then finds no one to send to, and stops).
+    records: Option<crossbeam_channel::Receiver<Result<Record>>>,
     /// The most records read but not yet taken at any time (a test reads it).
     held: Arc<AtomicUsize>,
     most_held: usize,
@@ -566,7 +592,7 @@ impl Inspect {
     /// Reads `path` (a shard, folder or manifest), at most `limit` records.
     #[new]
     #[pyo3(signature = (path, options))]
-    fn new(path: PathBuf, options: Bound<'_, PyDict>) -> PyResult<Inspect> {
+    fn new(py: Python<'_>, path: PathBuf, options: Bound<'_, PyDict>) -> PyResult<Inspect> {
         let o = Options::new(options, "inspect");
         let mut b = Inspector::builder(path).with_io(o.io()?);
         if let Some(limit) = o.get::<u64>("limit")? {
@@ -577,22 +603,26 @@ impl Inspect {
         o.threads()?;
         o.progress()?;
         o.finish()?;
-        let inspector = b.build().map_err(to_py_err)?;
+        // (Finding the shards lists folders and reads manifests: without the GIL.)
+        let inspector = py.detach(|| b.build()).map_err(to_py_err)?;
         // The queue, and the record its reader holds while it waits for room.
         let (send, records) = crossbeam_channel::bounded(INSPECT_AHEAD - 1);
-        let stop = Arc::new(AtomicBool::new(false));
         let held = Arc::new(AtomicUsize::new(0));
-        let (stopped, count) = (stop.clone(), held.clone());
+        let count = held.clone();
         std::thread::Builder::new()
             .name("tfshard-inspect".into())
             .spawn(move || {
-                let outcome = inspector.run(|record| {
-                    if stopped.load(Ordering::Relaxed) {
-                        return Ok(false);
-                    }
-                    count.fetch_add(1, Ordering::Relaxed);
-                    // The iterator was dropped: stop reading.
-                    Ok(send.send(Ok(record)).is_ok())
+                let run = std::panic::AssertUnwindSafe(|| {
+                    inspector.run(|record| {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        // The iterator was closed or dropped: stop reading.
+                        Ok(send.send(Ok(record)).is_ok())
+                    })
+                });
+                let outcome = std::panic::catch_unwind(run).unwrap_or_else(|_| {
+                    Err(crate::error::Error::from(std::io::Error::other(
+                        "the inspect reader panicked (a bug: please report it)",
+                    )))
                 });
                 if let Err(e) = outcome {
                     let _ = send.send(Err(e));
@@ -600,8 +630,7 @@ impl Inspect {
             })
             .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
         Ok(Inspect {
-            records,
-            stop,
+            records: Some(records),
             held,
             most_held: 0,
         })
@@ -614,12 +643,29 @@ impl Inspect {
     fn __next__(&mut self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let held = self.held.load(Ordering::Relaxed);
         self.most_held = self.most_held.max(held);
-        let records = self.records.clone();
-        let next = py.detach(move || records.recv());
+        let Some(records) = self.records.clone() else {
+            return Err(PyStopIteration::new_err(()));
+        };
+        // Waits without the GIL, a tenth of a second at a time, so that a Ctrl-C during a
+        // slow read raises KeyboardInterrupt at once.
+        let next = loop {
+            let waited = py.detach(|| records.recv_timeout(Duration::from_millis(100)));
+            match waited {
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => py.check_signals()?,
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break None,
+                Ok(next) => break Some(next),
+            }
+        };
         match next {
-            Err(_) => Err(PyStopIteration::new_err(())),
-            Ok(Err(e)) => Err(to_py_err(e)),
-            Ok(Ok(record)) => {
+            None => {
+                self.records = None;
+                Err(PyStopIteration::new_err(()))
+            }
+            Some(Err(e)) => {
+                self.records = None;
+                Err(to_py_err(e))
+            }
+            Some(Ok(record)) => {
                 self.held.fetch_sub(1, Ordering::Relaxed);
                 record_to_python(py, &record)
             }
@@ -632,15 +678,9 @@ impl Inspect {
         self.most_held
     }
 
-    /// Stops reading.
+    /// Stops reading: the records read ahead are dropped, the iteration ends.
     fn close(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Inspect {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        self.records = None;
     }
 }
 

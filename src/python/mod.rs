@@ -51,8 +51,8 @@ create_exception!(
     _tfshard,
     Interrupted,
     Error,
-    "The run was cancelled (SIGTERM, or SIGINT where Python's own handler is not in place); \
-     its temporaries were removed."
+    "The run was cancelled by other means than a KeyboardInterrupt (which is raised as \
+     such): its temporaries were removed."
 );
 
 /// A library error as the exception the package documents: `ValueError` with the

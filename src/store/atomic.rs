@@ -18,22 +18,18 @@ pub struct AtomicFile {
 }
 
 impl AtomicFile {
-    /// Starts the file that will be `path` (its folders made, as on a store, where a
-    /// name's folders need not exist), under a temporary name unique to this run: two
-    /// writers of one name never share a temporary.
+    /// Starts the file that will be `path`, under a temporary name beside it unique to
+    /// this run: two writers of one name never share a temporary.
     ///
     /// # Errors
     ///
-    /// The folder or the temporary cannot be made.
+    /// The temporary cannot be made (its folder missing, among others).
     pub fn create(path: &Path) -> io::Result<AtomicFile> {
         let temp = path.with_file_name(format!(
             ".{}.{}.tfshard-write",
             path.file_name().unwrap_or_default().to_string_lossy(),
             super::attempt_id()
         ));
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir)?;
-        }
         let file = File::create(&temp)?;
         Ok(AtomicFile {
             file: Some(file),
@@ -55,12 +51,7 @@ impl AtomicFile {
     ///
     /// The sync, the reopening or the rename failed (the temporary is removed).
     pub fn commit(mut self) -> io::Result<File> {
-        let file = self
-            .file
-            .take()
-            .ok_or_else(|| io::Error::other("committed twice"))?;
-        file.sync_all()?;
-        drop(file);
+        self.sync()?;
         let read = File::open(&self.temp)?;
         fs::rename(&self.temp, &self.path)?;
         Ok(read)
@@ -73,15 +64,18 @@ impl AtomicFile {
     ///
     /// Something is at the final name, or the sync or link failed.
     pub fn commit_new(mut self) -> io::Result<()> {
-        let file = self
-            .file
-            .take()
-            .ok_or_else(|| io::Error::other("committed twice"))?;
-        file.sync_all()?;
-        drop(file);
+        self.sync()?;
         let linked = fs::hard_link(&self.temp, &self.path);
         let _ = fs::remove_file(&self.temp);
         linked
+    }
+}
+
+impl AtomicFile {
+    /// Makes what was written durable and closes the file (no write may follow).
+    fn sync(&mut self) -> io::Result<()> {
+        let file = (self.file.take()).ok_or_else(|| io::Error::other("committed twice"))?;
+        file.sync_all()
     }
 }
 
@@ -108,13 +102,18 @@ impl Drop for AtomicFile {
     }
 }
 
-/// Writes `bytes` as the file `path`, atomically and durably: replacing what is there,
-/// or with `create_only` only where nothing is ([`io::ErrorKind::AlreadyExists`]).
+/// Writes `bytes` as the file `path` (its folders made), atomically and durably:
+/// replacing what is there, or with `create_only` only where nothing is
+/// ([`io::ErrorKind::AlreadyExists`]).
 ///
 /// # Errors
 ///
 /// As [`AtomicFile::create`], [`AtomicFile::commit`] and [`AtomicFile::commit_new`].
 pub fn write_atomic(path: &Path, bytes: &[u8], create_only: bool) -> io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // As on a store, where a name's folders need not exist.
+        fs::create_dir_all(dir)?;
+    }
     let mut file = AtomicFile::create(path)?;
     file.write_all(bytes)?;
     if create_only {

@@ -221,9 +221,9 @@ impl Publication {
     }
 }
 
-/// The stale-shard rule of every publish (convert, `--overwrite`, `finalize`): `name` in
-/// the output folder is a shard or `.idx` file of `prefix` (as `own` tells) that the new
-/// set does not place (`placed` answers for its shards' and `.idx` files' names; an old
+/// The stale-shard rule of a publish that places the new set before it deletes the old
+/// (a store's commit, `finalize`): `name` in the output folder is a shard or `.idx` file
+/// of `prefix` (as `own` tells) that the new set does not place (`placed` answers for its shards' and `.idx` files' names; an old
 /// `.idx` of a shard name the set reuses without one is stale too). Such files go after the old
 /// manifest and before the new one.
 pub(crate) fn is_stale(

@@ -211,8 +211,8 @@ impl Staging for LocalStaging {
 
     /// 1. every old manifest goes (no output of these prefixes is published from here
     ///    on);
-    /// 2. each output's stale shards go and its new ones are renamed into place
-    ///    (replacing those of the same names);
+    /// 2. each output's old shards go (all of the prefix's) and its new ones are
+    ///    renamed into place;
     /// 3. every new manifest is written and synced beside the temporaries;
     /// 4. the manifests are renamed into place, then the folder is synced.
     ///
@@ -236,7 +236,10 @@ impl Staging for LocalStaging {
                 for entry in fs::read_dir(&out.dir).map_err(io_at(&out.dir))? {
                     let entry = entry.map_err(io_at(&out.dir))?;
                     let name = entry.file_name().to_string_lossy().into_owned();
-                    if publication.is_stale(&name)
+                    // Every old shard of the prefix goes before the renames, those of
+                    // reused names too: a crash between renames leaves a partial new
+                    // set, never old and new shards mixed under the final names.
+                    if (publication.own)(&publication.prefix, &name)
                         && entry.file_type().map_err(io_at(&out.dir))?.is_file()
                     {
                         fs::remove_file(entry.path()).map_err(io_at(&entry.path()))?;

@@ -283,3 +283,32 @@ def test_a_forked_child_reads_the_store_as_dataloader_workers_do(s3):
     assert ready, "the forked child did not finish reading"
     assert os.read(read, 100) == b"2000"
     assert sum(len(b["y"]) for b in ds) == 2000
+
+
+def test_a_stream_outlives_a_usage_error(tmp_path):
+    """Options are checked before an Arrow stream is taken (taking it uses it up)."""
+    reader = pq.read_table(SMALL).to_reader(max_chunksize=500)
+    with pytest.raises(ValueError, match="compression"):
+        tfshard.convert(reader, tmp_path / "a", compression="lz4")
+    assert tfshard.convert(reader, tmp_path / "b")["records"] == 2000
+
+
+def test_pairs_take_any_mapping_and_values_as_text(tmp_path):
+    from types import MappingProxyType
+
+    table = pa.table({"x": [1, 2], "y": [3, 4]})
+    summary = tfshard.convert(table, tmp_path / "out", rename=MappingProxyType({"x": "renamed"}), split="a=0.5,b=0.5")
+    assert set(summary["splits"]) == {"a", "b"}
+    names = {f["name"] for f in tfshard.schema(tmp_path / "out" / "a.manifest.json")}
+    assert names == {"renamed", "y"}
+
+
+def test_inspect_close_stops_reading_and_verify_takes_a_manifest(small_shards):
+    records = tfshard.inspect(small_shards)
+    assert next(records)["y"] == {"int64": [0]}
+    records.close()
+    assert list(records) == []
+    report = tfshard.verify(manifest=small_shards / "data.manifest.json")
+    assert report["ok"] and report["records"] == 2000
+    with pytest.raises(ValueError, match="manifest"):
+        tfshard.verify()

@@ -112,7 +112,7 @@ def convert(
     snapshot_id: Optional[int] = None,
     timestamp: Optional[str] = None,
     partition_filter: Optional[Mapping[str, str]] = None,
-    labels: str = "dirname",
+    labels: Union[str, "os.PathLike[str]"] = "dirname",
     extensions: Optional[Sequence[str]] = None,
     on_error: str = "fail",
     input_compression: str = "auto",
@@ -165,7 +165,7 @@ def convert(
 
 
 def verify(
-    paths: Union[PathLike, Sequence[PathLike]],
+    paths: Union[PathLike, Sequence[PathLike], None] = None,
     *,
     manifest: Optional[PathLike] = None,
     deep: bool = False,
@@ -177,12 +177,15 @@ def verify(
     progress: Union[bool, str] = False,
 ) -> Dict[str, Any]:
     """Checks every record's framing and CRCs, and the manifest's counts, sizes and
-    checksums (``deep=True``: every record parses and matches the schema). Returns the
+    checksums (``deep=True``: every record parses and matches the schema); ``paths`` may
+    be left out when ``manifest`` names the set. Returns the
     report (the keys of ``tfshard verify --json``): ``ok`` is False, with the
     ``problems`` (each with its ``kind``), when something is wrong. Raises
     :class:`tfshard.Error` only when nothing can be read."""
     options = _given(verify, dict(locals()))
-    report: Dict[str, Any] = _tfshard.verify(_paths(paths), options)
+    if paths is None and manifest is None:
+        raise ValueError("give the shards to verify, or a manifest")
+    report: Dict[str, Any] = _tfshard.verify([] if paths is None else _paths(paths), options)
     return report
 
 
