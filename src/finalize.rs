@@ -21,8 +21,7 @@
 //!    included, are deleted.
 
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -30,6 +29,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::example::FeatureSpec;
 use crate::manifest::{self, InputInfo, Manifest, ShardInfo};
 use crate::shard::name;
+pub use crate::store::claim::CLAIM_STALE_AFTER;
+use crate::store::claim::{Claims, Held};
 use crate::store::{self, destination::Destination};
 use crate::tfrecord::Compression;
 
@@ -53,193 +54,9 @@ pub struct FinalizedSet {
     pub already_published: bool,
 }
 
-/// How long a `finalize` claim may go without a refresh before the next `finalize`
-/// takes it over (its holder was killed).
-pub const CLAIM_STALE_AFTER: Duration = Duration::from_secs(60);
-
-/// How often a running `finalize` refreshes its claims.
-const CLAIM_REFRESH_EVERY: Duration = Duration::from_secs(10);
-
-/// What a claim object holds: who holds it (a run id, its host and process), and when
-/// it last said it was alive (seconds since the Unix epoch, by the holder's clock).
-#[derive(Debug, Serialize, Deserialize)]
-struct ClaimNote {
-    holder: String,
-    refreshed: u64,
-    #[serde(default)]
-    host: String,
-    #[serde(default)]
-    pid: u32,
-    /// The holder's boot and PID namespace: its pid means something here only if both
-    /// are ours (a container with the host's name has pids of its own).
-    #[serde(default)]
-    pids: String,
-}
-
-impl ClaimNote {
-    /// Whether the holder is gone: not refreshed for [`CLAIM_STALE_AFTER`], or a process
-    /// of this host that no longer exists (a rerun after a kill need not wait).
-    fn is_stale(&self) -> bool {
-        let silent = now_secs().saturating_sub(self.refreshed) >= CLAIM_STALE_AFTER.as_secs();
-        let dead_here = !self.host.is_empty()
-            && self.host == host_name()
-            && !self.pids.is_empty()
-            && self.pids == pid_space()
-            && self.pid != 0
-            && !process_exists(self.pid);
-        silent || dead_here
-    }
-}
-
-/// This machine's host name ("" if it has none).
-fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer and its length are valid; the name is NUL-terminated within it.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return String::new();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// This boot's id and this process's PID namespace ("" if either is unknown).
-fn pid_space() -> String {
-    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
-    let (boot, ns) = (boot.trim(), ns.to_string_lossy());
-    if boot.is_empty() || ns.is_empty() {
-        return String::new();
-    }
-    format!("{boot}/{ns}")
-}
-
-/// Whether process `pid` exists on this host (one we may not signal exists too).
-fn process_exists(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return true;
-    };
-    // SAFETY: signal 0 checks for existence and permission, and sends nothing.
-    let alive = unsafe { libc::kill(pid, 0) } == 0;
-    alive || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
+/// The claim object of `finalize` on `prefix`, in its parts folder.
 fn claim_file(prefix: &str) -> String {
     format!("{}/finalizing", name::parts_dir_name(prefix))
-}
-
-fn already_exists(e: &Error) -> bool {
-    matches!(e.kind(), ErrorKind::OutputExists)
-        || store::is_problem(e, store::StoreProblem::AlreadyExists)
-}
-
-/// The claims of one `finalize` run, refreshed by a thread until dropped; dropped
-/// before the run completes (it failed), they are released at once.
-struct Claims {
-    out: Arc<dyn Destination>,
-    files: Vec<String>,
-    holder: String,
-    stop: Option<mpsc::Sender<()>>,
-    refresher: Option<std::thread::JoinHandle<()>>,
-    /// The parts folders (claims with them) were deleted: nothing to release.
-    done: bool,
-}
-
-/// Why a prefix could not be claimed.
-enum Refused {
-    /// Another live `finalize` holds it.
-    Held,
-    /// Its set is published (the holder wrote the manifest).
-    Published,
-}
-
-impl Claims {
-    fn note(holder: &str) -> Vec<u8> {
-        serde_json::to_vec(&ClaimNote {
-            holder: holder.to_owned(),
-            refreshed: now_secs(),
-            host: host_name(),
-            pid: std::process::id(),
-            pids: pid_space(),
-        })
-        .expect("a claim note serializes")
-    }
-
-    /// Claims `prefix`: a conditional put, or, over a stale claim (its holder killed),
-    /// a takeover.
-    fn claim(&mut self, prefix: &str) -> Result<std::result::Result<(), Refused>> {
-        let file = claim_file(prefix);
-        let out = &*self.out;
-        match out.write(&file, Self::note(&self.holder), true) {
-            Ok(()) => {}
-            Err(e) if already_exists(&e) => {
-                let held = match out.read(&file) {
-                    Ok(bytes) => serde_json::from_slice::<ClaimNote>(&bytes).ok(),
-                    // Released meanwhile: its holder finished or failed.
-                    Err(e) if is_not_found(&e) => None,
-                    Err(e) => return Err(e),
-                };
-                let stale = held.as_ref().is_none_or(ClaimNote::is_stale);
-                if !stale {
-                    return Ok(Err(if is_published(out, prefix) {
-                        Refused::Published
-                    } else {
-                        Refused::Held
-                    }));
-                }
-                // Taken over: of two takers, the second put finds the first's claim.
-                out.delete(&file)?;
-                match out.write(&file, Self::note(&self.holder), true) {
-                    Ok(()) => {}
-                    Err(e) if already_exists(&e) => return Ok(Err(Refused::Held)),
-                    Err(e) => return Err(e),
-                }
-            }
-            Err(e) => return Err(e),
-        }
-        self.files.push(file);
-        Ok(Ok(()))
-    }
-
-    /// Stops the refreshing (before the claims are deleted with the parts).
-    fn stop_refreshing(&mut self) {
-        drop(self.stop.take());
-        if let Some(t) = self.refresher.take() {
-            let _ = t.join();
-        }
-    }
-
-    /// Starts refreshing the claims taken, every [`CLAIM_REFRESH_EVERY`].
-    fn keep_alive(&mut self) {
-        let (tx, rx) = mpsc::channel::<()>();
-        let (out, files, holder) = (self.out.clone(), self.files.clone(), self.holder.clone());
-        self.stop = Some(tx);
-        self.refresher = Some(std::thread::spawn(move || {
-            while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(CLAIM_REFRESH_EVERY) {
-                for f in &files {
-                    // A missed refresh is retried at the next tick; the claim goes stale
-                    // only after several.
-                    let _ = out.write(f, Claims::note(&holder), false);
-                }
-            }
-        }));
-    }
-}
-
-impl Drop for Claims {
-    fn drop(&mut self) {
-        self.stop_refreshing();
-        if !self.done {
-            for f in &self.files {
-                let _ = self.out.delete(f);
-            }
-        }
-    }
 }
 
 /// The plan of one prefix, recorded before anything moves.
@@ -724,24 +541,16 @@ fn finalize(
         return Err(Error::new(ErrorKind::NoParts).with_file(output));
     }
     // 0. Claimed, every prefix, before anything is read for the plan.
-    let mut claims = Claims {
-        out: destination.clone(),
-        files: Vec::new(),
-        holder: store::attempt_id(),
-        stop: None,
-        refresher: None,
-        done: false,
-    };
+    let mut claims = Claims::new(destination.clone());
     let mut refused = Vec::new();
     for p in &prefixes {
-        if let Err(why) = claims.claim(p)? {
-            refused.push(why);
+        if let Err(Held) = claims.claim(&claim_file(p))? {
+            refused.push(p);
         }
     }
     if !refused.is_empty() {
-        if refused.len() == prefixes.len()
-            && refused.iter().all(|r| matches!(r, Refused::Published))
-        {
+        // A live holder, or one that published the set (its claim went with the parts).
+        if refused.len() == prefixes.len() && refused.iter().all(|p| is_published(out, p)) {
             return Ok((
                 published_sets(out, &prefixes)?,
                 started.elapsed().as_secs_f64(),
@@ -780,7 +589,7 @@ fn finalize(
         for p in &prefixes {
             out.delete_tree(&name::parts_dir_name(p))?;
         }
-        claims.done = true;
+        claims.forget();
         return Ok((published, started.elapsed().as_secs_f64()));
     }
     if !published.is_empty() {
@@ -842,7 +651,7 @@ fn finalize(
     for (p, _, _) in &plans {
         out.delete_tree(&name::parts_dir_name(p))?;
     }
-    claims.done = true;
+    claims.forget();
     // 6. A TFDS dataset's files, from every manifest of it (the workers' manifests say
     // which dataset).
     let mut datasets: Vec<&str> = plans

@@ -17,6 +17,7 @@
 //! each URL carries.
 
 pub(crate) mod atomic;
+pub(crate) mod claim;
 mod client;
 mod copy;
 pub(crate) mod destination;
