@@ -364,14 +364,14 @@ impl ConvertOptions {
         if self.splits.is_some() && self.tfds.is_none() && self.prefix != DEFAULT_PREFIX {
             return invalid(
                 "split",
-                "--split names the outputs; it cannot be used with --prefix".into(),
+                "it names the outputs; it cannot be used with --prefix".into(),
             );
         }
         if self.staging_dir.is_some() && self.shuffle.is_none() && !store::is_url(&self.output) {
             return invalid(
                 "tmp-dir",
-                "--tmp-dir holds --shuffle's temporary files (and, for a URL output, the shards \
-                 before upload); it needs --shuffle or an output URL"
+                "it holds --shuffle's temporary files (and, for a URL output, the shards before \
+                 upload); it needs --shuffle or an output URL"
                     .into(),
             );
         }
@@ -1136,12 +1136,6 @@ impl ConverterBuilder {
         }
         options.validate()?;
         if let Input::Images(images) = &input {
-            if options.encode.split_key.is_some() {
-                return Err(Error::invalid_option(
-                    "split-key",
-                    "--split-key names a Parquet column; images split by position",
-                ));
-            }
             images.validate(&options)?;
         }
         let tfrecord = matches!(input, Input::Tfrecord(_));
