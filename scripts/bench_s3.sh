@@ -75,10 +75,10 @@ printf '  the store copying the same shards for the plain client: %.2f s\n' \
 # by a failure point. Reading and encoding end at convert:written (uploads stream beside
 # them; the shard the writer finds the last waits for the count); store:uploaded, every
 # upload done (the last shard's under its final name; early copies beside the last
-# uploads); store:copied, every copy made and the temporaries deleted; then the manifest.
+# uploads); publish:placed, every copy made and the temporaries deleted; then the manifest.
 for i in $(seq "$runs"); do
   line="  run $i, S3->S3 until"
-  for phase in convert:written store:uploaded store:copied; do
+  for phase in convert:written store:uploaded publish:placed; do
     t0=$(now); TFSHARD_FAILPOINTS="$phase=exit" "$bin" convert parquet s3://bench/standard -o "s3://bench/phase-$i-$phase" --quiet || true; t1=$(now)
     line+=$(printf ' %s %.2f s;' "$phase" "$(echo "$t1 - $t0" | bc -l)")
     $s3 rm bench "phase-$i-$phase/"

@@ -13,17 +13,17 @@
 //!
 //! The points: `convert:planned` (every input opened, nothing written yet),
 //! `shard:journaled` (a shard complete and journaled, with `--resume`),
-//! `commit:placed` (the shards renamed to their final names, no manifest yet),
-//! `finalize:planned` (the output claimed, the plan recorded), `finalize:moved` (a part
-//! shard moved into place), `finalize:published` (the manifests written, the parts not
-//! yet deleted),
+//! `publish:moved` (one staged file placed, one at a time: on disk, and by `finalize`),
+//! `publish:placed` (every shard under its final name and the staging retired, no
+//! manifest yet: on disk, in a store, and by `finalize`),
+//! `finalize:planned` (the output claimed, the plan recorded), `finalize:published` (the
+//! manifests written, the parts not yet deleted),
 //! `shuffle:scattered` (with `--shuffle`, every record read and scattered, none written),
 //! `convert:written` (every shard written, nothing published), `store:created` (a
 //! multipart upload started, its id not yet recorded), `store:uploading` (a multipart
 //! upload started and recorded, no part sent), `store:uploaded` (every
 //! shard uploaded to a store, nothing copied), `store:parts-copied` (every part of a
-//! multipart copy copied, the upload not completed), `store:copied` (copied into place, no
-//! manifest yet), `verify:opened` (a shard opened and its size taken, no record read).
+//! multipart copy copied, the upload not completed), `verify:opened` (a shard opened and its size taken, no record read).
 
 use std::path::PathBuf;
 use std::sync::OnceLock;

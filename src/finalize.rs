@@ -12,13 +12,14 @@
 //!    not refreshed for [`CLAIM_STALE_AFTER`] (its holder was killed) is taken over.
 //! 2. A plan is recorded (`.{prefix}.tfshard-parts/finalize.json`: the moves and the
 //!    manifest), so that a rerun after a failure midway completes the same set.
-//! 3. With `--overwrite` the old manifest goes, then the old shards.
-//! 4. The part shards are renamed (copied, on a store) to their final names, in worker
-//!    order; shard data is never read: the manifest comes from the part manifests.
-//! 5. The manifests are written (every prefix's, after every prefix's shards: all
-//!    splits are one commit); every multipart upload still recorded under the parts or
-//!    pending there (workers killed or duplicated) is aborted; the parts folders, claims
-//!    included, are deleted.
+//! 3. The set is published by the one protocol ([`crate::store::publish`]): with
+//!    `--overwrite` the old manifest goes; the prefix's other shards go; the part shards
+//!    are renamed (copied, on a store) to their final names, in worker order (shard data
+//!    is never read: the manifest comes from the part manifests); the manifests are
+//!    written last (every prefix's, after every prefix's shards: all splits are one
+//!    commit).
+//! 4. Every multipart upload still recorded under the parts or pending there (workers
+//!    killed or duplicated) is aborted; the parts folders, claims included, are deleted.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -31,7 +32,7 @@ use crate::manifest::{self, InputInfo, Manifest, ShardInfo};
 use crate::shard::name;
 pub use crate::store::claim::CLAIM_STALE_AFTER;
 use crate::store::claim::{Claims, Held};
-use crate::store::{self, destination::Destination};
+use crate::store::{self, destination::Destination, publish};
 use crate::tfrecord::Compression;
 
 /// What `finalize` published for one prefix.
@@ -596,43 +597,17 @@ fn finalize(
         return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
     }
     crate::failpoint::hit("finalize:planned")?;
-    // 3-4. Old sets go (with --overwrite), part shards move into place.
-    for (p, plan, _) in &plans {
-        if overwrite {
-            out.delete(&name::manifest_name(p))?;
-            let placed = |n: &str| plan.moves.iter().any(|(_, to)| to == n);
-            for n in out.names("")? {
-                if store::destination::is_stale(name::is_own_shard, p, placed, &n) {
-                    out.delete(&n)?;
-                }
-            }
-        }
-        let parts_dir = name::parts_dir_name(p);
-        // A killed finalize's multipart copies to final names (recorded under the parts)
-        // go before the same copies are made again.
-        out.abort_uploads(&parts_dir)?;
-        for (from, to) in &plan.moves {
-            // A rerun: what a stopped finalize moved is already in place.
-            if out.exists(from)? {
-                out.place(from, to, &format!("{parts_dir}/uploads/{to}"))?;
-                crate::failpoint::hit("finalize:moved")?;
-            } else if !out.exists(to)? {
-                return Err(Error::new(ErrorKind::PartsMissing {
-                    missing: Vec::new(),
-                    count: 0,
-                })
-                .with_file(out.display(from)));
-            }
-        }
-    }
-    // 5. The manifests (the commit point); then every upload left under the parts
-    // (killed or duplicated workers', a killed finalize's copies) is aborted, and the
-    // parts folders go, the claims with them.
+    // 3-5. Published by the one protocol: the old sets go (with --overwrite), the part
+    // shards move into place, the manifests are written last. A killed finalize's
+    // multipart copies to final names (recorded under the parts) go first; a set whose
+    // manifest a killed finalize already wrote is published.
     let mut sets = Vec::with_capacity(plans.len());
+    let mut to_publish = Vec::with_capacity(plans.len());
     for (p, plan, workers) in &plans {
+        let parts_dir = name::parts_dir_name(p);
+        out.abort_uploads(&parts_dir)?;
         let mut manifest = plan.manifest.clone();
         manifest.worker = None;
-        out.write(&name::manifest_name(p), manifest.to_json()?, false)?;
         sets.push(FinalizedSet {
             prefix: p.clone(),
             manifest: out.display(&name::manifest_name(p)),
@@ -642,7 +617,24 @@ fn finalize(
             workers: *workers,
             already_published: false,
         });
+        if is_published(out, p) {
+            continue;
+        }
+        to_publish.push(publish::Set {
+            dir: String::new(),
+            prefix: p.clone(),
+            own: name::is_own_shard,
+            moves: plan.moves.clone(),
+            manifest: (name::manifest_name(p), manifest.to_json()?),
+            records: format!("{parts_dir}/uploads"),
+        });
     }
+    publish::publish(
+        &publish::Direct(out),
+        &to_publish,
+        overwrite,
+        &crate::progress::CancelToken::new(),
+    )?;
     crate::failpoint::hit("finalize:published")?;
     for (p, _, _) in &plans {
         out.abort_uploads(&name::parts_dir_name(p))?;

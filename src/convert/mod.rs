@@ -1285,14 +1285,7 @@ fn run(
     let mut outs: Vec<OutputDir> = prefixes
         .iter()
         .enumerate()
-        .map(|(i, p)| {
-            OutputDir::new(
-                p,
-                staging.folder(i),
-                staging.hook(i),
-                staging.journals_locally(),
-            )
-        })
+        .map(|(i, p)| OutputDir::new(p, staging.folder(i), staging.hook(i)))
         .collect();
     if options.resume {
         // A table's snapshot: the one the interrupted run read, whatever was committed

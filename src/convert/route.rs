@@ -238,14 +238,8 @@ fn shard_options(
         max_records: options.max_records,
         index: options.index,
         plan,
-        // A --min-shards run may write an output twice; only the last pass is final.
-        // (A store output journals its uploads instead, in the store.)
-        journal: match plan {
-            Plan::Fill if out.journals_locally() => {
-                out.resume_state().map(|(header, _)| header.clone())
-            }
-            _ => None,
-        },
+        // A --min-shards run may write an output twice; only the last pass is final, so
+        // none is told (a store uploads its shards at the commit; nothing is journaled).
         events: match options.min_shards {
             None => out.shard_hook().cloned(),
             Some(_) => None,

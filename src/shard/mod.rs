@@ -13,7 +13,6 @@ pub mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub(crate) use crate::store::journal;
 pub use writer::{ClosedShard, Plan, ShardHook, ShardOptions, ShardWriter};
 
 /// One output of a run (a prefix, or a split): the staged folder its shard writer
@@ -25,8 +24,6 @@ pub struct OutputDir {
     tmp: PathBuf,
     /// Told about each shard as it is written (a store's staging streams it up).
     events: Option<ShardHook>,
-    /// Whether the writer journals `--resume` progress beside its files.
-    journals_locally: bool,
     /// `--resume`, once checked: the journal header of this run and the finished shards
     /// it reuses.
     resume_state: Option<(Arc<serde_json::Value>, Vec<ClosedShard>)>,
@@ -37,17 +34,11 @@ pub struct OutputDir {
 
 impl OutputDir {
     /// The output of `prefix`, written to staged folder `tmp`.
-    pub(crate) fn new(
-        prefix: &str,
-        tmp: &Path,
-        events: Option<ShardHook>,
-        journals_locally: bool,
-    ) -> OutputDir {
+    pub(crate) fn new(prefix: &str, tmp: &Path, events: Option<ShardHook>) -> OutputDir {
         OutputDir {
             prefix: prefix.to_owned(),
             tmp: tmp.to_path_buf(),
             events,
-            journals_locally,
             resume_state: None,
             skipped_by_producer: 0,
         }
@@ -72,11 +63,6 @@ impl OutputDir {
     /// The shard hook, if any.
     pub fn shard_hook(&self) -> Option<&ShardHook> {
         self.events.as_ref()
-    }
-
-    /// Whether the shard writer journals `--resume` progress beside its files.
-    pub fn journals_locally(&self) -> bool {
-        self.journals_locally
     }
 
     /// The checked journal header and finished shards, with `--resume`.

@@ -63,8 +63,6 @@ pub struct ShardOptions {
     /// The records the producer will give in all, when it knows: the writer then keeps
     /// a guess, for `events`, whether the open shard is the last ([`LastGuess`]).
     pub expected_records: Option<u64>,
-    /// `--resume`: the journal header; each closed shard is synced, then journaled.
-    pub journal: Option<std::sync::Arc<serde_json::Value>>,
     /// Threads that deflate gzip and zlib chunks (else this thread does); the bytes are
     /// the same either way.
     pub deflate: Option<std::sync::Arc<DeflatePool>>,
@@ -303,12 +301,10 @@ impl ShardWriter {
         let Sink { file, bytes, crc } = sink;
         let file = file.into_inner().map_err(|e| at(e.into_error()))?.file;
         // Durable before the rename that publishes it; the flush to disk overlaps with
-        // writing the next shard, and finish() waits for every one. (A staged copy for
-        // a store needs no fsync: the store has it once uploaded.)
-        if self.options.journal.is_some() && self.options.plan == Plan::Fill {
-            // Journaled below: durable first.
-            file.sync_all().map_err(&at)?;
-        } else if self.options.events.is_none() {
+        // writing the next shard, and finish() waits for every one. (A file a hook
+        // takes is the hook's to keep: a store has it once uploaded; a resumable run's
+        // journal syncs it before it records it.)
+        if self.options.events.is_none() {
             let sync_path = path.clone();
             self.syncs.push(std::thread::spawn(move || {
                 file.sync_all()
@@ -335,15 +331,7 @@ impl ShardWriter {
         if let Some(events) = &self.options.events {
             events
                 .0
-                .closed(self.closed.last().expect("pushed just above"));
-        }
-        if let (Some(header), Plan::Fill) = (&self.options.journal, self.options.plan) {
-            let journal = super::journal::Journal {
-                header: (**header).clone(),
-                shards: self.closed.iter().map(super::journal::entry).collect(),
-            };
-            journal.write(&self.options.tmp_dir)?;
-            crate::failpoint::hit("shard:journaled")?;
+                .closed(self.closed.last().expect("pushed just above"))?;
         }
         Ok(())
     }
@@ -578,7 +566,6 @@ mod tests {
             plan,
             events: None,
             expected_records: None,
-            journal: None,
             deflate: None,
         }
     }
@@ -617,7 +604,9 @@ mod tests {
             Box::new(|_| {})
         }
 
-        fn closed(&self, _: &ClosedShard) {}
+        fn closed(&self, _: &ClosedShard) -> Result<()> {
+            Ok(())
+        }
     }
 
     /// Told how many records come, the writer guesses the last shard the last, and no

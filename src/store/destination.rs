@@ -4,12 +4,15 @@
 //! A conversion **stages** its shards ([`Destination::stage`] → [`Staging`]): the shard
 //! writer writes each one to a local file under a hidden temporary name (in the output
 //! folder itself on disk; in a local staging folder for a store, which streams each
-//! file's parts up while it is written). At the end, [`Staging::commit`] **places** every
-//! shard under its final `-of-N` name (a rename; a server-side copy on a store), removes
-//! the prefix's stale shards and **publishes each manifest last**: the commit point. A
-//! staging dropped before its commit **aborts**: its temporaries go (uploads aborted),
-//! unless the run is resumable. `finalize` and the TFDS files use the same destination's
-//! small-file operations ([`Destination::write`], [`Destination::place`], …).
+//! file's parts up while it is written), and tells the staging's hook, the one writer of
+//! the `--resume` journal, as each one closes. At the end, [`Staging::commit`]
+//! **publishes** by the one protocol ([`super::publish`]): the old manifests go, the
+//! prefix's other shards go, every shard is **placed** under its final `-of-N` name (a
+//! rename; a server-side copy on a store), and **each manifest is written last**: the
+//! commit point. A staging dropped before its commit **aborts**: its temporaries go
+//! (uploads aborted), unless the run is resumable. `finalize` publishes by the same
+//! protocol over the destination's own operations ([`Destination::write`],
+//! [`Destination::place`], …), and the TFDS files use them too.
 //!
 //! Back-ends: [`super::local`] (rename, fsync, the folder synced after the renames) and
 //! [`super::object`] (`object_store`: multipart uploads recorded before their first part,
@@ -136,13 +139,10 @@ pub(crate) trait Staging {
     /// The local folder output `i`'s shard files are written to.
     fn folder(&self, i: usize) -> &Path;
 
-    /// What the shard writer of output `i` tells about each file (a store streams it
-    /// up), if anything.
+    /// What the shard writer of output `i` tells about each file, if anything: a store
+    /// streams it up; a resumable run journals it (the one journal writer: beside the
+    /// files on disk, in the store for a store).
     fn hook(&self, i: usize) -> Option<ShardHook>;
-
-    /// Whether the shard writer journals `--resume` progress itself, beside its files
-    /// (on disk); a store's staging journals uploads in the store instead.
-    fn journals_locally(&self) -> bool;
 
     /// `--resume`: checks output `i`'s journal, if an earlier run left one, against this
     /// run's `header`, and returns the shards it finished that are still sound (sizes
@@ -206,33 +206,22 @@ impl Publication {
             })
     }
 
-    /// Whether `name` in the output is this prefix's and not placed by this set.
-    pub(crate) fn is_stale(&self, name: &str) -> bool {
-        let placed = |n: &str| {
-            self.shards
-                .iter()
-                .zip(&self.names)
-                .any(|(shard, shard_name)| {
-                    n == shard_name
-                        || shard.idx_path.is_some() && n.strip_suffix(".idx") == Some(shard_name)
-                })
-        };
-        is_stale(self.own, &self.prefix, placed, name)
+    /// The set to publish, in folder `dir`, each staged file named by `from`.
+    pub(crate) fn into_set<F>(
+        self,
+        dir: String,
+        from: impl Fn(&Path) -> F,
+    ) -> super::publish::Set<F> {
+        let moves = self.files().map(|(p, name)| (from(p), name)).collect();
+        super::publish::Set {
+            dir,
+            prefix: self.prefix,
+            own: self.own,
+            moves,
+            manifest: self.manifest,
+            records: String::new(),
+        }
     }
-}
-
-/// The stale-shard rule of a publish that places the new set before it deletes the old
-/// (a store's commit, `finalize`): `name` in the output folder is a shard or `.idx` file
-/// of `prefix` (as `own` tells) that the new set does not place (`placed` answers for its shards' and `.idx` files' names; an old
-/// `.idx` of a shard name the set reuses without one is stale too). Such files go after the old
-/// manifest and before the new one.
-pub(crate) fn is_stale(
-    own: fn(&str, &str) -> bool,
-    prefix: &str,
-    placed: impl Fn(&str) -> bool,
-    name: &str,
-) -> bool {
-    own(prefix, name) && !placed(name)
 }
 
 /// A finished shard, still under its temporary name.
@@ -261,8 +250,14 @@ pub trait ShardEvents: Send + Sync {
     /// to the file so far, each time more reach it. `last` is the writer's running
     /// guess that no shard follows this one.
     fn opened(&self, path: &Path, last: LastGuess) -> Box<dyn FnMut(u64) + Send>;
-    /// The shard is complete (its file closed, every byte written).
-    fn closed(&self, shard: &ClosedShard);
+    /// The shard is complete (its file closed, every byte written). What the hook
+    /// keeps of it (a store's upload, a `--resume` journal's entry) is its to make
+    /// durable.
+    ///
+    /// # Errors
+    ///
+    /// What the hook could not record (the journal); the run fails with it.
+    fn closed(&self, shard: &ClosedShard) -> Result<()>;
 }
 
 /// A shard writer's running guess that the shard it has open is the last of its output
@@ -356,7 +351,7 @@ mod conformance {
                     checkpoint: None,
                 };
                 if let Some(h) = &hook {
-                    h.0.closed(&shard);
+                    h.0.closed(&shard).unwrap();
                 }
                 (shard, bytes)
             })
@@ -374,39 +369,6 @@ mod conformance {
             manifest: ("data.manifest.json".into(), b"{}\n".to_vec()),
             own: is_own_shard,
             prefix: "data".into(),
-        }
-    }
-
-    /// The one stale rule: the prefix's shards and `.idx` files the new set does not
-    /// place go, whatever their count; an old `.idx` beside a reused name goes when the
-    /// new shard has none; other prefixes and files stay.
-    #[test]
-    fn stale_files_are_the_prefixs_the_new_set_does_not_place() {
-        let shard = |idx: bool| ClosedShard {
-            path: "t".into(),
-            idx_path: idx.then(|| "t.idx".into()),
-            records: 1,
-            bytes: 1,
-            crc32c: 0,
-            checkpoint: None,
-        };
-        let mut p = publication(vec![(shard(true), vec![]), (shard(false), vec![])]);
-        p.names = vec![
-            "data-00000-of-00002.tfrecord".into(),
-            "data-00001-of-00002.tfrecord".into(),
-        ];
-        for (name, stale) in [
-            ("data-00000-of-00002.tfrecord", false),
-            ("data-00000-of-00002.tfrecord.idx", false),
-            ("data-00001-of-00002.tfrecord", false),
-            ("data-00001-of-00002.tfrecord.idx", true),
-            ("data-00002-of-00003.tfrecord", true),
-            ("data-00000-of-00001.tfrecord.gz", true),
-            ("train-00000-of-00002.tfrecord", false),
-            ("data.manifest.json", false),
-            ("notes.txt", false),
-        ] {
-            assert_eq!(p.is_stale(name), stale, "{name}");
         }
     }
 
@@ -469,9 +431,20 @@ mod conformance {
         // A second run without overwrite finds the output taken.
         let taken = d.stage(plan(false, scratch)).err().expect("not empty");
         assert!(matches!(taken.kind(), ErrorKind::OutputExists), "{taken}");
-        // With overwrite, the stale third shard goes.
+        // With overwrite, every file of the prefix the new set does not place goes
+        // (the third shard, an old index, a set of another count or compression); other
+        // prefixes and files stay.
+        for name in [
+            "data-00001-of-00003.tfrecord.idx",
+            "data-00000-of-00001.tfrecord.gz",
+            "train-00000-of-00001.tfrecord",
+            "notes.txt",
+        ] {
+            d.write(name, b"old".to_vec(), false).unwrap();
+        }
         let mut staging = d.stage(plan(true, scratch)).unwrap();
         let shards = write_shards(&*staging, 2, 9, false);
+        let bytes: Vec<Vec<u8>> = shards.iter().map(|(_, b)| b.clone()).collect();
         staging
             .commit(vec![publication(shards)], &CancelToken::new())
             .unwrap();
@@ -481,9 +454,17 @@ mod conformance {
             [
                 "data-00000-of-00002.tfrecord",
                 "data-00001-of-00002.tfrecord",
-                "data.manifest.json"
+                "data.manifest.json",
+                "notes.txt",
+                "train-00000-of-00001.tfrecord",
             ]
         );
+        for (i, b) in bytes.iter().enumerate() {
+            assert_eq!(
+                &d.read(&format!("data-{i:05}-of-00002.tfrecord")).unwrap(),
+                b
+            );
+        }
         for name in d.names("").unwrap() {
             d.delete(&name).unwrap();
         }

@@ -1,15 +1,19 @@
 //! The local [`Destination`]: a folder on disk. Shards are written in place, in each
-//! output's hidden temporary folder, synced, then renamed to their final names; a
-//! manifest is written beside them under a temporary name, synced, and renamed into
-//! place last; the folder is synced after the renames.
+//! output's hidden temporary folder, synced, then published by the one protocol
+//! ([`super::publish`]): renamed to their final names, a manifest written beside them
+//! under a temporary name, synced, and renamed into place last; the folder is synced
+//! after the renames.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::destination::{
-    ClosedShard, Destination, Publication, ShardHook, StagePlan, StagedOutput, Staging,
+    ClosedShard, Destination, LastGuess, Publication, ShardEvents, ShardHook, StagePlan,
+    StagedOutput, Staging,
 };
 use super::journal::{self, Journal};
+use super::publish::{publish, Direct, Set};
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::CancelToken;
 
@@ -118,6 +122,7 @@ impl Destination for LocalDir {
         Ok(Box::new(LocalStaging {
             outputs,
             resume: plan.resume,
+            replace: plan.overwrite || plan.part,
             root: self.root.clone(),
         }))
     }
@@ -138,6 +143,7 @@ impl LocalDir {
                 dir,
                 tmp,
                 journal: None,
+                journaling: Arc::default(),
                 committed: false,
             });
         }
@@ -157,6 +163,7 @@ impl LocalDir {
             dir,
             tmp,
             journal,
+            journaling: Arc::default(),
             committed: false,
         })
     }
@@ -168,7 +175,37 @@ struct LocalOutput {
     tmp: PathBuf,
     /// What an earlier run journaled in `tmp` (`--resume`).
     journal: Option<Journal>,
+    /// `--resume`, once checked: this run's journal, which its hook rewrites at each
+    /// shard's close.
+    journaling: Arc<Mutex<Option<Journal>>>,
     committed: bool,
+}
+
+/// A resumable run's hook on disk: each closed shard (and its `.idx`) synced, then
+/// journaled beside it, with every shard before it.
+struct Journaler {
+    tmp: PathBuf,
+    journal: Arc<Mutex<Option<Journal>>>,
+}
+
+impl ShardEvents for Journaler {
+    fn opened(&self, _: &Path, _: LastGuess) -> Box<dyn FnMut(u64) + Send> {
+        Box::new(|_| {})
+    }
+
+    fn closed(&self, shard: &ClosedShard) -> Result<()> {
+        let mut journal = self.journal.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(journal) = journal.as_mut() else {
+            return Ok(());
+        };
+        for path in std::iter::once(&shard.path).chain(&shard.idx_path) {
+            let sync = fs::File::open(path).and_then(|f| f.sync_all());
+            sync.map_err(io_at(path))?;
+        }
+        journal.shards.push(journal::entry(shard));
+        journal.write(&self.tmp)?;
+        crate::failpoint::hit("shard:journaled")
+    }
 }
 
 /// A local run's outputs: their temporary folders are removed on drop (kept, with
@@ -176,6 +213,8 @@ struct LocalOutput {
 struct LocalStaging {
     outputs: Vec<LocalOutput>,
     resume: bool,
+    /// The outputs' old sets are replaced (`--overwrite`, a worker's part).
+    replace: bool,
     root: PathBuf,
 }
 
@@ -184,104 +223,75 @@ impl Staging for LocalStaging {
         &self.outputs[i].tmp
     }
 
-    fn hook(&self, _i: usize) -> Option<ShardHook> {
-        None
+    fn hook(&self, i: usize) -> Option<ShardHook> {
+        let out = &self.outputs[i];
+        self.resume.then(|| {
+            ShardHook::new(Journaler {
+                tmp: out.tmp.clone(),
+                journal: out.journaling.clone(),
+            })
+        })
     }
 
     fn journal_header(&self, i: usize) -> Result<Option<serde_json::Value>> {
         Ok(self.outputs[i].journal.as_ref().map(|j| j.header.clone()))
     }
 
-    fn journals_locally(&self) -> bool {
-        true
-    }
-
     fn resume(&mut self, i: usize, header: serde_json::Value) -> Result<Vec<ClosedShard>> {
         let out = &self.outputs[i];
-        match &out.journal {
-            None => Ok(Vec::new()),
+        let finished = match &out.journal {
+            None => Vec::new(),
             Some(journal) => {
                 if let Some(difference) = journal.difference(&header) {
                     return Err(journal::mismatch(difference).with_file(&out.tmp));
                 }
-                Ok(journal.verified(&out.tmp))
+                journal.verified(&out.tmp)
             }
-        }
+        };
+        // From here on, this run journals under its header, the reused shards first.
+        *out.journaling.lock().unwrap_or_else(|p| p.into_inner()) = Some(Journal {
+            header,
+            shards: finished.iter().map(journal::entry).collect(),
+        });
+        Ok(finished)
     }
 
-    /// 1. every old manifest goes (no output of these prefixes is published from here
-    ///    on);
-    /// 2. each output's old shards go (all of the prefix's) and its new ones are
-    ///    renamed into place;
-    /// 3. every new manifest is written and synced beside the temporaries;
-    /// 4. the manifests are renamed into place, then the folder is synced.
-    ///
-    /// A failure before step 4 publishes none of the outputs, and the shards step 2
-    /// placed are removed (a folder of shards without a manifest would still pass a
-    /// frame check). Step 4 is one rename per output.
+    /// The publish protocol ([`super::publish`]) over this folder: the staged files
+    /// are renamed into place, the manifests written last; then the folders are synced,
+    /// which makes the renames durable. A failure before a set's manifest removes the
+    /// shards placed for it (a folder of shards without a manifest would still pass a
+    /// frame check).
     fn commit(&mut self, outputs: Vec<Publication>, cancel: &CancelToken) -> Result<Vec<PathBuf>> {
-        cancel.check()?;
-        for (out, publication) in self.outputs.iter().zip(&outputs) {
-            let manifest = out.dir.join(&publication.manifest.0);
-            match fs::remove_file(&manifest) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(io_at(&manifest)(e))
-                }
-                _ => {}
-            }
-        }
-        let mut placed = Vec::new();
-        let mut stage = || -> Result<Vec<PathBuf>> {
-            for (out, publication) in self.outputs.iter().zip(&outputs) {
-                for entry in fs::read_dir(&out.dir).map_err(io_at(&out.dir))? {
-                    let entry = entry.map_err(io_at(&out.dir))?;
-                    let name = entry.file_name().to_string_lossy().into_owned();
-                    // Every old shard of the prefix goes before the renames, those of
-                    // reused names too: a crash between renames leaves a partial new
-                    // set, never old and new shards mixed under the final names.
-                    if (publication.own)(&publication.prefix, &name)
-                        && entry.file_type().map_err(io_at(&out.dir))?.is_file()
-                    {
-                        fs::remove_file(entry.path()).map_err(io_at(&entry.path()))?;
-                    }
-                }
-                for (staged, name) in publication.files() {
-                    let target = out.dir.join(&name);
-                    fs::rename(staged, &target).map_err(io_at(&target))?;
-                    placed.push(target);
-                }
-            }
-            let mut staged = Vec::with_capacity(outputs.len());
-            for (out, publication) in self.outputs.iter().zip(&outputs) {
-                let (name, bytes) = &publication.manifest;
-                let tmp = out.tmp.join(name);
-                let write = || -> std::io::Result<()> {
-                    use std::io::Write;
-                    let mut file = fs::File::create(&tmp)?;
-                    file.write_all(bytes)?;
-                    file.sync_all()
-                };
-                write().map_err(io_at(&out.dir.join(name)))?;
-                staged.push(tmp);
-            }
-            Ok(staged)
+        let rel = |path: &Path| -> String {
+            let rel = path.strip_prefix(&self.root).unwrap_or(path);
+            rel.to_string_lossy()
+                .replace(std::path::MAIN_SEPARATOR, "/")
         };
-        let staged = match stage() {
-            Ok(staged) => staged,
+        let sets: Vec<Set<String>> = self
+            .outputs
+            .iter()
+            .zip(outputs)
+            .map(|(out, publication)| publication.into_set(rel(&out.dir), |p| rel(p)))
+            .collect();
+        let dir = LocalDir::new(self.root.clone());
+        let paths = match publish(&Direct(&dir), &sets, self.replace, cancel) {
+            Ok(paths) => paths,
             Err(e) => {
-                for path in &placed {
-                    let _ = fs::remove_file(path);
+                for set in &sets {
+                    if dir.exists(&set.manifest_rel()).unwrap_or(true) {
+                        continue;
+                    }
+                    for (from, to) in &set.moves {
+                        if !dir.path(from).exists() {
+                            let _ = fs::remove_file(dir.path(&set.rel(to)));
+                        }
+                    }
                 }
                 return Err(e);
             }
         };
-        crate::failpoint::hit("commit:placed")?;
-        let mut paths = Vec::with_capacity(outputs.len());
-        for ((out, publication), staged) in self.outputs.iter_mut().zip(&outputs).zip(staged) {
-            let path = out.dir.join(&publication.manifest.0);
-            fs::rename(&staged, &path).map_err(io_at(&path))?;
+        for out in &mut self.outputs {
             out.committed = true;
-            paths.push(path);
         }
         // The renames are durable once the folders are.
         let mut dirs: Vec<&PathBuf> = self.outputs.iter().map(|o| &o.dir).collect();

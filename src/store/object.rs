@@ -5,21 +5,23 @@
 //! `$TMPDIR`), exactly as it would on disk, and each shard's parts go up while it is
 //! written ([`Stager`]). [`Staging::commit`] then:
 //!
-//! 1. without `--overwrite`, claims the output with a conditional put of
-//!    `.{prefix}.tfshard-tmp/publishing` (two runs racing: one claims, the other fails
-//!    before it touches a final name);
+//! 1. without `--overwrite`, claims the output ([`Claims`]:
+//!    `.{prefix}.tfshard-tmp/publishing`, a conditional put refreshed while the run
+//!    lives; two runs racing: one claims, the other fails before it touches a final
+//!    name);
 //! 2. waits for every shard's upload under `{out}/.{prefix}.tfshard-tmp/{run}/` (each
-//!    upload id recorded there before its first part);
-//! 3. with `--overwrite`, deletes the old manifests;
-//! 4. copies each shard server-side to its final `-of-N` name, all at once (on S3 a
-//!    shard above 5 GiB, CopyObject's limit, as a multipart copy of ranges, its upload id
-//!    recorded like the others'; on Azure, waiting until each copy has completed); a
-//!    shard whose upload starts only now (no hook streamed it: `--min-shards`) went up
-//!    under its final name, and completing that upload takes the place of the copy;
-//! 5. with `--overwrite`, deletes the prefix's stale shards;
-//! 6. deletes the temporaries, then writes each manifest (a conditional put without
-//!    `--overwrite`) — the commit point — and releases the claim; a claimed run then
-//!    clears what killed runs left in the temporary folders (their uploads aborted).
+//!    upload id recorded there before its first part); into a claimed output found
+//!    empty, each shard is copied to its final name as soon as its upload is done;
+//! 3. publishes by the one protocol ([`super::publish`]): with `--overwrite` the old
+//!    manifests go; the prefix's other shards go; each shard is copied server-side to
+//!    its final `-of-N` name, all at once (on S3 a shard above 5 GiB, CopyObject's
+//!    limit, as a multipart copy of ranges, its upload id recorded like the others'; on
+//!    Azure, waiting until each copy has completed; a shard whose upload starts only
+//!    now (no hook streamed it: `--min-shards`) went up under its final name, and
+//!    completing that upload takes the place of the copy); the temporaries go; each
+//!    manifest is written (a conditional put without `--overwrite`), the commit point;
+//! 4. releases the claim; a claimed run then clears what killed runs left in the
+//!    temporary folders (their uploads aborted).
 //!
 //! On any failure or interrupt before the manifests, dropping the staging aborts the
 //! uploads it started and deletes its temporaries (and its claim).
@@ -33,13 +35,15 @@ use bytes::Bytes;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
+use super::claim::{Claims, Held};
 use super::destination::{
     ClosedShard, Destination, LastGuess, Publication, ShardEvents, ShardHook, StagePlan, Staging,
 };
 use super::journal::{self, Journal, JOURNAL};
+use super::publish::{publish, Set, Steps};
 use super::{
     abort_multipart, block_on, complete_multipart, copy_recorded, delete, is_problem, list,
-    list_async, list_dir, list_dir_async, put, put_part, ObjectUrl, SentPart, StoreProblem,
+    list_async, list_dir, put, put_part, ObjectUrl, SentPart, StoreProblem,
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::CancelToken;
@@ -178,10 +182,6 @@ impl Staging for ObjectStaging {
         }
     }
 
-    fn journals_locally(&self) -> bool {
-        false
-    }
-
     fn resume(&mut self, i: usize, header: serde_json::Value) -> Result<Vec<ClosedShard>> {
         self.groups[self.which[i]].begin_resume(&self.tmps[i], &self.folders[i], header)
     }
@@ -194,7 +194,7 @@ impl Staging for ObjectStaging {
         }
         let mut paths = Vec::new();
         for (group, publications) in self.groups.iter().zip(by_group) {
-            paths.extend(group.commit(&publications, cancel)?);
+            paths.extend(group.commit(publications, cancel)?);
         }
         Ok(paths)
     }
@@ -219,7 +219,8 @@ struct RemoteOutput {
     shared: Arc<Shared>,
     /// Uploads started, by local file: as each shard closes, or at the commit.
     tasks: Arc<Mutex<Vec<Upload>>>,
-    claimed: AtomicBool,
+    /// The output, claimed while this run publishes it (released when dropped).
+    claims: Mutex<Option<Claims>>,
     committed: AtomicBool,
     /// The local staging folder, removed (after the uploads end) when this is dropped.
     _scratch: Scratch,
@@ -336,7 +337,7 @@ impl RemoteOutput {
                 staged: Mutex::new(Vec::new()),
             }),
             tasks: Default::default(),
-            claimed: AtomicBool::new(false),
+            claims: Mutex::new(None),
             committed: AtomicBool::new(false),
             _scratch: scratch,
         };
@@ -446,9 +447,10 @@ impl RemoteOutput {
         Ok(finished)
     }
 
-    fn claim_url(&self) -> ObjectUrl {
-        let s = &self.shared;
-        s.out.join(&s.tmps[0]).join("publishing")
+    /// The output's claim, while this run publishes it: in the first output's
+    /// temporary folder.
+    fn claim_file(&self) -> String {
+        format!("{}/publishing", self.shared.tmps[0])
     }
 
     /// Waits for the upload of `local` (starting it if no hook did, or the hook held it
@@ -520,39 +522,32 @@ impl RemoteOutput {
     /// A store error naming the URL; another run publishing to the same output.
     fn commit(
         &self,
-        outputs: &[(&str, Publication)],
+        outputs: Vec<(&str, Publication)>,
         cancel: &CancelToken,
     ) -> Result<Vec<PathBuf>> {
         let s = &*self.shared;
         if !s.overwrite {
-            match put(&self.claim_url(), s.run.clone().into_bytes(), true) {
-                Ok(()) => self.claimed.store(true, Ordering::SeqCst),
-                Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
-                    // A resumable run killed while publishing left its claim: ours.
-                    let resuming = !s
-                        .resume
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .is_empty();
-                    let holder = super::read_all(&self.claim_url()).ok();
-                    if resuming && holder.is_some_and(|h| h[..] == *s.run.as_bytes()) {
-                        self.claimed.store(true, Ordering::SeqCst);
-                    } else {
-                        return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
-                    }
-                }
-                Err(e) => return Err(e),
+            // 1. Of two runs racing for the output, one claims it; the other fails before
+            // it touches a final name.
+            let mut claims = Claims::new(Arc::new(ObjectPrefix::new(s.out.clone())));
+            if let Err(Held) = claims.claim(&self.claim_file())? {
+                return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
             }
+            claims.keep_alive();
+            *self.claims.lock().unwrap_or_else(|p| p.into_inner()) = Some(claims);
         }
-        // 2-4. Every shard uploaded under the run's temporary folder, and copied to its
-        // final name. Into an output this run has claimed and found empty of its names,
-        // a shard is copied as soon as its own upload is done, beside the uploads still
-        // running; otherwise (--overwrite, a worker's part) every shard is uploaded first
-        // and the old manifests go before any copy, so that a reader of the old set
+        // 2. Every shard uploaded under the run's temporary folder. Into an output this
+        // run has claimed and found empty of its names, a shard is copied to its final
+        // name as soon as its own upload is done, beside the uploads still running;
+        // otherwise (--overwrite, a worker's part) the publish places every shard once
+        // all are uploaded, after the old manifests went, so that a reader of the old set
         // never sees a new byte (an unclaimed run may publish those names meanwhile).
-        let files: Vec<(&str, &Path, String)> = outputs
+        let files: Vec<(&str, PathBuf, String)> = outputs
             .iter()
-            .flat_map(|(tmp, p)| p.files().map(move |(local, name)| (*tmp, local, name)))
+            .flat_map(|(tmp, p)| {
+                p.files()
+                    .map(move |(local, name)| (*tmp, local.to_path_buf(), name))
+            })
             .collect();
         let (objects, _) = list_dir(&s.out)?;
         let exists = |name: &str| objects.iter().any(|o| o.url.file_name() == name);
@@ -577,35 +572,82 @@ impl RemoteOutput {
         )))?;
         cancel.check()?;
         crate::failpoint::hit("store:uploaded")?;
-        // Old manifests go (the old sets are no longer published), the remaining copies
-        // are made, stale shards and the temporaries go.
+        // 3-6. The publish protocol: old manifests, the prefix's other shards, the
+        // copies, the temporaries, the manifests last.
+        let sets: Vec<Set<StagedFile>> = outputs
+            .into_iter()
+            .map(|(tmp, p)| p.into_set(String::new(), |local| (tmp.to_owned(), local.to_owned())))
+            .collect();
+        let paths = publish(self, &sets, s.overwrite, cancel)?;
+        self.committed.store(true, Ordering::SeqCst);
+        if let Some(claims) = self.claims.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            drop(claims);
+            // Published: what killed runs left in the temporary folders (their recorded
+            // or pending uploads, their objects) is no one's now. A run racing this one
+            // fails at its claim whatever it finds. (Best effort: the set is published.)
+            for tmp in &s.tmps {
+                let _ = s.clear_tmp(&s.out.join(tmp));
+            }
+        }
+        Ok(paths)
+    }
+}
+
+/// A staged file of a store's run: its output's temporary folder name and its local path.
+type StagedFile = (String, PathBuf);
+
+impl Steps for RemoteOutput {
+    type From = StagedFile;
+
+    fn names(&self, dir: &str) -> Result<Vec<String>> {
+        let folder = if dir.is_empty() {
+            self.shared.out.clone()
+        } else {
+            self.shared.out.join(dir)
+        };
+        let (objects, _) = list_dir(&folder)?;
+        Ok(objects
+            .into_iter()
+            .map(|o| o.url.file_name().to_owned())
+            .collect())
+    }
+
+    fn is_placed(&self, _from: &StagedFile, to: &str) -> Result<bool> {
+        let to = self.shared.out.join(to);
+        Ok(self
+            .shared
+            .placed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&to))
+    }
+
+    fn delete(&self, names: &[String]) -> Result<()> {
+        let urls: Vec<ObjectUrl> = names.iter().map(|n| self.shared.out.join(n)).collect();
+        block_on(futures_util::future::try_join_all(urls.iter().map(delete)))?;
+        Ok(())
+    }
+
+    fn place(&self, set: &Set<StagedFile>) -> Result<()> {
+        let mut todo = Vec::new();
+        for ((tmp, local), name) in &set.moves {
+            if !self.is_placed(&(tmp.clone(), local.clone()), &set.rel(name))? {
+                todo.push((tmp, local, set.rel(name)));
+            }
+        }
+        let s = &*self.shared;
+        block_on(futures_util::future::try_join_all(
+            todo.iter()
+                .map(|(tmp, local, name)| s.place(tmp, local, name)),
+        ))?;
+        Ok(())
+    }
+
+    fn retire_staging(&self) -> Result<()> {
+        let s = &*self.shared;
         block_on(async {
-            if s.overwrite {
-                for (_, publication) in outputs {
-                    delete(&s.out.join(&publication.manifest.0)).await?;
-                }
-            }
-            if !pipelined {
-                futures_util::future::try_join_all(
-                    files
-                        .iter()
-                        .map(|(tmp, local, name)| s.place(tmp, local, name)),
-                )
-                .await?;
-            }
             let mut doomed = Vec::new();
-            if s.overwrite {
-                let (objects, _) = list_dir_async(&s.out).await?;
-                for (_, publication) in outputs {
-                    doomed.extend(
-                        objects
-                            .iter()
-                            .filter(|o| publication.is_stale(o.url.file_name()))
-                            .map(|o| o.url.clone()),
-                    );
-                }
-            }
-            for (tmp, _) in outputs {
+            for tmp in &s.tmps {
                 doomed.extend(
                     list_async(&s.run_dir(tmp))
                         .await?
@@ -615,38 +657,26 @@ impl RemoteOutput {
             }
             futures_util::future::try_join_all(doomed.iter().map(delete)).await?;
             Ok::<(), Error>(())
-        })?;
-        crate::failpoint::hit("store:copied")?;
-        // 6. The manifests: the commit point.
-        let mut paths = Vec::new();
-        for (_, publication) in outputs {
-            let (name, json) = &publication.manifest;
-            let url = s.out.join(name);
-            match put(&url, json.clone(), !s.overwrite) {
-                Err(e) if is_problem(&e, StoreProblem::AlreadyExists) => {
-                    return Err(Error::new(ErrorKind::OutputClaimed).with_file(url.to_path()))
-                }
-                other => other?,
-            }
-            paths.push(url.to_path());
-            // Published: its shards are the manifest's now, never a failed commit's.
-            let names = publication.files().map(|(_, n)| n).collect::<Vec<_>>();
-            s.placed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .retain(|u| !names.iter().any(|n| n == u.file_name()));
-        }
-        self.committed.store(true, Ordering::SeqCst);
-        if self.claimed.swap(false, Ordering::SeqCst) {
-            let _ = block_on(delete(&self.claim_url()));
-            // Published: what killed runs left in the temporary folders (their recorded
-            // or pending uploads, their objects) is no one's now. A run racing this one
-            // fails at its claim whatever it finds. (Best effort: the set is published.)
-            for tmp in &s.tmps {
-                let _ = s.clear_tmp(&s.out.join(tmp));
-            }
-        }
-        Ok(paths)
+        })
+    }
+
+    fn write_manifest(&self, set: &Set<StagedFile>, create_only: bool) -> Result<()> {
+        let s = &*self.shared;
+        put(
+            &s.out.join(&set.manifest_rel()),
+            set.manifest.1.clone(),
+            create_only,
+        )?;
+        // Published: its shards are the manifest's now, never a failed commit's.
+        s.placed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|u| !set.moves.iter().any(|(_, n)| n == u.file_name()));
+        Ok(())
+    }
+
+    fn display(&self, rel: &str) -> PathBuf {
+        self.shared.out.join(rel).to_path()
     }
 }
 
@@ -1104,7 +1134,7 @@ impl ShardEvents for Stager {
         })
     }
 
-    fn closed(&self, shard: &ClosedShard) {
+    fn closed(&self, shard: &ClosedShard) -> Result<()> {
         self.shared
             .closed
             .lock()
@@ -1130,6 +1160,7 @@ impl ShardEvents for Stager {
                 .unwrap_or_else(|p| p.into_inner())
                 .push((idx.clone(), task));
         }
+        Ok(())
     }
 }
 
@@ -1165,9 +1196,6 @@ impl Drop for RemoteOutput {
                         }
                     });
                 }
-            }
-            if self.claimed.load(Ordering::SeqCst) {
-                let _ = block_on(delete(&self.claim_url()));
             }
         }
     }

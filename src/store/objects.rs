@@ -64,7 +64,7 @@ pub fn list_dir(url: &ObjectUrl) -> Result<(Vec<Listed>, Vec<String>)> {
     block_on(list_dir_async(url))
 }
 
-pub(crate) async fn list_dir_async(url: &ObjectUrl) -> Result<(Vec<Listed>, Vec<String>)> {
+async fn list_dir_async(url: &ObjectUrl) -> Result<(Vec<Listed>, Vec<String>)> {
     let b = bucket(url)?;
     let prefix = url.prefix_key()?;
     let result = request(url, b.store.list_with_delimiter(prefix.as_ref())).await?;

@@ -129,7 +129,7 @@ fn a_resumed_run_skips_the_row_groups_its_reused_shards_hold() {
 fn a_kill_during_the_commit_then_resume() {
     let want = reference("resume-commit");
     let out = scratch("resume-commit");
-    assert_eq!(killed(&out, &["--resume"], "commit:placed=exit"), 137);
+    assert_eq!(killed(&out, &["--resume"], "publish:placed=exit"), 137);
     assert!(!out.join("data.manifest.json").exists());
     let (code, _, err) = run(args(&out, &["--resume", "--overwrite"]));
     assert_eq!(code, 0, "{err}");

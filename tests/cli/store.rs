@@ -895,10 +895,8 @@ fn a_rerun_that_publishes_clears_what_a_killed_run_left() {
     let (code, err) = tfshard_with_failpoints(&s.endpoint, "store:created=exit", &args);
     assert_eq!(code, 137, "{err}");
     assert_eq!(client(&s.endpoint, &["uploads", &b]).lines().count(), 1);
-    // Killed before it claimed the output (a run killed after its claim leaves the claim,
-    // and the rerun needs --overwrite, as its error says): its claim, if it got that
-    // far, goes.
-    client(&s.endpoint, &["rm", &b, "out/.data.tfshard-tmp/publishing"]);
+    // Killed before it claimed the output (the claim comes at the commit): nothing of
+    // it is visible, and the plain rerun may publish.
     let (code, _, err) = tfshard_at(&s.endpoint, &args);
     assert_eq!(code, 0, "{err}");
     only_the_set(s, &b, &local, "s3-rerun-clears-got", "rerun");
@@ -925,7 +923,7 @@ fn a_killed_upload_is_aborted_by_the_next_overwrite_run() {
     // Killed after the copies: final-named shards, no manifest (readers start from it).
     let (code, err) = tfshard_with_failpoints(
         &s.endpoint,
-        "store:copied=exit",
+        "publish:placed=exit",
         &[&args[..], &["--overwrite"]].concat(),
     );
     assert_eq!(code, 137, "{err}");
@@ -1381,7 +1379,7 @@ fn workers_meet_in_the_bucket_and_finalize_there() {
     run_hive_workers(s, &b, &out, &["2", "0", "1"]);
     // A finalize killed after its first copy, then rerun.
     let (code, err) =
-        tfshard_with_failpoints(&s.endpoint, "finalize:moved=exit", &["finalize", &out]);
+        tfshard_with_failpoints(&s.endpoint, "publish:moved=exit", &["finalize", &out]);
     assert_eq!(code, 137, "{err}");
     let (code, stdout, err) = tfshard_at(&s.endpoint, &["finalize", &out, "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -1495,7 +1493,7 @@ fn a_killed_worker_rerun_then_finalize_leave_only_the_set() {
         "sigkill",
         "convert:written",
         "store:uploaded",
-        "store:copied",
+        "publish:placed",
     ];
     for (n, kill) in points.iter().enumerate() {
         let b = bucket(s, &format!("killed-worker-{n}"));
@@ -1929,7 +1927,7 @@ fn resume_after_a_kill_on_s3() {
     // (Shards above one 8 MiB part go up in a multipart upload.)
     for (phase, extra, target) in [
         ("store:uploading", &[][..], "9MiB"),
-        ("store:copied", &["--overwrite"][..], "2MiB"),
+        ("publish:placed", &["--overwrite"][..], "2MiB"),
     ] {
         let size = ["--target-shard-size", target];
         let local = scratch(&format!("s3-resume-local-{}", phase.replace(':', "-")));

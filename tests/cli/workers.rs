@@ -45,7 +45,7 @@ fn finalize_killed_after_a_move(out: &Path) {
     let status = std::process::Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
         .arg("finalize")
         .arg(out)
-        .env("TFSHARD_FAILPOINTS", "finalize:moved=exit")
+        .env("TFSHARD_FAILPOINTS", "publish:moved=exit")
         .status()
         .unwrap();
     assert_eq!(status.code(), Some(137));
