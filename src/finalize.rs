@@ -12,7 +12,7 @@
 //!    not refreshed for [`CLAIM_STALE_AFTER`] (its holder was killed) is taken over.
 //! 2. A plan is recorded (`.{prefix}.tfshard-parts/finalize.json`: the moves and the
 //!    manifest), so that a rerun after a failure midway completes the same set.
-//! 3. The set is published by the one protocol ([`crate::store::publish`]): with
+//! 3. The set is published by the one publish protocol: with
 //!    `--overwrite` the old manifest goes; the prefix's other shards go; the part shards
 //!    are renamed (copied, on a store) to their final names, in worker order (shard data
 //!    is never read: the manifest comes from the part manifests); the manifests are
