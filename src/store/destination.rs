@@ -205,23 +205,6 @@ impl Publication {
                 )
             })
     }
-
-    /// The set to publish, in folder `dir`, each staged file named by `from`.
-    pub(crate) fn into_set<F>(
-        self,
-        dir: String,
-        from: impl Fn(&Path) -> F,
-    ) -> super::publish::Set<F> {
-        let moves = self.files().map(|(p, name)| (from(p), name)).collect();
-        super::publish::Set {
-            dir,
-            prefix: self.prefix,
-            own: self.own,
-            moves,
-            manifest: self.manifest,
-            records: String::new(),
-        }
-    }
 }
 
 /// A finished shard, still under its temporary name.

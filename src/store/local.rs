@@ -271,7 +271,7 @@ impl Staging for LocalStaging {
             .outputs
             .iter()
             .zip(outputs)
-            .map(|(out, publication)| publication.into_set(rel(&out.dir), |p| rel(p)))
+            .map(|(out, publication)| Set::of_run(publication, rel(&out.dir), |p| rel(p)))
             .collect();
         let dir = LocalDir::new(self.root.clone());
         let paths = match publish(&Direct(&dir), &sets, self.replace, cancel) {

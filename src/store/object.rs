@@ -576,7 +576,9 @@ impl RemoteOutput {
         // copies, the temporaries, the manifests last.
         let sets: Vec<Set<StagedFile>> = outputs
             .into_iter()
-            .map(|(tmp, p)| p.into_set(String::new(), |local| (tmp.to_owned(), local.to_owned())))
+            .map(|(tmp, p)| {
+                Set::of_run(p, String::new(), |local| (tmp.to_owned(), local.to_owned()))
+            })
             .collect();
         let paths = publish(self, &sets, s.overwrite, cancel)?;
         self.committed.store(true, Ordering::SeqCst);

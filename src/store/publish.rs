@@ -23,9 +23,9 @@
 //! two runs may race), and so does staging; a failure before step 5 publishes nothing,
 //! and the caller's staging, dropped, aborts what it started.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use super::destination::Destination;
+use super::destination::{Destination, Publication};
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::CancelToken;
 
@@ -48,6 +48,26 @@ pub(crate) struct Set<F> {
 }
 
 impl<F> Set<F> {
+    /// A run's output to publish, in folder `dir`, each staged file named by `from`.
+    pub(crate) fn of_run(
+        publication: Publication,
+        dir: String,
+        from: impl Fn(&Path) -> F,
+    ) -> Set<F> {
+        let moves = publication
+            .files()
+            .map(|(p, name)| (from(p), name))
+            .collect();
+        Set {
+            dir,
+            prefix: publication.prefix,
+            own: publication.own,
+            moves,
+            manifest: publication.manifest,
+            records: String::new(),
+        }
+    }
+
     /// Name `name` of the set's folder, relative to the destination.
     pub(crate) fn rel(&self, name: &str) -> String {
         join(&self.dir, name)
