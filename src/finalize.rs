@@ -574,11 +574,11 @@ fn finalize(
             Err(e) => return Err(e),
         };
         let plan_file = format!("{}/finalize.json", name::parts_dir_name(p));
+        // Another set under the name (a rerun's plan may be an --overwrite run's).
+        if !overwrite && out.exists(&name::manifest_name(p))? && !is_published(out, p) {
+            return Err(Error::new(ErrorKind::OutputExists).with_file(output));
+        }
         if !out.exists(&plan_file)? {
-            let manifest_rel = name::manifest_name(p);
-            if !overwrite && out.exists(&manifest_rel)? {
-                return Err(Error::new(ErrorKind::OutputExists).with_file(output));
-            }
             let json = serde_json::to_vec_pretty(&plan)
                 .map_err(|e| Error::from(std::io::Error::other(e)))?;
             out.write(&plan_file, json, false)?;
@@ -628,6 +628,9 @@ fn finalize(
             manifest: (name::manifest_name(p), manifest.to_json()?),
             records: format!("{parts_dir}/uploads"),
         });
+    }
+    if claims.is_lost() {
+        return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
     }
     publish::publish(
         &publish::Direct(out),

@@ -65,9 +65,17 @@ impl AtomicFile {
     /// Something is at the final name, or the sync or link failed.
     pub fn commit_new(mut self) -> io::Result<()> {
         self.sync()?;
-        let linked = fs::hard_link(&self.temp, &self.path);
+        let placed = match fs::hard_link(&self.temp, &self.path) {
+            // A file system without hard links (FAT, some network and FUSE mounts):
+            // renamed where nothing is, a moment ago (not atomic against a racing
+            // writer there, which such a folder cannot have safely anyway).
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists && !self.path.exists() => {
+                fs::rename(&self.temp, &self.path)
+            }
+            other => other,
+        };
         let _ = fs::remove_file(&self.temp);
-        linked
+        placed
     }
 }
 
@@ -99,6 +107,31 @@ impl Drop for AtomicFile {
     fn drop(&mut self) {
         // Uncommitted (or a commit that failed after the sync): nothing stays.
         let _ = fs::remove_file(&self.temp);
+    }
+}
+
+/// Whether `name` in a folder is an atomic write's temporary (a killed writer leaves
+/// one behind).
+pub fn is_temporary(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tfshard-write")
+}
+
+/// Removes the temporaries in `dir` that killed writers left (untouched for a minute: a
+/// live writer's lasts a moment).
+pub fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age.as_secs() >= 60);
+        if old && is_temporary(&entry.file_name().to_string_lossy()) {
+            let _ = fs::remove_file(entry.path());
+        }
     }
 }
 
@@ -157,6 +190,34 @@ mod tests {
         drop(half);
         assert_eq!(fs::read(&path).unwrap(), b"two");
         assert_eq!(names(&d), ["m.json"]);
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// A killed writer's temporary is known as one, and only an old one is removed.
+    #[test]
+    fn a_killed_writers_temporary_is_known_and_cleared_once_old() {
+        let d = dir("killed");
+        let half = AtomicFile::create(&d.join("m.json")).unwrap();
+        let temp = half.temp().to_owned();
+        std::mem::forget(half);
+        let name = temp.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(is_temporary(&name), "{name}");
+        assert!(!is_temporary("m.json") && !is_temporary(".data.tfshard-tmp"));
+        remove_leftovers(&d);
+        assert_eq!(
+            names(&d),
+            std::slice::from_ref(&name),
+            "a fresh one may be a live writer's"
+        );
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        File::options()
+            .write(true)
+            .open(&temp)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        remove_leftovers(&d);
+        assert!(names(&d).is_empty());
         let _ = fs::remove_dir_all(&d);
     }
 

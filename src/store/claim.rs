@@ -25,6 +25,11 @@ pub const CLAIM_STALE_AFTER: Duration = Duration::from_secs(60);
 /// How often a running claim holder refreshes its claims.
 const CLAIM_REFRESH_EVERY: Duration = Duration::from_secs(10);
 
+/// How long a run watches a claim that its holder's clock says is stale before it takes
+/// it over (longer than a refresh interval, by the taker's own clock): two hosts' clocks
+/// may disagree, and a live holder's refresh shows within it.
+const CLAIM_WATCH: Duration = Duration::from_secs(15);
+
 /// What a claim object holds: who holds it (a run id, its host and process), and when
 /// it last said it was alive (seconds since the Unix epoch, by the holder's clock).
 #[derive(Debug, Serialize, Deserialize)]
@@ -42,17 +47,22 @@ struct ClaimNote {
 }
 
 impl ClaimNote {
-    /// Whether the holder is gone: not refreshed for [`CLAIM_STALE_AFTER`], or a process
-    /// of this host that no longer exists (a rerun after a kill need not wait).
+    /// Whether the holder is gone: not refreshed for [`CLAIM_STALE_AFTER`] by its own
+    /// clock (see [`CLAIM_WATCH`]), or a process of this host that no longer exists (a
+    /// rerun after a kill need not wait).
     fn is_stale(&self) -> bool {
-        let silent = now_secs().saturating_sub(self.refreshed) >= CLAIM_STALE_AFTER.as_secs();
-        let dead_here = !self.host.is_empty()
+        now_secs().saturating_sub(self.refreshed) >= CLAIM_STALE_AFTER.as_secs()
+            || self.is_dead_here()
+    }
+
+    /// Whether the holder is a process of this host that no longer exists.
+    fn is_dead_here(&self) -> bool {
+        !self.host.is_empty()
             && self.host == host_name()
             && !self.pids.is_empty()
             && self.pids == pid_space()
             && self.pid != 0
-            && !process_exists(self.pid);
-        silent || dead_here
+            && !process_exists(self.pid)
     }
 }
 
@@ -109,6 +119,8 @@ pub(crate) struct Claims {
     refresher: Option<std::thread::JoinHandle<()>>,
     /// The parts folders (claims with them) were deleted: nothing to release.
     done: bool,
+    /// The refresher found a claim held by another run (this one was taken for dead).
+    lost: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A claim is held by a live run (it was refreshed lately, or its process is alive).
@@ -125,7 +137,14 @@ impl Claims {
             stop: None,
             refresher: None,
             done: false,
+            lost: Arc::default(),
         }
+    }
+
+    /// Whether another run has taken a claim of this one over (this run was silent too
+    /// long): it must not publish.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The claims went with their folder (the run completed): nothing to release.
@@ -155,14 +174,24 @@ impl Claims {
         match out.write(file, Self::note(&self.holder), true) {
             Ok(()) => {}
             Err(e) if already_exists(&e) => {
-                let held = match out.read(file) {
-                    Ok(bytes) => serde_json::from_slice::<ClaimNote>(&bytes).ok(),
+                let (held, bytes) = match out.read(file) {
+                    Ok(bytes) => (serde_json::from_slice::<ClaimNote>(&bytes).ok(), bytes),
                     // Released meanwhile: its holder finished or failed.
-                    Err(e) if is_not_found(&e) => None,
+                    Err(e) if is_not_found(&e) => (None, Vec::new()),
                     Err(e) => return Err(e),
                 };
                 if !held.as_ref().is_none_or(ClaimNote::is_stale) {
                     return Ok(Err(Held));
+                }
+                if held.as_ref().is_some_and(|h| !h.is_dead_here()) {
+                    // Stale by the holder's clock: watched by ours before it is taken.
+                    std::thread::sleep(CLAIM_WATCH);
+                    match out.read(file) {
+                        Ok(again) if again != bytes => return Ok(Err(Held)),
+                        Ok(_) => {}
+                        Err(e) if is_not_found(&e) => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 // Taken over: of two takers, the second put finds the first's claim.
                 out.delete(file)?;
@@ -190,10 +219,20 @@ impl Claims {
     pub(crate) fn keep_alive(&mut self) {
         let (tx, rx) = mpsc::channel::<()>();
         let (out, files, holder) = (self.out.clone(), self.files.clone(), self.holder.clone());
+        let lost = self.lost.clone();
         self.stop = Some(tx);
         self.refresher = Some(std::thread::spawn(move || {
             while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(CLAIM_REFRESH_EVERY) {
                 for f in &files {
+                    // Another holder now: this run was taken for dead, and stops.
+                    let taken = out
+                        .read(f)
+                        .ok()
+                        .and_then(|b| serde_json::from_slice::<ClaimNote>(&b).ok());
+                    if taken.is_some_and(|n| n.holder != holder) {
+                        lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                        return;
+                    }
                     // A missed refresh is retried at the next tick; the claim goes stale
                     // only after several.
                     let _ = out.write(f, Claims::note(&holder), false);
@@ -206,7 +245,8 @@ impl Claims {
 impl Drop for Claims {
     fn drop(&mut self) {
         self.stop_refreshing();
-        if !self.done {
+        // A claim taken over is its new holder's.
+        if !self.done && !self.is_lost() {
             for f in &self.files {
                 let _ = self.out.delete(f);
             }

@@ -476,10 +476,41 @@ mod conformance {
         assert!(d.names("").unwrap().is_empty(), "{:?}", d.names(""));
     }
 
+    /// A run without overwrite that finds, at its commit, a set another run published
+    /// meanwhile leaves that set alone: refused before it touches a file.
+    pub(super) fn a_set_published_meanwhile_is_left_alone(d: &dyn Destination, scratch: &Path) {
+        let mut staging = d.stage(plan(false, scratch)).unwrap();
+        let shards = write_shards(&*staging, 2, 5, false);
+        let theirs = [
+            ("data-00000-of-00003.tfrecord", &b"theirs"[..]),
+            ("data.manifest.json", &b"{\"theirs\": 1}"[..]),
+        ];
+        for (name, bytes) in theirs {
+            d.write(name, bytes.to_vec(), false).unwrap();
+        }
+        let refused = staging
+            .commit(vec![publication(shards)], &CancelToken::new())
+            .unwrap_err();
+        assert!(
+            matches!(refused.kind(), ErrorKind::OutputClaimed),
+            "{refused}"
+        );
+        drop(staging);
+        assert_eq!(
+            sorted(d.names("").unwrap()),
+            ["data-00000-of-00003.tfrecord", "data.manifest.json"]
+        );
+        for (name, bytes) in theirs {
+            assert_eq!(d.read(name).unwrap(), bytes);
+            d.delete(name).unwrap();
+        }
+    }
+
     fn all(d: &dyn Destination, scratch: &Path) {
         small_files(d);
         stage_place_publish(d, scratch);
         abort_leaves_nothing(d, scratch);
+        a_set_published_meanwhile_is_left_alone(d, scratch);
     }
 
     #[test]

@@ -108,9 +108,10 @@ impl Destination for LocalDir {
 
     fn stage(&self, plan: StagePlan) -> Result<Box<dyn Staging>> {
         fs::create_dir_all(&self.root).map_err(io_at(&self.root))?;
+        super::atomic::remove_leftovers(&self.root);
         if !plan.overwrite && !plan.part {
             for name in self.names("")? {
-                if !plan.hidden.contains(&name) {
+                if !plan.hidden.contains(&name) && !super::atomic::is_temporary(&name) {
                     return Err(Error::new(ErrorKind::OutputExists).with_file(&self.root));
                 }
             }

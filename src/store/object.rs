@@ -580,6 +580,15 @@ impl RemoteOutput {
                 Set::of_run(p, String::new(), |local| (tmp.to_owned(), local.to_owned()))
             })
             .collect();
+        let lost = (self
+            .claims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref())
+        .is_some_and(Claims::is_lost);
+        if lost {
+            return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
+        }
         let paths = publish(self, &sets, s.overwrite, cancel)?;
         self.committed.store(true, Ordering::SeqCst);
         if let Some(claims) = self.claims.lock().unwrap_or_else(|p| p.into_inner()).take() {

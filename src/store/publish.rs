@@ -4,20 +4,22 @@
 //! is here, and so are the rules that make it safe:
 //!
 //! 1. **Retire the old sets** (with `replace`): their manifests go first, so from here
-//!    on no reader starts from an old set.
-//! 2. **Clear the prefix**: every shard and `.idx` file of each set's prefix, of any
-//!    count, goes, unless this publish has placed it already (a rerun of `finalize`
-//!    finds its moves half done). A crash during the moves then leaves a partial new
-//!    set without a manifest, never old and new shards mixed under the final names.
+//!    on no reader starts from an old set. Without `replace`, a set's manifest already
+//!    there (another run published it meanwhile) stops the publish before anything is
+//!    touched ([`ErrorKind::OutputClaimed`]).
+//! 2. **Clear the prefix** (with `replace`): every shard and `.idx` file of each set's
+//!    prefix, of any count, goes, unless this publish has placed it already (a rerun of
+//!    `finalize` finds its moves half done). A crash during the moves then leaves a
+//!    partial new set without a manifest, never old and new shards mixed under the
+//!    final names.
 //! 3. **Place** every staged file under its final name (a rename on disk; a
 //!    server-side copy, or the completion of an upload begun under that name, on a
 //!    store).
 //! 4. **Retire the staging** (a store's uploaded temporaries; nothing on disk, where the
 //!    renames emptied it).
 //! 5. **Publish the manifests**: the commit point, one per set, every set's after every
-//!    set's shards (the splits of a run are published together). Without `replace`, each
-//!    is written only where none is: a set another run published meanwhile is never
-//!    overwritten ([`ErrorKind::OutputClaimed`]).
+//!    set's shards (a failure between two manifests leaves the earlier sets published,
+//!    the later not). Without `replace`, each is written only where none is.
 //!
 //! Claiming the output comes before (the caller holds a [`super::claim::Claims`] where
 //! two runs may race), and so does staging; a failure before step 5 publishes nothing,
@@ -165,10 +167,17 @@ pub(crate) fn publish<S: Steps + ?Sized>(
     if replace {
         let old: Vec<String> = sets.iter().map(Set::manifest_rel).collect();
         steps.delete(&old)?;
+    } else {
+        for set in sets {
+            if steps.names(&set.dir)?.contains(&set.manifest.0) {
+                let path = steps.display(&set.manifest_rel());
+                return Err(Error::new(ErrorKind::OutputClaimed).with_file(path));
+            }
+        }
     }
     // 2.
     let mut doomed = Vec::new();
-    for set in sets {
+    for set in sets.iter().filter(|_| replace) {
         let mut placed = Vec::new();
         for (from, to) in &set.moves {
             if steps.is_placed(from, &join(&set.dir, to))? {
