@@ -204,7 +204,7 @@ impl TfrecordSource {
     ) -> Result<Option<(MappedRecords, Arc<KeptMap>)>> {
         let (true, Some(path), None | Some(Compression::None)) = (
             options.shuffle.is_some(),
-            &input.path,
+            input.blob.mappable(),
             self.input_compression,
         ) else {
             return Ok(None);

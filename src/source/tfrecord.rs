@@ -14,12 +14,13 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::RecordType;
+use crate::manifest::read_manifest;
 use crate::manifest::{self, MANIFEST_SUFFIX};
-use crate::manifest::{manifests_in, read_manifest};
-use crate::store::{self, IoOptions, Listed, ObjectUrl, Place, RemoteRead};
+use crate::store::{self, Blob, IoOptions, Storage};
 
 /// TFDS's file describing a prepared dataset.
 const TFDS_INFO: &str = "dataset_info.json";
@@ -29,10 +30,9 @@ const TFDS_INFO: &str = "dataset_info.json";
 pub struct TfrecordInput {
     /// The path as the manifest lists it.
     pub display: String,
-    /// A local file's path (`None` for an object).
-    pub path: Option<PathBuf>,
-    /// An object's URL, size and the ETag reads are pinned to.
-    pub object: Option<Listed>,
+    /// The file, with the storage that reads it (an object's reads pinned to the ETag it
+    /// was found with).
+    pub blob: Blob,
     /// Size on disk.
     pub bytes: u64,
     /// What the manifest listing it says: size and CRC32C (ours), records (ours and
@@ -55,30 +55,11 @@ pub struct Listing {
 }
 
 impl TfrecordInput {
-    fn local(path: PathBuf, display: String) -> Result<TfrecordInput> {
-        let meta = std::fs::metadata(&path).map_err(|e| Error::from(e).with_file(&display))?;
-        if meta.is_dir() {
-            return Err(Error::from(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "a folder where a TFRecord file was expected",
-            ))
-            .with_file(&display));
-        }
-        Ok(TfrecordInput {
-            display,
-            path: Some(path),
-            object: None,
-            bytes: meta.len(),
-            listed: Listing::default(),
-        })
-    }
-
-    fn remote(object: Listed) -> TfrecordInput {
+    fn new(blob: Blob, display: String) -> TfrecordInput {
         TfrecordInput {
-            display: object.url.to_string(),
-            path: None,
-            bytes: object.size,
-            object: Some(object),
+            display,
+            bytes: blob.size(),
+            blob,
             listed: Listing::default(),
         }
     }
@@ -88,28 +69,18 @@ impl TfrecordInput {
         Path::new(&self.display)
     }
 
-    /// Its bytes on disk from the start (an object's pinned to the ETag it was listed
-    /// with).
+    /// Its bytes on disk from the start.
     ///
     /// # Errors
     ///
     /// The file cannot be opened.
     pub fn open(&self) -> Result<Box<dyn Read + Send>> {
-        match (&self.path, &self.object) {
-            (_, Some(object)) => Ok(Box::new(RemoteRead::new(object.clone()))),
-            (Some(path), None) => Ok(Box::new(
-                std::fs::File::open(path).map_err(|e| Error::from(e).with_file(&self.display))?,
-            )),
-            (None, None) => Err(
-                Error::from(std::io::Error::from(std::io::ErrorKind::NotFound))
-                    .with_file(&self.display),
-            ),
-        }
+        self.blob.open()
     }
 
     /// The ETag an object's reads are pinned to.
     pub fn etag(&self) -> Option<String> {
-        self.object.as_ref().and_then(|o| o.etag.clone())
+        self.blob.etag().map(str::to_owned)
     }
 }
 
@@ -149,10 +120,9 @@ fn walk_takes(relative: &str) -> bool {
 pub fn discover(inputs: &[PathBuf], io: IoOptions) -> Result<Found> {
     let mut found = Found::default();
     for input in inputs {
-        match store::locate(input, io)? {
-            Place::Local(path) => discover_local(input, &path, io, &mut found)?,
-            Place::Remote(url) => discover_remote(&url, io, &mut found)?,
-        }
+        let storage = store::storage_of(input, io)?;
+        let path = store::storage::resolve(input, io)?;
+        discover_one(&storage, input, &path, io, &mut found)?;
     }
     Ok(found)
 }
@@ -161,143 +131,85 @@ fn note_type(found: &mut Found, record_type: RecordType) {
     found.record_type.get_or_insert(record_type);
 }
 
-fn discover_local(input: &Path, path: &Path, io: IoOptions, found: &mut Found) -> Result<()> {
-    let given = input.display().to_string();
-    let given = given.trim_end_matches('/');
-    let meta = std::fs::metadata(path).map_err(|e| Error::from(e).with_file(input))?;
-    if !meta.is_dir() {
-        if given.ends_with(MANIFEST_SUFFIX) {
-            let dir = path.parent().unwrap_or(Path::new("."));
-            let dir_display = given.rsplit_once('/').map_or(".", |(d, _)| d);
-            for (file, record_type, listing) in listed_by_manifest(path, io)? {
-                note_type(found, record_type);
-                let mut input =
-                    TfrecordInput::local(dir.join(&file), format!("{dir_display}/{file}"))?;
-                input.listed = listing;
-                found.files.push(input);
-            }
-            return Ok(());
-        }
-        found
-            .files
-            .push(TfrecordInput::local(path.to_path_buf(), given.to_owned())?);
-        return Ok(());
-    }
-    let manifests = manifests_in(path, io)?;
-    let manifest_names: Vec<String> = manifests.iter().map(|m| file_name(m)).collect();
-    if let Some(manifest) = one_listing(given, &manifest_names, path.join(TFDS_INFO).is_file())? {
-        let files = match manifest {
-            ListedBy::Ours(i) => listed_by_manifest(&manifests[i], io)?,
-            ListedBy::Tfds => listed_by_tfds(
-                &std::fs::read(path.join(TFDS_INFO))
-                    .map_err(|e| Error::from(e).with_file(path.join(TFDS_INFO)))?,
-                &path.join(TFDS_INFO),
-                given,
-            )?,
-        };
-        for (file, record_type, listing) in files {
-            note_type(found, record_type);
-            let mut input = TfrecordInput::local(path.join(&file), format!("{given}/{file}"))?;
-            input.listed = listing;
-            found.files.push(input);
-        }
-        return Ok(());
-    }
-    let walked = super::walk(path, takes_name)?;
-    if walked.is_empty() {
-        return Err(Error::new(ErrorKind::NoTfrecordFiles).with_file(input));
-    }
-    for (rel, file) in walked {
-        found
-            .files
-            .push(TfrecordInput::local(file, format!("{given}/{rel}"))?);
+/// The files `listed` (relative to folder `dir`, shown under `shown`), as found.
+fn add_listed(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    shown: &str,
+    listed: Vec<(String, RecordType, Listing)>,
+    found: &mut Found,
+) -> Result<()> {
+    let names: Vec<String> = listed.iter().map(|(f, _, _)| f.clone()).collect();
+    let objects = storage.find(dir, &names)?;
+    for ((file, record_type, listing), object) in listed.into_iter().zip(objects) {
+        note_type(found, record_type);
+        let blob = Blob::new(storage.clone(), object);
+        let mut input = TfrecordInput::new(blob, format!("{shown}/{file}"));
+        input.listed = listing;
+        found.files.push(input);
     }
     Ok(())
 }
 
-fn discover_remote(url: &ObjectUrl, io: IoOptions, found: &mut Found) -> Result<()> {
-    let objects = store::list(url)?;
-    if objects.is_empty() {
-        // Not a prefix: an object named directly (or nothing: not found).
-        let object = store::head(url)?;
-        if url.file_name().ends_with(MANIFEST_SUFFIX) {
-            let dir = url.parent();
-            let siblings = store::list(&dir)?;
-            for (file, record_type, listing) in listed_by_manifest(&url.to_path(), io)? {
-                note_type(found, record_type);
-                let mut input = listed_object(&siblings, &dir, &file)?;
-                input.listed = listing;
-                found.files.push(input);
-            }
-            return Ok(());
+fn discover_one(
+    storage: &Arc<dyn Storage>,
+    input: &Path,
+    path: &Path,
+    io: IoOptions,
+    found: &mut Found,
+) -> Result<()> {
+    let shown = path.display().to_string();
+    let shown = shown.trim_end_matches('/');
+    if !storage.is_dir(path)? {
+        if shown.ends_with(MANIFEST_SUFFIX) {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            let dir_shown = shown.rsplit_once('/').map_or(".", |(d, _)| d);
+            let listed = listed_by_manifest(path, io)?;
+            return add_listed(
+                storage,
+                dir.unwrap_or(Path::new(".")),
+                dir_shown,
+                listed,
+                found,
+            );
         }
-        found.files.push(TfrecordInput::remote(object));
+        let blob = Blob::new(storage.clone(), storage.head(path)?);
+        found.files.push(TfrecordInput::new(blob, shown.to_owned()));
         return Ok(());
     }
-    let given = url.to_string();
-    let rel = |o: &Listed| o.url.relative_to(url).map(str::to_owned);
-    let manifests: Vec<&Listed> = objects
+    let (files, _) = storage.list_dir(path)?;
+    let names: Vec<String> = files.iter().map(|o| file_name(&o.path)).collect();
+    let mut manifest_names: Vec<String> = names
         .iter()
-        .filter(|o| {
-            rel(o).is_some_and(|r| {
-                !r.contains('/') && r.ends_with(MANIFEST_SUFFIX) && !r.starts_with('.')
-            })
-        })
+        .filter(|n| n.ends_with(MANIFEST_SUFFIX) && !n.starts_with('.'))
+        .cloned()
         .collect();
-    let mut manifest_names: Vec<String> = manifests.iter().filter_map(|o| rel(o)).collect();
     manifest_names.sort();
-    let info = objects
-        .iter()
-        .find(|o| rel(o).as_deref() == Some(TFDS_INFO));
-    if let Some(listing) = one_listing(&given, &manifest_names, info.is_some())? {
-        let files = match (listing, info) {
-            (ListedBy::Ours(i), _) => {
-                listed_by_manifest(&url.join(&manifest_names[i]).to_path(), io)?
-            }
+    let info = files.iter().find(|o| file_name(&o.path) == TFDS_INFO);
+    if let Some(listing) = one_listing(shown, &manifest_names, info.is_some())? {
+        let listed = match (listing, info) {
+            (ListedBy::Ours(i), _) => listed_by_manifest(&path.join(&manifest_names[i]), io)?,
             (ListedBy::Tfds, Some(info)) => {
-                listed_by_tfds(&store::read_all(&info.url)?, &info.url.to_path(), &given)?
+                listed_by_tfds(&storage.read_whole(info)?, &info.path, shown)?
             }
             (ListedBy::Tfds, None) => Vec::new(),
         };
-        for (file, record_type, listing) in files {
-            note_type(found, record_type);
-            let mut input = listed_object(&objects, url, &file)?;
-            input.listed = listing;
-            found.files.push(input);
-        }
-        return Ok(());
+        return add_listed(storage, path, shown, listed, found);
     }
     let before = found.files.len();
-    let mut walked: Vec<(String, &Listed)> = objects
-        .iter()
-        .filter_map(|o| rel(o).filter(|r| walk_takes(r)).map(|r| (r, o)))
-        .collect();
-    walked.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-    found.files.extend(
-        walked
-            .into_iter()
-            .map(|(_, o)| TfrecordInput::remote(o.clone())),
-    );
+    for (rel, object) in storage.walk(path)? {
+        if walk_takes(&rel) {
+            let shown = object.path.display().to_string();
+            found.files.push(TfrecordInput::new(
+                Blob::new(storage.clone(), object),
+                shown,
+            ));
+        }
+    }
     if found.files.len() == before {
-        return Err(Error::new(ErrorKind::NoTfrecordFiles).with_file(url.to_path()));
+        return Err(Error::new(ErrorKind::NoTfrecordFiles).with_file(input));
     }
     Ok(())
-}
-
-/// The object `file` (relative to `dir`) among `objects`.
-fn listed_object(objects: &[Listed], dir: &ObjectUrl, file: &str) -> Result<TfrecordInput> {
-    let want = dir.join(file);
-    objects
-        .iter()
-        .find(|o| o.url.key() == want.key())
-        .map(|o| TfrecordInput::remote(o.clone()))
-        .ok_or_else(|| {
-            Error::from(std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                "listed by the manifest beside it, but not in the store",
-            ))
-            .with_file(want.to_path())
-        })
 }
 
 fn file_name(path: &Path) -> String {

@@ -33,6 +33,7 @@ pub(crate) mod publish;
 mod read;
 mod records;
 mod settings;
+pub mod storage;
 #[cfg(test)]
 pub(crate) mod test_server;
 pub mod url;
@@ -67,6 +68,7 @@ pub use self::settings::{
     IoOptions, COPY_PART_BYTES, DEFAULT_IO_CONCURRENCY, DEFAULT_IO_TIMEOUT, MAX_COPY_BYTES,
     READ_AHEAD_BYTES,
 };
+pub use self::storage::{storage_of, Blob, Object, Storage};
 pub use self::url::{is_url, locate, ObjectUrl, Place, Scheme};
 
 /// An id unique among the runs (and attempts of one worker) that may race for one

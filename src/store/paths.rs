@@ -1,20 +1,16 @@
-//! File operations on a path that may be a URL: what the readers (`verify`, `inspect`,
-//! `schema`, `bench`) need, local paths through `std::fs`, URLs through the store with
-//! the reader's settings (`io`).
+//! File operations on a path that may be a URL, for the readers (`verify`, `inspect`,
+//! `schema`, `bench`): each one through the path's [`Storage`](super::Storage), with the
+//! reader's settings (`io`) for a store.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use super::{head, list_dir, locate, read_all, IoOptions, Place, RemoteRead};
-use crate::error::{Error, Result};
+use super::storage::{resolve, storage_of, Blob};
+use super::IoOptions;
+use crate::error::Result;
 
 /// A readable byte source and its length.
 pub type Opened = (Box<dyn Read + Send>, u64);
-
-fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
-    move |e| Error::from(e).with_file(path)
-}
 
 /// Opens a file or object for reading from its start.
 ///
@@ -22,18 +18,8 @@ fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
 ///
 /// The file cannot be opened, or a store error naming the URL.
 pub fn open(path: &Path, io: IoOptions) -> Result<Opened> {
-    match locate(path, io)? {
-        Place::Local(p) => {
-            let file = File::open(&p).map_err(io_at(path))?;
-            let len = file.metadata().map_err(io_at(path))?.len();
-            Ok((Box::new(file), len))
-        }
-        Place::Remote(url) => {
-            let r = RemoteRead::open(&url)?;
-            let len = r.len();
-            Ok((Box::new(r), len))
-        }
-    }
+    let blob = Blob::head(path, io)?;
+    Ok((blob.open()?, blob.size()))
 }
 
 /// The first `n` bytes (fewer when the file is shorter).
@@ -42,25 +28,12 @@ pub fn open(path: &Path, io: IoOptions) -> Result<Opened> {
 ///
 /// As [`open`].
 pub fn head_bytes(path: &Path, n: usize, io: IoOptions) -> Result<Vec<u8>> {
-    match locate(path, io)? {
-        Place::Local(p) => {
-            let file = File::open(&p).map_err(io_at(path))?;
-            let mut out = Vec::with_capacity(n);
-            file.take(n as u64)
-                .read_to_end(&mut out)
-                .map_err(io_at(path))?;
-            Ok(out)
-        }
-        Place::Remote(url) => {
-            let object = head(&url)?;
-            let end = object.size.min(n as u64);
-            if end == 0 {
-                return Ok(Vec::new());
-            }
-            let bytes = super::block_on(super::get_range(&url, 0..end, object.etag.as_deref()))?;
-            Ok(bytes.to_vec())
-        }
+    let blob = Blob::head(path, io)?;
+    let end = blob.size().min(n as u64);
+    if end == 0 {
+        return Ok(Vec::new());
     }
+    Ok(blob.read_range(0..end)?.to_vec())
 }
 
 /// A whole (small) file.
@@ -69,10 +42,7 @@ pub fn head_bytes(path: &Path, n: usize, io: IoOptions) -> Result<Vec<u8>> {
 ///
 /// As [`open`].
 pub fn read(path: &Path, io: IoOptions) -> Result<Vec<u8>> {
-    match locate(path, io)? {
-        Place::Local(p) => std::fs::read(&p).map_err(io_at(path)),
-        Place::Remote(url) => Ok(read_all(&url)?.to_vec()),
-    }
+    Ok(storage_of(path, io)?.read(&resolve(path, io)?)?.to_vec())
 }
 
 /// The size of a file or object.
@@ -81,10 +51,7 @@ pub fn read(path: &Path, io: IoOptions) -> Result<Vec<u8>> {
 ///
 /// As [`open`].
 pub fn len(path: &Path, io: IoOptions) -> Result<u64> {
-    match locate(path, io)? {
-        Place::Local(p) => Ok(std::fs::metadata(&p).map_err(io_at(path))?.len()),
-        Place::Remote(url) => Ok(head(&url)?.size),
-    }
+    Ok(Blob::head(path, io)?.size())
 }
 
 /// Whether a path names a folder (a URL: a prefix with objects below it, and no object
@@ -95,19 +62,7 @@ pub fn len(path: &Path, io: IoOptions) -> Result<u64> {
 /// A local path that does not exist; a URL with neither an object nor objects below it
 /// (`not found`).
 pub fn is_dir(path: &Path, io: IoOptions) -> Result<bool> {
-    match locate(path, io)? {
-        Place::Local(p) => Ok(std::fs::metadata(&p).map_err(io_at(path))?.is_dir()),
-        Place::Remote(url) => {
-            if url.key().is_empty() {
-                return Ok(true);
-            }
-            let (objects, dirs) = list_dir(&url)?;
-            if !objects.is_empty() || !dirs.is_empty() {
-                return Ok(true);
-            }
-            head(&url).map(|_| false)
-        }
-    }
+    storage_of(path, io)?.is_dir(&resolve(path, io)?)
 }
 
 /// The files directly in a folder (or objects directly below a prefix): their paths, by
@@ -117,24 +72,9 @@ pub fn is_dir(path: &Path, io: IoOptions) -> Result<bool> {
 ///
 /// The folder cannot be listed.
 pub fn files_in(dir: &Path, io: IoOptions) -> Result<Vec<PathBuf>> {
-    match locate(dir, io)? {
-        Place::Local(p) => {
-            let mut out = Vec::new();
-            for entry in std::fs::read_dir(&p).map_err(io_at(dir))? {
-                let entry = entry.map_err(io_at(dir))?;
-                if entry.path().is_file() {
-                    out.push(dir.join(entry.file_name()));
-                }
-            }
-            out.sort();
-            Ok(out)
-        }
-        Place::Remote(url) => {
-            let (objects, _) = list_dir(&url)?;
-            Ok(objects
-                .iter()
-                .map(|o| dir.join(o.url.file_name()))
-                .collect())
-        }
-    }
+    let (files, _) = storage_of(dir, io)?.list_dir(&resolve(dir, io)?)?;
+    Ok(files
+        .into_iter()
+        .filter_map(|o| o.path.file_name().map(|name| dir.join(name)))
+        .collect())
 }

@@ -1,0 +1,567 @@
+//! Where input bytes come from: [`Storage`], the read side's one home beside the write
+//! side's [`Destination`](super::destination::Destination). A local folder tree
+//! ([`LocalFiles`]) and a store ([`ObjectFiles`]) answer the same questions: what is
+//! at a path (its size and ETag), what a folder holds, and the bytes of an object as it
+//! was when it was found. A [`Blob`] is one file found, with the storage that reads it;
+//! code above this module reads through it and never asks whether the bytes are local.
+//!
+//! Reads are pinned: a ranged or sequential read of an object found with an ETag fails
+//! (the store's "precondition failed") rather than mixing two versions of it, and a
+//! whole-object read of a listed object uses the size the listing gave (no HEAD).
+
+use std::fs::File;
+use std::io::Read;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use bytes::Bytes;
+
+use super::{
+    block_on, get_range, head, list, list_dir, locate, IoOptions, Listed, ObjectUrl, Place,
+};
+use crate::error::{Error, Result};
+
+fn io_at(path: &Path) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| Error::from(e).with_file(path)
+}
+
+/// One file or object as a listing or a HEAD found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// Its path, as errors and manifests name it (a URL for a store).
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The ETag (or version) reads are pinned to; `None` on disk.
+    pub etag: Option<String>,
+    /// When it was last modified, where the storage says.
+    pub modified: Option<SystemTime>,
+}
+
+/// What a reader can ask of the place its inputs are (see the module docs). Paths are
+/// full paths or URLs, as the command line gives them.
+pub trait Storage: Send + Sync + std::fmt::Debug {
+    /// The file at `path`: its size, ETag and time.
+    ///
+    /// # Errors
+    ///
+    /// Not found (an I/O or store error naming `path`); a folder where a file was
+    /// expected.
+    fn head(&self, path: &Path) -> Result<Object>;
+
+    /// Whether `path` is a folder (on a store: a prefix with objects below it, and no
+    /// object of that name).
+    ///
+    /// # Errors
+    ///
+    /// Nothing at `path` (not found).
+    fn is_dir(&self, path: &Path) -> Result<bool>;
+
+    /// The whole of a small file not yet found, in one request (no HEAD).
+    ///
+    /// # Errors
+    ///
+    /// Not found, or an I/O or store error naming `path`.
+    fn read(&self, path: &Path) -> Result<Bytes>;
+
+    /// Every file below folder `dir`, at any depth, with its path relative to `dir`
+    /// (`/`-separated), in byte order of that path. Names starting with `_` or `.` are
+    /// left out, and so is everything below them (Hadoop's `_SUCCESS`, `.crc` files, a
+    /// table's `_delta_log`); links are not followed. An empty list where `dir` holds
+    /// nothing or is not there on a store.
+    ///
+    /// # Errors
+    ///
+    /// A local folder that cannot be read; a store error naming `dir`.
+    fn walk(&self, dir: &Path) -> Result<Vec<(String, Object)>>;
+
+    /// The files `names` (relative to folder `dir`), in that order, found as cheaply as
+    /// this storage can: a stat each on disk, one listing of `dir` in a store.
+    ///
+    /// # Errors
+    ///
+    /// A name that is not there (not found, naming it) or is a folder.
+    fn find(&self, dir: &Path, names: &[String]) -> Result<Vec<Object>>;
+
+    /// The files directly in folder `dir`, by name, and the names of its sub-folders.
+    ///
+    /// # Errors
+    ///
+    /// A local folder that cannot be read; a store error naming `dir`.
+    fn list_dir(&self, dir: &Path) -> Result<(Vec<Object>, Vec<String>)>;
+
+    /// Bytes `range` of `object`, as it was when it was found.
+    ///
+    /// # Errors
+    ///
+    /// An I/O or store error naming the object; the object changed since.
+    fn read_range(&self, object: &Object, range: Range<u64>) -> Result<Bytes>;
+
+    /// The whole of `object` (its found size: no HEAD).
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::read_range`].
+    fn read_whole(&self, object: &Object) -> Result<Bytes> {
+        if object.size == 0 {
+            return Ok(Bytes::new());
+        }
+        self.read_range(object, 0..object.size)
+    }
+
+    /// `object` from its start, as a stream (a store's read a few large ranged GETs
+    /// ahead of the reader).
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be opened.
+    fn open(&self, object: &Object) -> Result<Box<dyn Read + Send>>;
+
+    /// Where `object`'s bytes can be mapped into memory, if they can (a local file).
+    fn mappable<'a>(&self, object: &'a Object) -> Option<&'a Path>;
+}
+
+/// Files on this machine's disks.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LocalFiles;
+
+fn local_object(path: &Path, meta: &std::fs::Metadata) -> Object {
+    Object {
+        path: path.to_path_buf(),
+        size: meta.len(),
+        etag: None,
+        modified: meta.modified().ok(),
+    }
+}
+
+impl Storage for LocalFiles {
+    fn head(&self, path: &Path) -> Result<Object> {
+        let meta = std::fs::metadata(path).map_err(io_at(path))?;
+        if meta.is_dir() {
+            return Err(Error::from(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "a folder where a file was expected",
+            ))
+            .with_file(path));
+        }
+        Ok(local_object(path, &meta))
+    }
+
+    fn is_dir(&self, path: &Path) -> Result<bool> {
+        Ok(std::fs::metadata(path).map_err(io_at(path))?.is_dir())
+    }
+
+    fn read(&self, path: &Path) -> Result<Bytes> {
+        Ok(Bytes::from(std::fs::read(path).map_err(io_at(path))?))
+    }
+
+    fn walk(&self, dir: &Path) -> Result<Vec<(String, Object)>> {
+        let mut found: Vec<(String, Object)> = Vec::new();
+        let walker = walkdir::WalkDir::new(dir).follow_links(false).into_iter();
+        let walker = walker.filter_entry(|e| {
+            e.depth() == 0 || !e.file_name().to_string_lossy().starts_with(['_', '.'])
+        });
+        for entry in walker {
+            let entry = entry.map_err(|e| {
+                let at = e
+                    .path()
+                    .map_or_else(|| dir.to_path_buf(), Path::to_path_buf);
+                Error::from(std::io::Error::from(e)).with_file(at)
+            })?;
+            if !entry.file_type().is_file() {
+                continue;
+            }
+            let rel = entry.path().strip_prefix(dir).unwrap_or(entry.path());
+            let rel: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            let meta = entry
+                .metadata()
+                .map_err(|e| Error::from(std::io::Error::from(e)).with_file(entry.path()))?;
+            found.push((rel.join("/"), local_object(entry.path(), &meta)));
+        }
+        found.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        Ok(found)
+    }
+
+    fn find(&self, dir: &Path, names: &[String]) -> Result<Vec<Object>> {
+        names.iter().map(|n| self.head(&dir.join(n))).collect()
+    }
+
+    fn list_dir(&self, dir: &Path) -> Result<(Vec<Object>, Vec<String>)> {
+        let (mut files, mut dirs) = (Vec::new(), Vec::new());
+        for entry in std::fs::read_dir(dir).map_err(io_at(dir))? {
+            let entry = entry.map_err(io_at(dir))?;
+            let path = dir.join(entry.file_name());
+            let meta = std::fs::metadata(&path).map_err(io_at(&path))?;
+            if meta.is_dir() {
+                dirs.push(entry.file_name().to_string_lossy().into_owned());
+            } else if meta.is_file() {
+                files.push(local_object(&path, &meta));
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        dirs.sort();
+        Ok((files, dirs))
+    }
+
+    fn read_range(&self, object: &Object, range: Range<u64>) -> Result<Bytes> {
+        use std::io::{Seek, SeekFrom};
+        let at = io_at(&object.path);
+        let mut file = File::open(&object.path).map_err(&at)?;
+        file.seek(SeekFrom::Start(range.start)).map_err(&at)?;
+        let len = usize::try_from(range.end.saturating_sub(range.start))
+            .map_err(|e| at(std::io::Error::other(e)))?;
+        let mut buf = vec![0; len];
+        file.read_exact(&mut buf).map_err(&at)?;
+        Ok(Bytes::from(buf))
+    }
+
+    fn read_whole(&self, object: &Object) -> Result<Bytes> {
+        Ok(Bytes::from(
+            std::fs::read(&object.path).map_err(io_at(&object.path))?,
+        ))
+    }
+
+    fn open(&self, object: &Object) -> Result<Box<dyn Read + Send>> {
+        Ok(Box::new(
+            File::open(&object.path).map_err(io_at(&object.path))?,
+        ))
+    }
+
+    fn mappable<'a>(&self, object: &'a Object) -> Option<&'a Path> {
+        Some(&object.path)
+    }
+}
+
+/// Objects in a store, read with the settings they were found with.
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectFiles {
+    io: IoOptions,
+}
+
+fn remote_object(listed: &Listed) -> Object {
+    Object {
+        path: listed.url.to_path(),
+        size: listed.size,
+        etag: listed.etag.clone(),
+        modified: None,
+    }
+}
+
+impl ObjectFiles {
+    fn url(&self, path: &Path) -> Result<ObjectUrl> {
+        match locate(path, self.io)? {
+            Place::Remote(url) => Ok(url),
+            Place::Local(p) => Err(Error::invalid_option(
+                "URL",
+                format!(
+                    "{}: a local path where a store URL was expected",
+                    p.display()
+                ),
+            )),
+        }
+    }
+
+    fn listed(&self, object: &Object) -> Result<Listed> {
+        Ok(Listed {
+            url: self.url(&object.path)?,
+            size: object.size,
+            etag: object.etag.clone(),
+        })
+    }
+}
+
+impl Storage for ObjectFiles {
+    fn head(&self, path: &Path) -> Result<Object> {
+        Ok(remote_object(&head(&self.url(path)?)?))
+    }
+
+    fn is_dir(&self, path: &Path) -> Result<bool> {
+        let url = self.url(path)?;
+        if url.key().is_empty() {
+            return Ok(true);
+        }
+        let (objects, dirs) = list_dir(&url)?;
+        if !objects.is_empty() || !dirs.is_empty() {
+            return Ok(true);
+        }
+        head(&url).map(|_| false)
+    }
+
+    fn read(&self, path: &Path) -> Result<Bytes> {
+        super::read_all(&self.url(path)?)
+    }
+
+    fn walk(&self, dir: &Path) -> Result<Vec<(String, Object)>> {
+        let url = self.url(dir)?;
+        let mut found: Vec<(String, Object)> = list(&url)?
+            .iter()
+            .filter_map(|o| {
+                let rel = o.url.relative_to(&url)?;
+                let kept = rel
+                    .split('/')
+                    .all(|s| !s.is_empty() && !s.starts_with(['_', '.']));
+                kept.then(|| (rel.to_owned(), remote_object(o)))
+            })
+            .collect();
+        found.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        Ok(found)
+    }
+
+    fn find(&self, dir: &Path, names: &[String]) -> Result<Vec<Object>> {
+        let dir = self.url(dir)?;
+        let objects = list(&dir)?;
+        names
+            .iter()
+            .map(|name| {
+                let want = dir.join(name);
+                objects
+                    .iter()
+                    .find(|o| o.url.key() == want.key())
+                    .map(remote_object)
+                    .ok_or_else(|| {
+                        Error::from(std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "listed, but not in the store",
+                        ))
+                        .with_file(want.to_path())
+                    })
+            })
+            .collect()
+    }
+
+    fn list_dir(&self, dir: &Path) -> Result<(Vec<Object>, Vec<String>)> {
+        let (objects, dirs) = list_dir(&self.url(dir)?)?;
+        Ok((objects.iter().map(remote_object).collect(), dirs))
+    }
+
+    fn read_range(&self, object: &Object, range: Range<u64>) -> Result<Bytes> {
+        let url = self.url(&object.path)?;
+        block_on(get_range(&url, range, object.etag.as_deref()))
+    }
+
+    fn open(&self, object: &Object) -> Result<Box<dyn Read + Send>> {
+        Ok(Box::new(super::RemoteRead::new(self.listed(object)?)))
+    }
+
+    fn mappable<'a>(&self, _object: &'a Object) -> Option<&'a Path> {
+        None
+    }
+}
+
+/// The storage of `path` (a local path, a `file://` URL, or a store URL whose requests
+/// run with `io`).
+///
+/// # Errors
+///
+/// An unsupported URL scheme or a URL without a bucket.
+pub fn storage_of(path: &Path, io: IoOptions) -> Result<Arc<dyn Storage>> {
+    Ok(match locate(path, io)? {
+        Place::Local(_) => Arc::new(LocalFiles),
+        Place::Remote(_) => Arc::new(ObjectFiles { io }),
+    })
+}
+
+/// `path` as its storage names it: a `file://` URL becomes its local path; anything else
+/// is kept.
+///
+/// # Errors
+///
+/// As [`storage_of`].
+pub fn resolve(path: &Path, io: IoOptions) -> Result<PathBuf> {
+    Ok(match locate(path, io)? {
+        Place::Local(p) => p,
+        Place::Remote(url) => url.to_path(),
+    })
+}
+
+/// One input file found, with the storage that reads it.
+#[derive(Debug, Clone)]
+pub struct Blob {
+    storage: Arc<dyn Storage>,
+    object: Object,
+}
+
+impl Blob {
+    /// `object`, read through `storage`.
+    pub fn new(storage: Arc<dyn Storage>, object: Object) -> Blob {
+        Blob { storage, object }
+    }
+
+    /// The file at `path` (one HEAD on a store).
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::head`].
+    pub fn head(path: &Path, io: IoOptions) -> Result<Blob> {
+        let storage = storage_of(path, io)?;
+        let object = storage.head(&resolve(path, io)?)?;
+        Ok(Blob { storage, object })
+    }
+
+    /// What was found.
+    pub fn object(&self) -> &Object {
+        &self.object
+    }
+
+    /// Its path (a URL for a store).
+    pub fn path(&self) -> &Path {
+        &self.object.path
+    }
+
+    /// Its size.
+    pub fn size(&self) -> u64 {
+        self.object.size
+    }
+
+    /// The ETag its reads are pinned to.
+    pub fn etag(&self) -> Option<&str> {
+        self.object.etag.as_deref()
+    }
+
+    /// The storage it is read through.
+    pub fn storage(&self) -> &Arc<dyn Storage> {
+        &self.storage
+    }
+
+    /// Its bytes from the start.
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::open`].
+    pub fn open(&self) -> Result<Box<dyn Read + Send>> {
+        self.storage.open(&self.object)
+    }
+
+    /// Bytes `range`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::read_range`].
+    pub fn read_range(&self, range: Range<u64>) -> Result<Bytes> {
+        self.storage.read_range(&self.object, range)
+    }
+
+    /// All of it.
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::read_range`].
+    pub fn read_whole(&self) -> Result<Bytes> {
+        self.storage.read_whole(&self.object)
+    }
+
+    /// Where its bytes can be memory-mapped, if they can.
+    pub fn mappable(&self) -> Option<&Path> {
+        self.storage.mappable(&self.object)
+    }
+}
+
+/// One conformance suite for both storages: the same files, put on disk and in moto's
+/// S3 server on 127.0.0.1, answer the same.
+#[cfg(test)]
+mod conformance {
+    use super::*;
+
+    const FILES: [(&str, &[u8]); 5] = [
+        ("a.bin", b"0123456789"),
+        ("sub/b.bin", b"abc"),
+        ("sub/deeper/c.bin", b""),
+        ("_SUCCESS", b""),
+        ("_delta_log/00.json", b"{}"),
+    ];
+
+    fn check(storage: &dyn Storage, root: &Path) {
+        let at = |rel: &str| PathBuf::from(format!("{}/{rel}", root.display()));
+        let a = storage.head(&at("a.bin")).unwrap();
+        assert_eq!((a.size, a.path.clone()), (10, at("a.bin")));
+        assert_eq!(&storage.read_range(&a, 2..5).unwrap()[..], b"234");
+        assert_eq!(&storage.read_whole(&a).unwrap()[..], b"0123456789");
+        let mut streamed = Vec::new();
+        storage
+            .open(&a)
+            .unwrap()
+            .read_to_end(&mut streamed)
+            .unwrap();
+        assert_eq!(streamed, b"0123456789");
+        assert!(storage.head(&at("missing.bin")).is_err());
+        let walked: Vec<(String, u64)> = storage
+            .walk(root)
+            .unwrap()
+            .into_iter()
+            .map(|(rel, o)| (rel, o.size))
+            .collect();
+        assert_eq!(
+            walked,
+            [
+                ("a.bin".to_owned(), 10),
+                ("sub/b.bin".to_owned(), 3),
+                ("sub/deeper/c.bin".to_owned(), 0)
+            ]
+        );
+        assert_eq!(&storage.read(&at("sub/b.bin")).unwrap()[..], b"abc");
+        assert!(storage.is_dir(&at("sub")).unwrap());
+        assert!(!storage.is_dir(&at("a.bin")).unwrap());
+        assert!(storage.is_dir(&at("nothing")).is_err());
+        let (files, dirs) = storage.list_dir(&at("sub")).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].path, at("sub/b.bin"));
+        assert_eq!(dirs, ["deeper"]);
+        let found = storage
+            .find(root, &["sub/b.bin".to_owned(), "a.bin".to_owned()])
+            .unwrap();
+        assert_eq!((found[0].size, found[1].size), (3, 10));
+        assert!(storage.find(root, &["nope.bin".to_owned()]).is_err());
+        let empty = storage.head(&at("sub/deeper/c.bin")).unwrap();
+        assert!(storage.read_whole(&empty).unwrap().is_empty());
+    }
+
+    #[test]
+    fn local_files_conform() {
+        let root = std::env::temp_dir().join(format!("tfshard-storage-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (rel, bytes) in FILES {
+            let path = root.join(rel);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, bytes).unwrap();
+        }
+        let storage = storage_of(&root, IoOptions::new()).unwrap();
+        assert!(storage
+            .mappable(&storage.head(&root.join("a.bin")).unwrap())
+            .is_some());
+        check(&*storage, &root);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn object_files_conform() {
+        let Some(endpoint) = crate::store::test_server::s3() else {
+            return;
+        };
+        let bucket = endpoint.bucket("storage");
+        let root = PathBuf::from(format!("s3://{bucket}/in"));
+        let io = IoOptions::new();
+        for (rel, bytes) in FILES {
+            let url = match locate(&root.join(rel), io).unwrap() {
+                Place::Remote(url) => url,
+                Place::Local(_) => unreachable!(),
+            };
+            crate::store::put(&url, bytes.to_vec(), false).unwrap();
+        }
+        let storage = storage_of(&root, io).unwrap();
+        let a = storage.head(&root.join("a.bin")).unwrap();
+        assert!(storage.mappable(&a).is_none());
+        check(&*storage, &root);
+        // Pinned: the object rewritten since it was found is not read as it is now.
+        let url = match locate(&root.join("a.bin"), io).unwrap() {
+            Place::Remote(url) => url,
+            Place::Local(_) => unreachable!(),
+        };
+        crate::store::put(&url, b"changed!!!".to_vec(), false).unwrap();
+        assert!(storage.read_range(&a, 0..4).is_err());
+    }
+}
