@@ -695,24 +695,23 @@ fn file_crc32c(path: &Path, len: u64) -> std::io::Result<(u32, u64)> {
 /// Reads one shard through, collecting its problems. With `spare_cores`, the whole-file
 /// checksum of a local, uncompressed shard is computed in parallel with the walk.
 fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
-    let split = spare_cores
-        && job.compression == Some(Compression::None)
-        && job.listed.is_some()
-        && matches!(
-            crate::store::locate(&job.path, job.io),
-            Ok(crate::store::Place::Local(_))
-        );
-    if !split {
+    // A file the local file system reads (ranges on every core); a store's is walked.
+    let local = crate::store::paths::local_path(&job.path, job.io)
+        .ok()
+        .flatten();
+    let (true, Some(Compression::None), Some(_), Some(local)) =
+        (spare_cores, job.compression, &job.listed, local)
+    else {
         return walk_shard(job, deep, false);
-    }
-    let len = std::fs::metadata(&job.path).map(|m| m.len()).unwrap_or(0);
+    };
+    let len = std::fs::metadata(&local).map(|m| m.len()).unwrap_or(0);
     if let (false, Some(listed)) = (deep, &job.listed) {
         // Ranges of the shard walked on every core; at any doubt, the walk below tells
         // what is wrong.
         let ranges = 4 * rayon::current_num_threads();
         let sound = crate::failpoint::hit("verify:opened").is_ok()
             && len == listed.bytes
-            && tfrecord::ranges::check_file(&job.path, len, ranges)
+            && tfrecord::ranges::check_file(&local, len, ranges)
                 .ok()
                 .flatten()
                 .is_some_and(|found| {
@@ -727,10 +726,8 @@ fn check_shard(job: &Job, deep: bool, spare_cores: bool) -> Outcome {
             };
         }
     }
-    let (outcome, hashed) = rayon::join(
-        || walk_shard(job, deep, true),
-        || file_crc32c(&job.path, len),
-    );
+    let (outcome, hashed) =
+        rayon::join(|| walk_shard(job, deep, true), || file_crc32c(&local, len));
     let mut outcome = outcome;
     match (hashed, &job.listed) {
         (Ok((crc, read)), Some(listed)) => {

@@ -210,7 +210,7 @@ impl TfrecordSource {
             return Ok(None);
         };
         // A file that cannot be mapped is read as a stream (which names what is wrong).
-        let Ok(walk) = MappedRecords::open(path) else {
+        let Ok(walk) = MappedRecords::open(&path) else {
             return Ok(None);
         };
         let walk = walk.named(input.name());

@@ -133,9 +133,10 @@ impl Interleave {
             Some(c) => c,
             None => crate::records::detect_compression(path, io)?,
         };
+        let local = crate::store::paths::local_path(path, io)?;
         Ok(
-            if mmap && compression == Compression::None && !crate::store::is_url(path) {
-                Open::Mapped(MappedRecords::open(path)?, 0)
+            if let (true, Compression::None, Some(local)) = (mmap, compression, local) {
+                Open::Mapped(MappedRecords::open(&local)?.named(path), 0)
             } else {
                 self.held.note_stream();
                 Open::Stream(

@@ -535,24 +535,19 @@ fn cache_sources(dataset: &Dataset) -> Result<Vec<SourceFile>> {
         .shards
         .iter()
         .map(|shard| {
-            let local = !crate::store::is_url(shard);
+            let blob = crate::store::Blob::head(shard, dataset.io)?;
             let crc32c = listed.get(shard).map(|s| s.crc32c.clone());
-            let modified_ns = match (local, &crc32c) {
-                (true, None) => std::fs::metadata(shard)
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map(|d| d.as_nanos()),
-                _ => None,
-            };
-            let file = if local {
-                std::fs::canonicalize(shard).unwrap_or_else(|_| shard.clone())
-            } else {
-                shard.clone()
-            };
+            // Without a listed CRC32C, the time it was written, where the storage says.
+            let modified_ns = blob
+                .object()
+                .modified
+                .filter(|_| crc32c.is_none())
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map(|d| d.as_nanos());
+            let file = blob.storage().canonical(blob.path());
             Ok(SourceFile {
                 file: file.display().to_string(),
-                bytes: crate::store::paths::len(shard, dataset.io)?,
+                bytes: blob.size(),
                 crc32c,
                 modified_ns,
             })

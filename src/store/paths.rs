@@ -65,6 +65,16 @@ pub fn is_dir(path: &Path, io: IoOptions) -> Result<bool> {
     storage_of(path, io)?.is_dir(&resolve(path, io)?)
 }
 
+/// Where the bytes at `path` can be memory-mapped and read by the local file system's
+/// calls, if they can (a local file, `file://` resolved); `None` for a store URL.
+///
+/// # Errors
+///
+/// An unsupported URL scheme.
+pub fn local_path(path: &Path, io: IoOptions) -> Result<Option<PathBuf>> {
+    Ok(storage_of(path, io)?.local_path(&resolve(path, io)?))
+}
+
 /// The files directly in a folder (or objects directly below a prefix): their paths, by
 /// name.
 ///

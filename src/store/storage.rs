@@ -119,8 +119,13 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// The file cannot be opened.
     fn open(&self, object: &Object) -> Result<Box<dyn Read + Send>>;
 
-    /// Where `object`'s bytes can be mapped into memory, if they can (a local file).
-    fn mappable<'a>(&self, object: &'a Object) -> Option<&'a Path>;
+    /// Where the bytes at `path` can be mapped into memory and read by the local file
+    /// system's calls, if they can (a local file); `None` in a store.
+    fn local_path(&self, path: &Path) -> Option<PathBuf>;
+
+    /// `path` as one name for one file, whatever way it was reached (a local path with
+    /// its links resolved, where it exists; a URL as it is), for keys such as a cache's.
+    fn canonical(&self, path: &Path) -> PathBuf;
 }
 
 /// Files on this machine's disks.
@@ -232,8 +237,12 @@ impl Storage for LocalFiles {
         ))
     }
 
-    fn mappable<'a>(&self, object: &'a Object) -> Option<&'a Path> {
-        Some(&object.path)
+    fn local_path(&self, path: &Path) -> Option<PathBuf> {
+        Some(path.to_path_buf())
+    }
+
+    fn canonical(&self, path: &Path) -> PathBuf {
+        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
     }
 }
 
@@ -348,8 +357,12 @@ impl Storage for ObjectFiles {
         Ok(Box::new(super::RemoteRead::new(self.listed(object)?)))
     }
 
-    fn mappable<'a>(&self, _object: &'a Object) -> Option<&'a Path> {
+    fn local_path(&self, _path: &Path) -> Option<PathBuf> {
         None
+    }
+
+    fn canonical(&self, path: &Path) -> PathBuf {
+        path.to_path_buf()
     }
 }
 
@@ -456,8 +469,8 @@ impl Blob {
     }
 
     /// Where its bytes can be memory-mapped, if they can.
-    pub fn mappable(&self) -> Option<&Path> {
-        self.storage.mappable(&self.object)
+    pub fn mappable(&self) -> Option<PathBuf> {
+        self.storage.local_path(&self.object.path)
     }
 }
 
@@ -530,9 +543,10 @@ mod conformance {
             std::fs::write(path, bytes).unwrap();
         }
         let storage = storage_of(&root, IoOptions::new()).unwrap();
-        assert!(storage
-            .mappable(&storage.head(&root.join("a.bin")).unwrap())
-            .is_some());
+        assert_eq!(
+            storage.local_path(&root.join("a.bin")),
+            Some(root.join("a.bin"))
+        );
         check(&*storage, &root);
         std::fs::remove_dir_all(&root).unwrap();
     }
@@ -554,7 +568,8 @@ mod conformance {
         }
         let storage = storage_of(&root, io).unwrap();
         let a = storage.head(&root.join("a.bin")).unwrap();
-        assert!(storage.mappable(&a).is_none());
+        assert!(storage.local_path(&a.path).is_none());
+        assert_eq!(storage.canonical(&a.path), root.join("a.bin"));
         check(&*storage, &root);
         // Pinned: the object rewritten since it was found is not read as it is now.
         let url = match locate(&root.join("a.bin"), io).unwrap() {
