@@ -29,7 +29,7 @@ use crate::error::{ChunkProblem, Error, ErrorKind, Result};
 use crate::source::contain::contain;
 use crate::source::fixed_list::{self, FixedListReader};
 use crate::source::hive::{self, PartitionColumn};
-use crate::store::{self, Listed, Place, RemoteChunks, RemoteParquet};
+use crate::store::{self, Listed, Object, RemoteChunks, RemoteParquet, Storage};
 
 /// Rows per Arrow batch at most: large enough to amortize per-batch work (8192 rows of
 /// the standard table ≈ 1.4 MB).
@@ -54,6 +54,21 @@ pub struct InputFile {
 }
 
 impl InputFile {
+    /// A file `storage` found, named in the manifest as `display`.
+    fn found(
+        storage: &Arc<dyn Storage>,
+        object: Object,
+        display: String,
+        partitions: Vec<(String, Option<String>)>,
+    ) -> InputFile {
+        InputFile {
+            object: storage.listed(&object),
+            path: object.path,
+            display,
+            partitions,
+        }
+    }
+
     /// A local file, named in the manifest as `display`, with no partition values.
     pub fn local(path: PathBuf, display: String) -> InputFile {
         InputFile {
@@ -102,73 +117,59 @@ fn refuse_table_formats<'a>(mut names: impl Iterator<Item = &'a str>, table: &st
     }
 }
 
-/// Refuses an input that lies inside a Delta or Iceberg table (a partition folder or a
-/// data file of one): the folders above it, up to the root, are checked for the markers.
-fn refuse_inside_table(input: &Place) -> Result<()> {
-    match input {
-        Place::Local(path) => {
-            let Ok(path) = std::fs::canonicalize(path) else {
-                return Ok(());
-            };
-            for dir in path.ancestors().skip(1) {
-                let markers = local_table_markers(dir);
-                refuse_table_formats(
-                    markers.iter().map(String::as_str),
-                    &dir.display().to_string(),
-                )?;
-            }
-            Ok(())
-        }
-        Place::Remote(url) => {
-            let mut dir = url.clone();
-            while !dir.key().is_empty() {
-                dir = dir.parent();
-                // A credential may reach only the input's own prefix, and a missing
-                // bucket is the input's error to report: a folder above that cannot be
-                // listed is no table.
-                let Ok((_, subdirs)) = store::list_dir(&dir) else {
-                    return Ok(());
-                };
-                let mut markers: Vec<String> = Vec::new();
-                if subdirs.iter().any(|d| d == "_delta_log") {
-                    markers.push("_delta_log/".into());
-                }
-                if subdirs.iter().any(|d| d == "metadata") {
-                    let (objects, _) = store::list_dir(&dir.join("metadata")).unwrap_or_default();
-                    markers.extend(
-                        objects
-                            .iter()
-                            .map(|o| format!("metadata/{}", o.url.file_name())),
-                    );
-                }
-                refuse_table_formats(markers.iter().map(String::as_str), &dir.to_string())?;
-            }
-            Ok(())
-        }
-    }
-}
-
-/// The marker names of a local folder that make it a Delta or Iceberg table.
-fn local_table_markers(dir: &Path) -> Vec<String> {
+/// The marker names of folder `dir` that make it a Delta or Iceberg table (`None` where
+/// it cannot be listed).
+fn table_markers(storage: &dyn Storage, dir: &Path) -> Option<Vec<String>> {
+    let (_, subdirs) = storage.list_dir(dir).ok()?;
     let mut names = Vec::new();
-    if dir.join("_delta_log").is_dir() {
+    if subdirs.iter().any(|d| d == "_delta_log") {
         names.push("_delta_log/".to_owned());
     }
-    if let Ok(entries) = std::fs::read_dir(dir.join("metadata")) {
-        for e in entries.flatten() {
-            names.push(format!("metadata/{}", e.file_name().to_string_lossy()));
+    if subdirs.iter().any(|d| d == "metadata") {
+        if let Ok((files, _)) = storage.list_dir(&dir.join("metadata")) {
+            names.extend(
+                files
+                    .iter()
+                    .map(|o| format!("metadata/{}", file_name(&o.path))),
+            );
         }
     }
-    names
+    Some(names)
 }
 
-/// One folder's files: `(relative path, file)` in byte order of the relative path.
-fn walk_local(input: &Path) -> Result<Vec<(String, PathBuf)>> {
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Refuses folder `dir` when it is a Delta or Iceberg table.
+fn refuse_table(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    let markers = table_markers(storage, dir).unwrap_or_default();
     refuse_table_formats(
-        local_table_markers(input).iter().map(String::as_str),
-        &input.display().to_string(),
-    )?;
-    super::walk(input, |name| name.ends_with(".parquet"))
+        markers.iter().map(String::as_str),
+        &dir.display().to_string(),
+    )
+}
+
+/// Refuses an input that lies inside a Delta or Iceberg table (a partition folder or a
+/// data file of one): the folders above it, up to the root (of the file system or the
+/// bucket), are checked for the markers. A folder above that cannot be listed ends the
+/// check: a credential may reach only the input's own prefix, and a missing bucket is
+/// the input's error to report.
+fn refuse_inside_table(storage: &dyn Storage, path: &Path) -> Result<()> {
+    let mut at = storage.canonical(path);
+    while let Some(dir) = storage.parent(&at) {
+        let Some(markers) = table_markers(storage, &dir) else {
+            return Ok(());
+        };
+        refuse_table_formats(
+            markers.iter().map(String::as_str),
+            &dir.display().to_string(),
+        )?;
+        at = dir;
+    }
+    Ok(())
 }
 
 /// Expands inputs: files as given (any extension), folders (and store prefixes) walked
@@ -184,88 +185,46 @@ pub fn discover(
     partition_base: Option<&Path>,
     io: store::IoOptions,
 ) -> Result<Vec<InputFile>> {
-    let base = partition_base.map(|b| store::locate(b, io)).transpose()?;
-    if let Some(base) = &base {
-        match base {
-            Place::Local(dir) => refuse_table_formats(
-                local_table_markers(dir).iter().map(String::as_str),
-                &dir.display().to_string(),
-            )?,
-            Place::Remote(url) => {
-                let mut markers: Vec<String> = Vec::new();
-                for sub in ["_delta_log", "metadata"] {
-                    for o in store::list(&url.join(sub))? {
-                        if let Some(rel) = o.url.relative_to(url) {
-                            markers.push(rel.to_owned());
-                        }
-                    }
-                }
-                refuse_table_formats(markers.iter().map(String::as_str), &url.to_string())?
-            }
+    let base = match partition_base {
+        Some(b) => {
+            let base = store::storage::resolve(b, io)?;
+            refuse_table(&*store::storage_of(b, io)?, &base)?;
+            Some(base)
         }
-    }
+        None => None,
+    };
     let mut out = Vec::new();
     for input in inputs {
-        let given = input.display().to_string();
-        let given = given.trim_end_matches('/');
-        let location = store::locate(input, io)?;
-        refuse_inside_table(&location)?;
-        match location {
-            Place::Local(path) => {
-                let meta = std::fs::metadata(&path).map_err(|e| Error::from(e).with_file(input))?;
-                if !meta.is_dir() {
-                    out.push(InputFile::local(path.clone(), input.display().to_string()));
-                    continue;
-                }
-                let found = walk_local(&path)?;
-                if found.is_empty() {
-                    return Err(Error::new(ErrorKind::NoParquetFiles).with_file(input));
-                }
-                for (rel, file) in found {
-                    out.push(InputFile {
-                        path: file,
-                        display: format!("{given}/{rel}"),
-                        object: None,
-                        partitions: hive::segments(&rel),
-                    });
-                }
+        let storage = store::storage_of(input, io)?;
+        let path = store::storage::resolve(input, io)?;
+        let shown = path.display().to_string();
+        let shown = shown.trim_end_matches('/');
+        refuse_inside_table(&*storage, &path)?;
+        if !storage.is_dir(&path).map_err(|e| e.with_file(input))? {
+            let object = storage.head(&path)?;
+            out.push(InputFile::found(
+                &storage,
+                object,
+                shown.to_owned(),
+                Vec::new(),
+            ));
+            continue;
+        }
+        refuse_table(&*storage, &path)?;
+        let before = out.len();
+        for (rel, object) in storage.walk(&path)? {
+            if walk_takes(&rel) {
+                let display = format!("{shown}/{rel}");
+                out.push(InputFile::found(
+                    &storage,
+                    object,
+                    display,
+                    hive::segments(&rel),
+                ));
             }
-            Place::Remote(url) => {
-                let objects = store::list(&url)?;
-                if objects.is_empty() {
-                    // Not a prefix: an object named directly (or nothing: not found).
-                    let object = store::head(&url)?;
-                    out.push(InputFile {
-                        path: url.to_path(),
-                        display: url.to_string(),
-                        object: Some(object),
-                        partitions: Vec::new(),
-                    });
-                    continue;
-                }
-                refuse_table_formats(
-                    objects.iter().filter_map(|o| o.url.relative_to(&url)),
-                    &url.to_string(),
-                )?;
-                let before = out.len();
-                for object in objects {
-                    let Some(rel) = object.url.relative_to(&url).map(str::to_owned) else {
-                        continue;
-                    };
-                    if !walk_takes(&rel) {
-                        continue;
-                    }
-                    out.push(InputFile {
-                        path: object.url.to_path(),
-                        display: object.url.to_string(),
-                        object: Some(object),
-                        partitions: hive::segments(&rel),
-                    });
-                }
-                if out.len() == before {
-                    return Err(Error::new(ErrorKind::NoParquetFiles).with_file(url.to_path()));
-                }
-            }
+        }
+        if out.len() == before {
+            return Err(Error::new(ErrorKind::NoParquetFiles).with_file(input));
         }
     }
     if let Some(base) = &base {
@@ -287,19 +246,13 @@ pub fn discover(
 }
 
 /// A file's path relative to the partition base, when it lies below it.
-fn relative_to_base(file: &InputFile, base: &Place) -> Option<String> {
-    match (base, &file.object) {
-        (Place::Remote(base), Some(object)) => object.url.relative_to(base).map(str::to_owned),
-        (Place::Local(base), None) => {
-            let rel = file.path.strip_prefix(base).ok()?;
-            let parts: Vec<String> = rel
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            Some(parts.join("/"))
-        }
-        _ => None,
-    }
+fn relative_to_base(file: &InputFile, base: &Path) -> Option<String> {
+    let rel = file.path.strip_prefix(base).ok()?;
+    let parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    Some(parts.join("/"))
 }
 
 /// An opened Parquet file: its footer, read once and checked.

@@ -123,6 +123,14 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// system's calls, if they can (a local file); `None` in a store.
     fn local_path(&self, path: &Path) -> Option<PathBuf>;
 
+    /// The folder `path` is in (`None` at the root of a file system or a bucket).
+    fn parent(&self, path: &Path) -> Option<PathBuf>;
+
+    /// The store's own handle on `object` (its URL, size and ETag), for the store's
+    /// readers; `None` on disk.
+    #[doc(hidden)]
+    fn listed(&self, object: &Object) -> Option<Listed>;
+
     /// `path` as one name for one file, whatever way it was reached (a local path with
     /// its links resolved, where it exists; a URL as it is), for keys such as a cache's.
     fn canonical(&self, path: &Path) -> PathBuf;
@@ -239,6 +247,16 @@ impl Storage for LocalFiles {
 
     fn local_path(&self, path: &Path) -> Option<PathBuf> {
         Some(path.to_path_buf())
+    }
+
+    fn parent(&self, path: &Path) -> Option<PathBuf> {
+        path.parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+    }
+
+    fn listed(&self, _object: &Object) -> Option<Listed> {
+        None
     }
 
     fn canonical(&self, path: &Path) -> PathBuf {
@@ -359,6 +377,15 @@ impl Storage for ObjectFiles {
 
     fn local_path(&self, _path: &Path) -> Option<PathBuf> {
         None
+    }
+
+    fn parent(&self, path: &Path) -> Option<PathBuf> {
+        let url = self.url(path).ok()?;
+        (!url.key().is_empty()).then(|| url.parent().to_path())
+    }
+
+    fn listed(&self, object: &Object) -> Option<Listed> {
+        ObjectFiles::listed(self, object).ok()
     }
 
     fn canonical(&self, path: &Path) -> PathBuf {
@@ -569,6 +596,10 @@ mod conformance {
         let storage = storage_of(&root, io).unwrap();
         let a = storage.head(&root.join("a.bin")).unwrap();
         assert!(storage.local_path(&a.path).is_none());
+        assert_eq!(storage.parent(&a.path), Some(root.clone()));
+        let bucket_root = PathBuf::from(format!("s3://{bucket}"));
+        assert_eq!(storage.parent(&root), Some(bucket_root.clone()));
+        assert_eq!(storage.parent(&bucket_root), None);
         assert_eq!(storage.canonical(&a.path), root.join("a.bin"));
         check(&*storage, &root);
         // Pinned: the object rewritten since it was found is not read as it is now.
