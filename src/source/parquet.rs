@@ -29,6 +29,7 @@ use crate::error::{ChunkProblem, Error, ErrorKind, Result};
 use crate::source::contain::contain;
 use crate::source::fixed_list::{self, FixedListReader};
 use crate::source::hive::{self, PartitionColumn};
+use crate::store::storage::Stat;
 use crate::store::{self, Listed, Object, RemoteChunks, RemoteParquet, Storage};
 
 /// Rows per Arrow batch at most: large enough to amortize per-batch work (8192 rows of
@@ -117,22 +118,23 @@ fn refuse_table_formats<'a>(mut names: impl Iterator<Item = &'a str>, table: &st
     }
 }
 
-/// The marker names of folder `dir` that make it a Delta or Iceberg table (`None` where
-/// it cannot be listed).
+/// The marker names of folder `dir` that make it a Delta or Iceberg table: its
+/// `_delta_log` folder and the files of its `metadata` folder (`None` where they cannot
+/// be looked at for another reason than their absence).
 fn table_markers(storage: &dyn Storage, dir: &Path) -> Option<Vec<String>> {
-    let (_, subdirs) = storage.list_dir(dir).ok()?;
     let mut names = Vec::new();
-    if subdirs.iter().any(|d| d == "_delta_log") {
-        names.push("_delta_log/".to_owned());
+    match storage.is_dir(&dir.join("_delta_log")) {
+        Ok(true) => names.push("_delta_log/".to_owned()),
+        Ok(false) => {}
+        Err(e) if store::storage::is_not_found(&e) => {}
+        Err(_) => return None,
     }
-    if subdirs.iter().any(|d| d == "metadata") {
-        if let Ok((files, _)) = storage.list_dir(&dir.join("metadata")) {
-            names.extend(
-                files
-                    .iter()
-                    .map(|o| format!("metadata/{}", file_name(&o.path))),
-            );
-        }
+    if let Ok((files, _)) = storage.list_dir(&dir.join("metadata")) {
+        names.extend(
+            files
+                .iter()
+                .map(|o| format!("metadata/{}", file_name(&o.path))),
+        );
     }
     Some(names)
 }
@@ -197,17 +199,10 @@ pub fn discover(
     for input in inputs {
         let storage = store::storage_of(input, io)?;
         let path = store::storage::resolve(input, io)?;
-        let shown = path.display().to_string();
-        let shown = shown.trim_end_matches('/');
+        let shown = store::storage::shown(input, io)?;
         refuse_inside_table(&*storage, &path)?;
-        if !storage.is_dir(&path).map_err(|e| e.with_file(input))? {
-            let object = storage.head(&path)?;
-            out.push(InputFile::found(
-                &storage,
-                object,
-                shown.to_owned(),
-                Vec::new(),
-            ));
+        if let Stat::File(object) = storage.stat(&path).map_err(|e| e.with_file(input))? {
+            out.push(InputFile::found(&storage, object, shown, Vec::new()));
             continue;
         }
         refuse_table(&*storage, &path)?;

@@ -20,7 +20,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::example::RecordType;
 use crate::manifest::read_manifest;
 use crate::manifest::{self, MANIFEST_SUFFIX};
-use crate::store::{self, Blob, IoOptions, Storage};
+use crate::store::storage::Stat;
+use crate::store::{self, Blob, IoOptions, Object, Storage};
 
 /// TFDS's file describing a prepared dataset.
 const TFDS_INFO: &str = "dataset_info.json";
@@ -122,7 +123,8 @@ pub fn discover(inputs: &[PathBuf], io: IoOptions) -> Result<Found> {
     for input in inputs {
         let storage = store::storage_of(input, io)?;
         let path = store::storage::resolve(input, io)?;
-        discover_one(&storage, input, &path, io, &mut found)?;
+        let shown = store::storage::shown(input, io)?;
+        discover_one(&storage, input, &path, &shown, io, &mut found)?;
     }
     Ok(found)
 }
@@ -131,18 +133,31 @@ fn note_type(found: &mut Found, record_type: RecordType) {
     found.record_type.get_or_insert(record_type);
 }
 
-/// The files `listed` (relative to folder `dir`, shown under `shown`), as found.
+/// The files `listed` (relative to folder `dir`, shown under `shown`): taken from
+/// `walked` (the folder's walk) where it holds them, else found in the storage.
 fn add_listed(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     shown: &str,
     listed: Vec<(String, RecordType, Listing)>,
+    walked: &[(String, Object)],
     found: &mut Found,
 ) -> Result<()> {
-    let names: Vec<String> = listed.iter().map(|(f, _, _)| f.clone()).collect();
-    let objects = storage.find(dir, &names)?;
-    for ((file, record_type, listing), object) in listed.into_iter().zip(objects) {
+    let in_walk = |name: &str| walked.iter().find(|(rel, _)| rel == name).map(|(_, o)| o);
+    let missing: Vec<String> = listed
+        .iter()
+        .filter(|(f, _, _)| in_walk(f).is_none())
+        .map(|(f, _, _)| f.clone())
+        .collect();
+    let mut others = storage.find(dir, &missing)?.into_iter();
+    for (file, record_type, listing) in listed {
         note_type(found, record_type);
+        let object = match in_walk(&file) {
+            Some(object) => object.clone(),
+            None => others
+                .next()
+                .expect("one found for each name missing from the walk"),
+        };
         let blob = Blob::new(storage.clone(), object);
         let mut input = TfrecordInput::new(blob, format!("{shown}/{file}"));
         input.listed = listing;
@@ -155,37 +170,50 @@ fn discover_one(
     storage: &Arc<dyn Storage>,
     input: &Path,
     path: &Path,
+    shown: &str,
     io: IoOptions,
     found: &mut Found,
 ) -> Result<()> {
-    let shown = path.display().to_string();
-    let shown = shown.trim_end_matches('/');
-    if !storage.is_dir(path)? {
-        if shown.ends_with(MANIFEST_SUFFIX) {
-            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
-            let dir_shown = shown.rsplit_once('/').map_or(".", |(d, _)| d);
-            let listed = listed_by_manifest(path, io)?;
-            return add_listed(
-                storage,
-                dir.unwrap_or(Path::new(".")),
-                dir_shown,
-                listed,
-                found,
-            );
-        }
-        let blob = Blob::new(storage.clone(), storage.head(path)?);
-        found.files.push(TfrecordInput::new(blob, shown.to_owned()));
-        return Ok(());
+    let object = match storage.stat(path)? {
+        Stat::File(object) => object,
+        Stat::Dir => return discover_folder(storage, input, path, shown, io, found),
+    };
+    if shown.ends_with(MANIFEST_SUFFIX) {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir_shown = shown.rsplit_once('/').map_or(".", |(d, _)| d);
+        let listed = listed_by_manifest(path, io)?;
+        let dir = dir.unwrap_or(Path::new("."));
+        return add_listed(storage, dir, dir_shown, listed, &[], found);
     }
-    let (files, _) = storage.list_dir(path)?;
-    let names: Vec<String> = files.iter().map(|o| file_name(&o.path)).collect();
-    let mut manifest_names: Vec<String> = names
+    let blob = Blob::new(storage.clone(), object);
+    found.files.push(TfrecordInput::new(blob, shown.to_owned()));
+    Ok(())
+}
+
+/// A folder's files: those its one manifest (ours, or TFDS's) lists, else its walk's
+/// TFRecord names. The folder is listed once.
+fn discover_folder(
+    storage: &Arc<dyn Storage>,
+    input: &Path,
+    path: &Path,
+    shown: &str,
+    io: IoOptions,
+    found: &mut Found,
+) -> Result<()> {
+    let walked = storage.walk(path)?;
+    let top = |rel: &&(String, Object)| !rel.0.contains('/');
+    let mut manifest_names: Vec<String> = walked
         .iter()
-        .filter(|n| n.ends_with(MANIFEST_SUFFIX) && !n.starts_with('.'))
-        .cloned()
+        .filter(top)
+        .filter(|(rel, _)| rel.ends_with(MANIFEST_SUFFIX))
+        .map(|(rel, _)| rel.clone())
         .collect();
     manifest_names.sort();
-    let info = files.iter().find(|o| file_name(&o.path) == TFDS_INFO);
+    let info = walked
+        .iter()
+        .filter(top)
+        .find(|(rel, _)| rel == TFDS_INFO)
+        .map(|(_, o)| o);
     if let Some(listing) = one_listing(shown, &manifest_names, info.is_some())? {
         let listed = match (listing, info) {
             (ListedBy::Ours(i), _) => listed_by_manifest(&path.join(&manifest_names[i]), io)?,
@@ -194,28 +222,21 @@ fn discover_one(
             }
             (ListedBy::Tfds, None) => Vec::new(),
         };
-        return add_listed(storage, path, shown, listed, found);
+        return add_listed(storage, path, shown, listed, &walked, found);
     }
     let before = found.files.len();
-    for (rel, object) in storage.walk(path)? {
+    for (rel, object) in walked {
         if walk_takes(&rel) {
-            let shown = object.path.display().to_string();
-            found.files.push(TfrecordInput::new(
-                Blob::new(storage.clone(), object),
-                shown,
-            ));
+            let blob = Blob::new(storage.clone(), object);
+            found
+                .files
+                .push(TfrecordInput::new(blob, format!("{shown}/{rel}")));
         }
     }
     if found.files.len() == before {
         return Err(Error::new(ErrorKind::NoTfrecordFiles).with_file(input));
     }
     Ok(())
-}
-
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
 }
 
 /// What names a folder's files.

@@ -56,7 +56,7 @@ pub(crate) use self::multipart::{
     streams_parts, SentPart,
 };
 pub(crate) use self::objects::{
-    delete, get_range, head_async, list_async, put_async, put_tagged, read_all_async,
+    any_below, delete, get_range, head_async, list_async, put_async, put_tagged, read_all_async,
 };
 pub use self::objects::{delete_object, head, list, list_dir, put, read_all, Listed};
 pub(crate) use self::parquet::{RemoteChunks, RemoteParquet};

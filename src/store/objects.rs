@@ -55,6 +55,26 @@ pub(crate) async fn list_async(url: &ObjectUrl) -> Result<Vec<Listed>> {
     Ok(out)
 }
 
+/// Whether any object lies below `url` (the first page of a listing, no more).
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub(crate) fn any_below(url: &ObjectUrl) -> Result<bool> {
+    block_on(async {
+        let b = bucket(url)?;
+        let prefix = url.prefix_key()?;
+        request(url, async {
+            b.store
+                .list(prefix.as_ref())
+                .try_next()
+                .await
+                .map(|first| first.is_some())
+        })
+        .await
+    })
+}
+
 /// The objects directly below `url` and the names of its sub-prefixes.
 ///
 /// # Errors

@@ -40,6 +40,35 @@ pub struct Object {
     pub modified: Option<SystemTime>,
 }
 
+/// What is at a path: a folder, or a file as found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stat {
+    /// A folder (on a store: a prefix with objects below it).
+    Dir,
+    /// A file, with its size and ETag.
+    File(Object),
+}
+
+/// Whether `e` says that nothing is there (a missing file or object).
+pub fn is_not_found(e: &Error) -> bool {
+    super::is_problem(e, super::StoreProblem::NotFound)
+        || matches!(e.kind(), crate::error::ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound)
+}
+
+/// How inputs below `given` (a path or URL as the command line gives it) are named in
+/// manifests and errors: a local path as given (a trailing `/` dropped), a store URL
+/// in its one spelling (`s3a://` as `s3://`).
+///
+/// # Errors
+///
+/// An unsupported URL scheme.
+pub fn shown(given: &Path, io: IoOptions) -> Result<String> {
+    Ok(match locate(given, io)? {
+        Place::Local(_) => given.display().to_string().trim_end_matches('/').to_owned(),
+        Place::Remote(url) => url.to_string(),
+    })
+}
+
 /// What a reader can ask of the place its inputs are (see the module docs). Paths are
 /// full paths or URLs, as the command line gives them.
 pub trait Storage: Send + Sync + std::fmt::Debug {
@@ -51,13 +80,22 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// expected.
     fn head(&self, path: &Path) -> Result<Object>;
 
-    /// Whether `path` is a folder (on a store: a prefix with objects below it, and no
-    /// object of that name).
+    /// What is at `path`: a folder (on a store: a prefix with objects below it, tried
+    /// first), or a file as found (one HEAD).
     ///
     /// # Errors
     ///
     /// Nothing at `path` (not found).
-    fn is_dir(&self, path: &Path) -> Result<bool>;
+    fn stat(&self, path: &Path) -> Result<Stat>;
+
+    /// Whether `path` is a folder.
+    ///
+    /// # Errors
+    ///
+    /// Nothing at `path` (not found).
+    fn is_dir(&self, path: &Path) -> Result<bool> {
+        Ok(self.stat(path)? == Stat::Dir)
+    }
 
     /// The whole of a small file not yet found, in one request (no HEAD).
     ///
@@ -162,8 +200,13 @@ impl Storage for LocalFiles {
         Ok(local_object(path, &meta))
     }
 
-    fn is_dir(&self, path: &Path) -> Result<bool> {
-        Ok(std::fs::metadata(path).map_err(io_at(path))?.is_dir())
+    fn stat(&self, path: &Path) -> Result<Stat> {
+        let meta = std::fs::metadata(path).map_err(io_at(path))?;
+        Ok(if meta.is_dir() {
+            Stat::Dir
+        } else {
+            Stat::File(local_object(path, &meta))
+        })
     }
 
     fn read(&self, path: &Path) -> Result<Bytes> {
@@ -209,7 +252,16 @@ impl Storage for LocalFiles {
         for entry in std::fs::read_dir(dir).map_err(io_at(dir))? {
             let entry = entry.map_err(io_at(dir))?;
             let path = dir.join(entry.file_name());
-            let meta = std::fs::metadata(&path).map_err(io_at(&path))?;
+            // A link is followed; a broken one (or an entry gone meanwhile) is skipped.
+            let is_link = entry.file_type().is_ok_and(|t| t.is_symlink());
+            let meta = if is_link {
+                std::fs::metadata(&path)
+            } else {
+                entry.metadata()
+            };
+            let Ok(meta) = meta else {
+                continue;
+            };
             if meta.is_dir() {
                 dirs.push(entry.file_name().to_string_lossy().into_owned());
             } else if meta.is_file() {
@@ -307,16 +359,12 @@ impl Storage for ObjectFiles {
         Ok(remote_object(&head(&self.url(path)?)?))
     }
 
-    fn is_dir(&self, path: &Path) -> Result<bool> {
+    fn stat(&self, path: &Path) -> Result<Stat> {
         let url = self.url(path)?;
-        if url.key().is_empty() {
-            return Ok(true);
+        if url.key().is_empty() || super::any_below(&url)? {
+            return Ok(Stat::Dir);
         }
-        let (objects, dirs) = list_dir(&url)?;
-        if !objects.is_empty() || !dirs.is_empty() {
-            return Ok(true);
-        }
-        head(&url).map(|_| false)
+        Ok(Stat::File(remote_object(&head(&url)?)))
     }
 
     fn read(&self, path: &Path) -> Result<Bytes> {
@@ -353,7 +401,7 @@ impl Storage for ObjectFiles {
                     .ok_or_else(|| {
                         Error::from(std::io::Error::new(
                             std::io::ErrorKind::NotFound,
-                            "listed, but not in the store",
+                            "listed by the manifest beside it, but not in the store",
                         ))
                         .with_file(want.to_path())
                     })
@@ -528,7 +576,13 @@ mod conformance {
             .read_to_end(&mut streamed)
             .unwrap();
         assert_eq!(streamed, b"0123456789");
-        assert!(storage.head(&at("missing.bin")).is_err());
+        let missing = storage.head(&at("missing.bin")).unwrap_err();
+        assert!(is_not_found(&missing), "{missing}");
+        assert!(missing.to_string().contains("missing.bin"), "{missing}");
+        assert_eq!(storage.stat(&at("sub")).unwrap(), Stat::Dir);
+        assert_eq!(storage.stat(&at("a.bin")).unwrap(), Stat::File(a.clone()));
+        assert!(storage.head(&at("sub")).is_err(), "a folder is no file");
+        assert_eq!(storage.parent(&at("sub/b.bin")), Some(at("sub")));
         let walked: Vec<(String, u64)> = storage
             .walk(root)
             .unwrap()
@@ -569,6 +623,8 @@ mod conformance {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, bytes).unwrap();
         }
+        // A broken link is left out of a listing, not an error.
+        std::os::unix::fs::symlink(root.join("gone"), root.join("sub/broken")).unwrap();
         let storage = storage_of(&root, IoOptions::new()).unwrap();
         assert_eq!(
             storage.local_path(&root.join("a.bin")),
@@ -609,5 +665,12 @@ mod conformance {
         };
         crate::store::put(&url, b"changed!!!".to_vec(), false).unwrap();
         assert!(storage.read_range(&a, 0..4).is_err());
+        assert!(storage.read_whole(&a).is_err());
+        let mut streamed = Vec::new();
+        assert!(storage
+            .open(&a)
+            .unwrap()
+            .read_to_end(&mut streamed)
+            .is_err());
     }
 }
