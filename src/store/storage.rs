@@ -1,5 +1,5 @@
 //! Where input bytes come from: [`Storage`], the read side's one home beside the write
-//! side's [`Destination`](super::destination::Destination). A local folder tree
+//! side's `Destination`. A local folder tree
 //! ([`LocalFiles`]) and a store ([`ObjectFiles`]) answer the same questions: what is
 //! at a path (its size and ETag), what a folder holds, and the bytes of an object as it
 //! was when it was found. A [`Blob`] is one file found, with the storage that reads it;
