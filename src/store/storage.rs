@@ -1,9 +1,11 @@
 //! Where input bytes come from: [`Storage`], the read side's one home beside the write
-//! side's `Destination`. A local folder tree
-//! ([`LocalFiles`]) and a store ([`ObjectFiles`]) answer the same questions: what is
-//! at a path (its size and ETag), what a folder holds, and the bytes of an object as it
-//! was when it was found. A [`Blob`] is one file found, with the storage that reads it;
-//! code above this module reads through it and never asks whether the bytes are local.
+//! side's `Destination`. A local folder tree ([`LocalFiles`]) and a store
+//! ([`ObjectFiles`]) answer the same questions: what is at a path (its size and ETag),
+//! what a folder holds, and the bytes of an object as it was when it was found. A
+//! [`Blob`] is one file found, with the storage that reads it. Input discovery, the
+//! readers' file operations ([`super::paths`]), the pipeline and `verify` go through it
+//! and ask capabilities ([`Storage::local_path`]), not whether bytes are local; the
+//! Parquet byte reader, Delta's engine and Iceberg's storage adapter do not yet.
 //!
 //! Reads are pinned: a ranged or sequential read of an object found with an ETag fails
 //! (the store's "precondition failed") rather than mixing two versions of it, and a
