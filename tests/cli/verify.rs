@@ -102,6 +102,14 @@ fn clean_folders_and_golden_files_pass() {
             assert!(report.get(key).is_some(), "{key}");
         }
     }
+    // A file:// URL names local files: read, mapped and checked in ranges as a path is.
+    let dir = clean("verify_clean_url", &[]);
+    let url = format!("file://{}", std::fs::canonicalize(&dir).unwrap().display());
+    for deep in [&[][..], &["--deep"]] {
+        let (code, report) = verify_json(&[&[url.as_str()][..], deep].concat());
+        assert_eq!(code, 0, "{deep:?}: {report}");
+        assert_eq!(report["records"], 2000, "{report}");
+    }
     let (code, report) = verify_json(&[s(&golden(""))]);
     assert_eq!(code, 0, "{report}");
     assert_eq!(report["shards"], 8);
