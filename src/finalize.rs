@@ -32,6 +32,7 @@ use crate::manifest::{self, InputInfo, Manifest, ShardInfo};
 use crate::shard::name;
 pub use crate::store::claim::CLAIM_STALE_AFTER;
 use crate::store::claim::{Claims, Held};
+use crate::store::storage::is_not_found;
 use crate::store::{self, destination::Destination, publish};
 use crate::tfrecord::Compression;
 
@@ -66,11 +67,6 @@ struct Plan {
     /// Part shard (relative to the output) → final name.
     moves: Vec<(String, String)>,
     manifest: Manifest,
-}
-
-fn is_not_found(e: &Error) -> bool {
-    store::is_problem(e, store::StoreProblem::NotFound)
-        || matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound)
 }
 
 /// Whether `prefix`'s set is published by a `finalize`: its manifest is there and is the

@@ -13,10 +13,7 @@ use serde::{Deserialize, Serialize};
 use super::destination::Destination;
 use crate::error::{Error, ErrorKind, Result};
 
-fn is_not_found(e: &Error) -> bool {
-    super::is_problem(e, super::StoreProblem::NotFound)
-        || matches!(e.kind(), ErrorKind::Io(io) if io.kind() == std::io::ErrorKind::NotFound)
-}
+use super::storage::is_not_found;
 
 /// How long a claim may go without a refresh before the next run takes it over (its
 /// holder was killed).
