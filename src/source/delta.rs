@@ -16,7 +16,7 @@
 //! the table root (decoded), rows in file order.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use arrow_array::{Array, BooleanArray, RecordBatch, RecordBatchOptions};
@@ -39,7 +39,8 @@ use super::parquet::{InputFile, TableFileRead};
 use super::table::{parse_time, table_error, SideFile};
 use crate::error::{Error, ErrorKind, Result};
 use crate::manifest::{rfc3339_ms, TableInfo};
-use crate::store::{self, Listed, Place};
+use crate::store::storage::Stat;
+use crate::store::{self, Blob, Object, Storage};
 
 /// Which snapshot to read, and which of its partitions.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,7 +59,12 @@ pub struct DeltaOptions {
 pub struct DeltaTable {
     /// The table as given (errors and the manifest name it so).
     pub location: String,
-    place: Place,
+    /// Where the table's files are, and the table's folder there.
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    /// How the manifest names the table's files ([`store::storage::shown`]).
+    shown: String,
+    io: store::IoOptions,
     root: Url,
     engine: Arc<dyn Engine>,
     /// None for a table with no commit yet (it reads as no rows).
@@ -165,44 +171,23 @@ impl DeltaTable {
     pub fn open(table: &Path, options: &DeltaOptions, io: store::IoOptions) -> Result<DeltaTable> {
         let location = table.display().to_string();
         let location = location.trim_end_matches('/').to_owned();
-        let (place, root, object_store): (_, _, Arc<dyn object_store::ObjectStore>) =
-            match store::locate(table, io)? {
-                Place::Local(dir) => {
-                    let meta =
-                        std::fs::metadata(&dir).map_err(|e| Error::from(e).with_file(&location))?;
-                    if !meta.is_dir() {
-                        return Err(table_error(&location, "not a Delta table: not a folder"));
-                    }
-                    if !dir.join("_delta_log").is_dir() {
-                        return Err(table_error(&location, "not a Delta table: no _delta_log/"));
-                    }
-                    let abs = std::fs::canonicalize(&dir)
-                        .map_err(|e| Error::from(e).with_file(&location))?;
-                    let root = Url::from_directory_path(&abs).map_err(|()| {
-                        table_error(&location, "its path cannot be written as a file:// URL")
-                    })?;
-                    (
-                        Place::Local(abs),
-                        root,
-                        Arc::new(object_store::local::LocalFileSystem::new()),
-                    )
-                }
-                Place::Remote(url) => {
-                    if store::list(&url.join("_delta_log"))?.is_empty() {
-                        return Err(table_error(&location, "not a Delta table: no _delta_log/"));
-                    }
-                    // Segment by segment, so a key's `#`, `?` or `%` is encoded, not read.
-                    let mut root = Url::parse(&format!("{}/", url.root()))
-                        .map_err(|e| table_error(&location, format!("not a URL: {e}")))?;
-                    root.path_segments_mut()
-                        .map_err(|()| table_error(&location, "not a URL with a path"))?
-                        .pop_if_empty()
-                        .extend(url.key().split('/').filter(|s| !s.is_empty()))
-                        .push("");
-                    let object_store = store::object_store_of(&url)?;
-                    (Place::Remote(url), root, object_store)
-                }
-            };
+        let storage = store::storage_of(table, io)?;
+        let dir = storage.canonical(&store::storage::resolve(table, io)?);
+        let shown = store::storage::shown(table, io)?;
+        match storage.stat(&dir).map_err(|e| e.with_file(&location))? {
+            Stat::File(_) => return Err(table_error(&location, "not a Delta table: not a folder")),
+            Stat::Dir => {}
+        }
+        let log_dir = dir.join("_delta_log");
+        match storage.is_dir(&log_dir) {
+            Ok(true) => {}
+            Ok(false) => return Err(table_error(&location, "not a Delta table: no _delta_log/")),
+            Err(e) if store::storage::is_not_found(&e) => {
+                return Err(table_error(&location, "not a Delta table: no _delta_log/"))
+            }
+            Err(e) => return Err(e),
+        }
+        let (object_store, root) = storage.object_store(&dir)?;
         let executor = Arc::new(TokioMultiThreadExecutor::new(store::runtime_handle()));
         let engine: Arc<dyn Engine> = Arc::new(
             DefaultEngine::builder(object_store)
@@ -222,7 +207,10 @@ impl DeltaTable {
             // A table being created: no snapshot yet, which reads as no rows.
             return Ok(DeltaTable {
                 location,
-                place,
+                storage,
+                dir,
+                shown,
+                io,
                 root,
                 engine,
                 snapshot: None,
@@ -239,12 +227,15 @@ impl DeltaTable {
         };
         let snapshot = log.snapshot(version, &listing)?;
         let version = snapshot.version();
-        let (timestamp_ms, log_file) = log.commit(version, &listing, &place, &snapshot)?;
+        let (timestamp_ms, log_file) = log.commit(version, &listing, &*storage, &dir, &snapshot)?;
         let schema =
             Schema::try_from_kernel(snapshot.schema().as_ref()).map_err(kernel(&location))?;
         Ok(DeltaTable {
             location,
-            place,
+            storage,
+            dir,
+            shown,
+            io,
             root,
             engine,
             snapshot: Some(snapshot),
@@ -417,7 +408,12 @@ impl DeltaTable {
             return Ok((Vec::new(), Vec::new()));
         };
         let (shape, planned, dv_paths) = self.scan(snapshot, roots, filters)?;
-        let objects = self.objects()?;
+        let in_table: Vec<String> = planned
+            .iter()
+            .filter(|(rel, _)| !rel.contains("://"))
+            .map(|(rel, _)| rel.clone())
+            .collect();
+        let objects = self.objects(&in_table)?;
         let mut out = Vec::with_capacity(planned.len());
         let mut side: Vec<SideFile> = Vec::new();
         let mut seen_dv = std::collections::HashSet::new();
@@ -439,7 +435,7 @@ impl DeltaTable {
                     side.push(self.side_file(dv)?);
                 }
             }
-            let input = self.input_file(&rel, &file, &objects)?;
+            let input = self.input_file(&rel, &objects)?;
             out.push(DeltaFile {
                 input,
                 read: Arc::new(DeltaRead {
@@ -471,101 +467,54 @@ impl DeltaTable {
         decode(path)
     }
 
-    /// In a store: every object below the table, by key relative to it (one listing
-    /// instead of a request per data file).
-    fn objects(&self) -> Result<HashMap<String, Listed>> {
-        let Place::Remote(url) = &self.place else {
-            return Ok(HashMap::new());
-        };
-        Ok(store::list(url)?
-            .into_iter()
-            .filter_map(|o| {
-                let rel = o.url.relative_to(url)?.to_owned();
-                Some((rel, o))
-            })
-            .collect())
+    /// The data files `rels` (paths relative to the table) found in one go: one
+    /// listing in a store, a stat each on disk.
+    fn objects(&self, rels: &[String]) -> Result<HashMap<String, Object>> {
+        match self.storage.find(&self.dir, rels) {
+            Ok(found) => Ok(rels.iter().cloned().zip(found).collect()),
+            Err(e) if store::storage::is_not_found(&e) => {
+                let gone = rels
+                    .iter()
+                    .find(|rel| self.storage.head(&self.dir.join(rel)).is_err());
+                Err(gone.map_or(e, |rel| self.missing(rel)))
+            }
+            Err(e) => Err(e),
+        }
     }
 
-    /// The data file `rel` as an input: on disk, or the store's object (its ETag pins
-    /// every read).
-    fn input_file(
-        &self,
-        rel: &str,
-        file: &ScanFile,
-        objects: &HashMap<String, Listed>,
-    ) -> Result<InputFile> {
-        let display = format!("{}/{rel}", self.location);
-        let missing = || {
-            table_error(
-                &self.location,
-                format!(
-                    "data file {rel} is named by the log of version {} but is missing from the table",
-                    self.version().unwrap_or_default()
-                ),
-            )
-        };
-        match &self.place {
-            Place::Local(dir) => {
-                let path = if file.path.contains("://") {
-                    self.root
-                        .join(&file.path)
-                        .ok()
-                        .and_then(|u| u.to_file_path().ok())
-                        .ok_or_else(missing)?
-                } else {
-                    dir.join(rel)
-                };
-                if !path.is_file() {
-                    return Err(missing());
-                }
-                Ok(InputFile::local(path, display))
-            }
-            Place::Remote(base) => {
-                let object = match objects.get(rel) {
-                    Some(object) => object.clone(),
-                    // An absolute path outside the table (a shallow clone's).
-                    None if rel.contains("://") => {
-                        match store::locate(Path::new(rel), base.io())? {
-                            Place::Remote(url) => store::head(&url).map_err(|_| missing())?,
-                            Place::Local(_) => return Err(missing()),
-                        }
-                    }
-                    None => return Err(missing()),
-                };
-                Ok(InputFile {
-                    path: object.url.to_path(),
-                    display: object.url.to_string(),
-                    object: Some(object),
-                    partitions: Vec::new(),
-                })
-            }
+    /// A data file the log names that the table lacks.
+    fn missing(&self, rel: &str) -> Error {
+        table_error(
+            &self.location,
+            format!(
+                "data file {rel} is named by the log of version {} but is missing from the table",
+                self.version().unwrap_or_default()
+            ),
+        )
+    }
+
+    /// The data file `rel` as an input, as [`DeltaTable::objects`] found it (in a
+    /// store, its ETag pins every read), or an absolute path outside the table (a
+    /// shallow clone's), named by itself.
+    fn input_file(&self, rel: &str, objects: &HashMap<String, Object>) -> Result<InputFile> {
+        if let Some(object) = objects.get(rel) {
+            let blob = Blob::new(self.storage.clone(), object.clone());
+            return Ok(InputFile::new(blob, format!("{}/{rel}", self.shown)));
         }
+        let path = Path::new(rel);
+        let blob = Blob::head(path, self.io).map_err(|_| self.missing(rel))?;
+        Ok(InputFile::new(blob, store::storage::shown(path, self.io)?))
     }
 
     /// A deletion vector file, for the manifest.
     fn side_file(&self, url: &Url) -> Result<SideFile> {
         let rel = self.relative(url.as_str());
-        let display = format!("{}/{rel}", self.location);
-        match &self.place {
-            Place::Local(dir) => {
-                let bytes = std::fs::metadata(dir.join(&rel))
-                    .map_err(|e| Error::from(e).with_file(&display))?
-                    .len();
-                Ok(SideFile {
-                    display,
-                    bytes,
-                    etag: None,
-                })
-            }
-            Place::Remote(base) => {
-                let object = store::head(&base.join(&rel))?;
-                Ok(SideFile {
-                    display: object.url.to_string(),
-                    bytes: object.size,
-                    etag: object.etag,
-                })
-            }
-        }
+        let object = self.storage.head(&self.dir.join(&rel))?;
+        Ok(SideFile {
+            display: format!("{}/{rel}", self.shown),
+            bytes: object.size,
+            etag: object.etag,
+        })
     }
 }
 
@@ -852,7 +801,8 @@ impl Log<'_> {
         &self,
         version: u64,
         listing: &BTreeMap<String, delta_kernel::FileMeta>,
-        place: &Place,
+        storage: &dyn Storage,
+        dir: &Path,
         snapshot: &SnapshotRef,
     ) -> Result<(i64, SideFile)> {
         let commit = format!("{version:020}.json");
@@ -875,10 +825,7 @@ impl Log<'_> {
             }
         };
         let display = format!("{}/_delta_log/{name}", self.location);
-        let etag = match place {
-            Place::Local(_) => None,
-            Place::Remote(url) => store::head(&url.join(&format!("_delta_log/{name}")))?.etag,
-        };
+        let etag = storage.head(&dir.join("_delta_log").join(&name))?.etag;
         Ok((
             time,
             SideFile {

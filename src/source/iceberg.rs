@@ -997,19 +997,14 @@ impl TableStorage {
                 if !file.is_file() {
                     return Err(missing());
                 }
-                Ok(InputFile::local(file, display))
+                InputFile::at(&file, display, inner.io).map_err(|_| missing())
             }
             Target::Remote(url, _) => {
                 let object = match objects.get(rel) {
                     Some(o) => o.clone(),
                     None => store::head(&url).map_err(|_| missing())?,
                 };
-                Ok(InputFile {
-                    path: object.url.to_path(),
-                    display: object.url.to_string(),
-                    object: Some(object),
-                    partitions: Vec::new(),
-                })
+                InputFile::at(&object.url.to_path(), object.url.to_string(), inner.io)
             }
         }
     }

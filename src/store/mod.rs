@@ -27,7 +27,7 @@ mod local;
 mod multipart;
 mod object;
 mod objects;
-mod parquet;
+pub(crate) mod parquet;
 pub mod paths;
 pub(crate) mod publish;
 mod read;
@@ -59,7 +59,7 @@ pub(crate) use self::objects::{
     any_below, delete, get_range, head_async, list_async, put_async, put_tagged, read_all_async,
 };
 pub use self::objects::{delete_object, head, list, list_dir, put, read_all, Listed};
-pub(crate) use self::parquet::{RemoteChunks, RemoteParquet};
+pub use self::parquet::{ColumnChunks, PageRead, ParquetBytes};
 pub use self::read::RemoteRead;
 pub(crate) use self::records::{
     abort_pending_in, abort_uploads_under, create_recorded, kill_point, upload_record,

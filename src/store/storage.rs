@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use url::Url;
 
 use super::{
     block_on, get_range, head, list, list_dir, locate, IoOptions, Listed, ObjectUrl, Place,
@@ -174,6 +175,16 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// `path` as one name for one file, whatever way it was reached (a local path with
     /// its links resolved, where it exists; a URL as it is), for keys such as a cache's.
     fn canonical(&self, path: &Path) -> PathBuf;
+
+    /// The `object_store` crate's client for folder `dir` and the URL of `dir` in it
+    /// (ending in `/`), for a dependency that reads through that crate (Delta's
+    /// kernel).
+    ///
+    /// # Errors
+    ///
+    /// A local folder that is not there or has no `file://` spelling; a store's
+    /// client that cannot be built.
+    fn object_store(&self, dir: &Path) -> Result<(Arc<dyn object_store::ObjectStore>, Url)>;
 }
 
 /// Files on this machine's disks.
@@ -316,6 +327,16 @@ impl Storage for LocalFiles {
     fn canonical(&self, path: &Path) -> PathBuf {
         std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
     }
+
+    fn object_store(&self, dir: &Path) -> Result<(Arc<dyn object_store::ObjectStore>, Url)> {
+        let abs = std::fs::canonicalize(dir).map_err(io_at(dir))?;
+        let url = Url::from_directory_path(&abs).map_err(|()| {
+            io_at(dir)(std::io::Error::other(
+                "its path cannot be written as a file:// URL",
+            ))
+        })?;
+        Ok((Arc::new(object_store::local::LocalFileSystem::new()), url))
+    }
 }
 
 /// Objects in a store, read with the settings they were found with.
@@ -440,6 +461,20 @@ impl Storage for ObjectFiles {
 
     fn canonical(&self, path: &Path) -> PathBuf {
         path.to_path_buf()
+    }
+
+    fn object_store(&self, dir: &Path) -> Result<(Arc<dyn object_store::ObjectStore>, Url)> {
+        let dir = self.url(dir)?;
+        let bad = |why: String| io_at(&dir.to_path())(std::io::Error::other(why));
+        // Segment by segment, so a key's `#`, `?` or `%` is encoded, not read.
+        let mut url =
+            Url::parse(&format!("{}/", dir.root())).map_err(|e| bad(format!("not a URL: {e}")))?;
+        url.path_segments_mut()
+            .map_err(|()| bad("not a URL with a path".into()))?
+            .pop_if_empty()
+            .extend(dir.key().split('/').filter(|s| !s.is_empty()))
+            .push("");
+        Ok((super::object_store_of(&dir)?, url))
     }
 }
 
