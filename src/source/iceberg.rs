@@ -42,7 +42,7 @@ use super::parquet::{rows_for, InputFile, ParquetInput, TableFileRead, BATCH_BYT
 use super::table::{parse_time, table_error, SideFile};
 use crate::error::{Error, Result};
 use crate::manifest::{rfc3339_ms, TableInfo};
-use crate::store::{self, IoOptions, Listed, ObjectUrl, Place};
+use crate::store::{self, Blob, IoOptions, Object};
 
 /// The field id arrow-rs's Parquet reader puts in a field's metadata.
 const FIELD_ID_KEY: &str = "PARQUET:field_id";
@@ -172,59 +172,43 @@ impl IcebergTable {
         } else {
             given.clone()
         };
-        let (place, metadata_at) = match store::locate(table, io)? {
-            Place::Local(path) => {
-                let root = if is_metadata_file {
-                    path.parent().and_then(Path::parent).map(Path::to_path_buf)
-                } else {
-                    Some(path.clone())
-                };
-                let root = root.unwrap_or_default();
-                let place = Place::Local(root.clone());
-                let file = if is_metadata_file {
-                    path
-                } else {
-                    local_metadata_file(&root, &location)?
-                };
-                (place, Place::Local(file))
-            }
-            Place::Remote(url) => {
-                if is_metadata_file {
-                    let root = url.parent().parent();
-                    (Place::Remote(root), Place::Remote(url))
-                } else {
-                    let file = remote_metadata_file(&url, &location)?;
-                    (Place::Remote(url), Place::Remote(file))
-                }
-            }
+        let files = store::storage_of(table, io)?;
+        let path = store::storage::resolve(table, io)?;
+        let root = if is_metadata_file {
+            let folder = files.parent(&path).and_then(|m| files.parent(&m));
+            folder.unwrap_or_default()
+        } else {
+            path.clone()
         };
-        let (bytes, metadata_file) = match &metadata_at {
-            Place::Local(path) => {
-                let display = format!(
-                    "{location}/metadata/{}",
-                    path.file_name().unwrap_or_default().to_string_lossy()
-                );
-                let bytes = std::fs::read(path).map_err(|e| Error::from(e).with_file(&display))?;
-                let side = SideFile {
-                    display,
-                    bytes: bytes.len() as u64,
-                    etag: None,
-                };
-                (Bytes::from(bytes), side)
-            }
-            Place::Remote(url) => {
-                let head = store::head(url)?;
-                let bytes = store::read_all(url)?;
-                let side = SideFile {
-                    display: url.to_string(),
-                    bytes: bytes.len() as u64,
-                    etag: head.etag,
-                };
-                (bytes, side)
-            }
+        let file = if is_metadata_file {
+            path
+        } else {
+            current_metadata_file(&*files, &root, &location)?
+        };
+        let shown = store::storage::shown(Path::new(&location), io)?;
+        let display = format!(
+            "{shown}/metadata/{}",
+            file.file_name().unwrap_or_default().to_string_lossy()
+        );
+        let found = files.head(&file).map_err(|e| e.with_file(&display))?;
+        let bytes = files
+            .read_whole(&found)
+            .map_err(|e| e.with_file(&display))?;
+        let metadata_file = SideFile {
+            display,
+            bytes: bytes.len() as u64,
+            etag: found.etag,
         };
         let metadata = parse_metadata(&bytes, &metadata_file.display)?;
-        let storage = TableStorage::new(&location, metadata.location(), place, io);
+        let storage = TableStorage::new(
+            metadata.location(),
+            Where {
+                files,
+                dir: root,
+                shown,
+            },
+            io,
+        );
         let snapshot = pick_snapshot(&metadata, options, &location)?;
         let timestamp_ms = snapshot.map(|id| {
             metadata
@@ -341,14 +325,37 @@ impl IcebergTable {
             .with_batch_size(super::parquet::BATCH_ROWS)
             .with_row_group_filtering_enabled(false)
             .build();
-        let objects = storage.objects()?;
+        // The snapshot's data and delete files below the table, found in one go.
         let mut deletes: BTreeMap<String, &FileScanTaskDeleteFile> = BTreeMap::new();
-        let mut files = Vec::with_capacity(planned.len());
-        for (rel, task) in &planned {
+        for task in planned.values() {
             for d in &task.deletes {
                 deletes.insert(storage.relative(&d.file_path), d);
             }
-            let input = storage.input_file(rel, &task.data_file_path, &objects, snapshot)?;
+        }
+        let below: Vec<String> = planned
+            .iter()
+            .map(|(rel, task)| (rel, &task.data_file_path))
+            .chain(deletes.iter().map(|(rel, d)| (rel, &d.file_path)))
+            .filter(|(rel, path)| rel != path)
+            .map(|(rel, _)| rel.clone())
+            .collect();
+        let missing = |rel: &str| {
+            let kind = if planned.contains_key(rel) {
+                "data"
+            } else {
+                "delete"
+            };
+            table_error(
+                &self.location,
+                format!(
+                    "{kind} file {rel} is named by snapshot {snapshot} but is missing from the table"
+                ),
+            )
+        };
+        let found = storage.find(&below, missing)?;
+        let mut files = Vec::with_capacity(planned.len());
+        for (rel, task) in &planned {
+            let input = storage.input_file(rel, &task.data_file_path, &found, missing)?;
             let read = IcebergRead {
                 task: task.clone(),
                 reader: reader.clone(),
@@ -363,7 +370,7 @@ impl IcebergTable {
         }
         let side = deletes
             .iter()
-            .map(|(rel, d)| storage.side_file(rel, &d.file_path, &objects, d.file_size_in_bytes))
+            .map(|(rel, d)| storage.side_file(rel, &d.file_path, &found, d.file_size_in_bytes))
             .collect();
         Ok((files, side))
     }
@@ -557,40 +564,32 @@ fn pick_snapshot(
     Ok(Some(entry.snapshot_id))
 }
 
-/// A local table's current metadata file: `metadata/version-hint.text`'s, else the
-/// newest `metadata/*.metadata.json`.
-fn local_metadata_file(root: &Path, location: &str) -> Result<PathBuf> {
-    let dir = root.join("metadata");
-    if !root.is_dir() {
-        return Err(table_error(location, "not an Iceberg table: not a folder"));
+/// A table's current metadata file: `metadata/version-hint.text`'s, else the newest
+/// `metadata/*.metadata.json`.
+fn current_metadata_file(
+    files: &dyn store::Storage,
+    root: &Path,
+    location: &str,
+) -> Result<PathBuf> {
+    match files.is_dir(root) {
+        Ok(true) => {}
+        Ok(false) => return Err(table_error(location, "not an Iceberg table: not a folder")),
+        Err(e) if store::storage::is_not_found(&e) => {
+            return Err(table_error(location, "not an Iceberg table: not a folder"))
+        }
+        Err(e) => return Err(e),
     }
-    let names: Vec<String> = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .collect(),
-        Err(_) => Vec::new(),
-    };
-    let hint = std::fs::read_to_string(dir.join("version-hint.text")).ok();
-    let name = current_metadata_name(hint.as_deref(), &names).ok_or_else(|| {
-        table_error(
-            location,
-            "not an Iceberg table: no metadata/*.metadata.json",
-        )
-    })?;
-    Ok(dir.join(name))
-}
-
-/// A table's current metadata file in a store.
-fn remote_metadata_file(root: &ObjectUrl, location: &str) -> Result<ObjectUrl> {
     let dir = root.join("metadata");
-    let names: Vec<String> = store::list(&dir)?
-        .into_iter()
-        .filter_map(|o| o.url.relative_to(&dir).map(str::to_owned))
-        .filter(|n| !n.contains('/'))
-        .collect();
+    let names: Vec<String> = match files.list_dir(&dir) {
+        Ok((found, _)) => found
+            .iter()
+            .filter_map(|o| Some(o.path.file_name()?.to_string_lossy().into_owned()))
+            .collect(),
+        Err(e) if store::storage::is_not_found(&e) => Vec::new(),
+        Err(e) => return Err(e),
+    };
     let hint = if names.iter().any(|n| n == "version-hint.text") {
-        let bytes = store::read_all(&dir.join("version-hint.text"))?;
+        let bytes = files.read(&dir.join("version-hint.text"))?;
         Some(String::from_utf8_lossy(&bytes).into_owned())
     } else {
         None
@@ -601,7 +600,7 @@ fn remote_metadata_file(root: &ObjectUrl, location: &str) -> Result<ObjectUrl> {
             "not an Iceberg table: no metadata/*.metadata.json",
         )
     })?;
-    Ok(dir.join(&name))
+    Ok(dir.join(name))
 }
 
 /// Of the names in `metadata/`: the file `version-hint.text` names (a version N, or a
@@ -838,17 +837,25 @@ pub struct TableStorage {
     inner: Option<Arc<StorageInner>>,
 }
 
+/// Where a table is now: its files' storage, its folder there, and how the manifest
+/// names its files ([`store::storage::shown`]).
+#[derive(Debug)]
+struct Where {
+    files: Arc<dyn store::Storage>,
+    dir: PathBuf,
+    shown: String,
+}
+
 #[derive(Debug)]
 struct StorageInner {
-    /// The table as given (names in errors and the manifest).
-    location: String,
     /// The table location its metadata records, normalized (a `file:` URI as a path).
     recorded: String,
     /// Where the table is now.
-    place: Place,
+    table: Where,
     io: IoOptions,
-    /// ETags of the table's objects, by path relative to the table (store reads pin them).
-    etags: Mutex<HashMap<String, String>>,
+    /// The table's files found so far, by path relative to the table: their sizes and
+    /// ETags (store reads pin them).
+    found: Mutex<HashMap<String, Object>>,
     failure: Mutex<Option<Error>>,
 }
 
@@ -861,20 +868,31 @@ fn normalize(path: &str) -> &str {
 }
 
 /// Where one path of the metadata is read.
-enum Target {
-    Local(PathBuf, String),
-    Remote(ObjectUrl, Option<String>),
+struct Target {
+    files: Arc<dyn store::Storage>,
+    path: PathBuf,
+    /// The file as found, when it was (its reads pinned to its ETag).
+    found: Option<Object>,
+}
+
+impl Target {
+    /// The file: as found, else found now.
+    async fn object(&self) -> Result<Object> {
+        match &self.found {
+            Some(object) => Ok(object.clone()),
+            None => self.files.head_async(&self.path).await,
+        }
+    }
 }
 
 impl TableStorage {
-    fn new(location: &str, recorded: &str, place: Place, io: IoOptions) -> TableStorage {
+    fn new(recorded: &str, table: Where, io: IoOptions) -> TableStorage {
         TableStorage {
             inner: Some(Arc::new(StorageInner {
-                location: location.to_owned(),
                 recorded: normalize(recorded).trim_end_matches('/').to_owned(),
-                place,
+                table,
                 io,
-                etags: Mutex::default(),
+                found: Mutex::default(),
                 failure: Mutex::default(),
             })),
         }
@@ -905,28 +923,34 @@ impl TableStorage {
         }
     }
 
-    /// Where `path` is read, and its name in errors.
+    /// Where `path` is read.
     fn target(&self, path: &str) -> Result<Target> {
         let inner = self.inner().map_err(|e| table_error(path, explain(&e)))?;
         let rel = self.relative(path);
         if rel != path {
-            let display = format!("{}/{rel}", inner.location);
-            return Ok(match &inner.place {
-                Place::Local(dir) => Target::Local(dir.join(&rel), display),
-                Place::Remote(url) => {
-                    let etag = inner
-                        .etags
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get(&rel)
-                        .cloned();
-                    Target::Remote(url.join(&rel), etag)
-                }
+            let found = inner.found.lock().unwrap_or_else(|p| p.into_inner());
+            return Ok(Target {
+                files: inner.table.files.clone(),
+                path: inner.table.dir.join(&rel),
+                found: found.get(&rel).cloned(),
             });
         }
-        match store::locate(Path::new(normalize(path)), inner.io)? {
-            Place::Local(p) => Ok(Target::Local(p, path.to_owned())),
-            Place::Remote(url) => Ok(Target::Remote(url, None)),
+        let outside = Path::new(normalize(path));
+        Ok(Target {
+            files: store::storage_of(outside, inner.io)?,
+            path: store::storage::resolve(outside, inner.io)?,
+            found: None,
+        })
+    }
+
+    /// How the manifest names `path`: below the table as the table is named, else by
+    /// itself.
+    fn shown(&self, rel: &str, path: &str) -> String {
+        match self.inner.as_deref() {
+            Some(inner) if rel != path => format!("{}/{rel}", inner.table.shown),
+            Some(inner) => store::storage::shown(Path::new(normalize(path)), inner.io)
+                .unwrap_or_else(|_| path.to_owned()),
+            None => path.to_owned(),
         }
     }
 
@@ -953,60 +977,46 @@ impl TableStorage {
         kept.unwrap_or_else(|| table_error(file, explain(&e)))
     }
 
-    /// In a store: every object below the table, by path relative to it (one listing
-    /// instead of a request per file); their ETags pin the crate's reads.
-    fn objects(&self) -> Result<HashMap<String, Listed>> {
-        let Some(inner) = self.inner.as_deref() else {
-            return Ok(HashMap::new());
-        };
-        let Place::Remote(url) = &inner.place else {
-            return Ok(HashMap::new());
-        };
-        let objects: HashMap<String, Listed> = store::list(url)?
-            .into_iter()
-            .filter_map(|o| Some((o.url.relative_to(url)?.to_owned(), o)))
-            .collect();
-        let mut etags = inner.etags.lock().unwrap_or_else(|p| p.into_inner());
-        for (rel, o) in &objects {
-            if let Some(etag) = &o.etag {
-                etags.insert(rel.clone(), etag.clone());
+    /// The table's files `rels` (paths relative to it), found in one go: one listing in
+    /// a store, a stat each on disk. Their ETags then pin the crate's reads. A missing
+    /// one is `missing(rel)`.
+    fn find(
+        &self,
+        rels: &[String],
+        missing: impl Fn(&str) -> Error,
+    ) -> Result<HashMap<String, Object>> {
+        let inner = self.inner().map_err(|e| table_error("", explain(&e)))?;
+        let (files, dir) = (&inner.table.files, &inner.table.dir);
+        let objects = match files.find(dir, rels) {
+            Ok(objects) => objects,
+            Err(e) if store::storage::is_not_found(&e) => {
+                let gone = rels.iter().find(|rel| files.head(&dir.join(rel)).is_err());
+                return Err(gone.map_or(e, |rel| missing(rel)));
             }
-        }
-        Ok(objects)
+            Err(e) => return Err(e),
+        };
+        let found: HashMap<String, Object> = rels.iter().cloned().zip(objects).collect();
+        let mut known = inner.found.lock().unwrap_or_else(|p| p.into_inner());
+        known.extend(found.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Ok(found)
     }
 
-    /// A data file as our Parquet reader opens it.
+    /// A data file as our Parquet reader opens it: as [`TableStorage::find`] found it,
+    /// or (outside the table) found now.
     fn input_file(
         &self,
         rel: &str,
         path: &str,
-        objects: &HashMap<String, Listed>,
-        snapshot: i64,
+        found: &HashMap<String, Object>,
+        missing: impl Fn(&str) -> Error,
     ) -> Result<InputFile> {
-        let inner = self.inner().map_err(|e| table_error(path, explain(&e)))?;
-        let missing = || {
-            table_error(
-                &inner.location,
-                format!(
-                    "data file {rel} is named by snapshot {snapshot} but is missing from the table"
-                ),
-            )
+        let target = self.target(path)?;
+        let object = match found.get(rel) {
+            Some(object) => object.clone(),
+            None => target.files.head(&target.path).map_err(|_| missing(rel))?,
         };
-        match self.target(path)? {
-            Target::Local(file, display) => {
-                if !file.is_file() {
-                    return Err(missing());
-                }
-                InputFile::at(&file, display, inner.io).map_err(|_| missing())
-            }
-            Target::Remote(url, _) => {
-                let object = match objects.get(rel) {
-                    Some(o) => o.clone(),
-                    None => store::head(&url).map_err(|_| missing())?,
-                };
-                InputFile::at(&object.url.to_path(), object.url.to_string(), inner.io)
-            }
-        }
+        let blob = Blob::new(target.files, object);
+        Ok(InputFile::new(blob, self.shown(rel, path)))
     }
 
     /// A delete file, for the manifest.
@@ -1014,43 +1024,29 @@ impl TableStorage {
         &self,
         rel: &str,
         path: &str,
-        objects: &HashMap<String, Listed>,
+        found: &HashMap<String, Object>,
         bytes: u64,
     ) -> SideFile {
-        let etag = objects.get(rel).and_then(|o| o.etag.clone());
-        let display = match self.target(path) {
-            Ok(Target::Local(_, display)) => display,
-            Ok(Target::Remote(url, _)) => url.to_string(),
-            Err(_) => path.to_owned(),
-        };
         SideFile {
-            display,
+            display: self.shown(rel, path),
             bytes,
-            etag,
+            etag: found.get(rel).and_then(|o| o.etag.clone()),
         }
     }
 
     async fn size(&self, path: &str) -> Result<u64> {
-        match self.target(path)? {
-            Target::Local(file, display) => Ok(std::fs::metadata(&file)
-                .map_err(|e| Error::from(e).with_file(&display))?
-                .len()),
-            Target::Remote(url, _) => Ok(store::head_async(&url).await?.size),
-        }
+        Ok(self.target(path)?.object().await?.size)
     }
 
     async fn read_all(&self, path: &str) -> Result<Bytes> {
-        match self.target(path)? {
-            Target::Local(file, display) => Ok(Bytes::from(
-                std::fs::read(&file).map_err(|e| Error::from(e).with_file(&display))?,
-            )),
-            Target::Remote(url, etag) => match etag {
-                Some(etag) => {
-                    let size = store::head_async(&url).await?.size;
-                    store::get_range(&url, 0..size, Some(&etag)).await
-                }
-                None => store::read_all_async(&url).await,
-            },
+        let target = self.target(path)?;
+        match &target.found {
+            Some(object) if object.size == 0 => Ok(Bytes::new()),
+            Some(object) => {
+                let whole = 0..object.size;
+                target.files.read_range_async(object, whole).await
+            }
+            None => target.files.read_async(&target.path).await,
         }
     }
 
@@ -1062,27 +1058,17 @@ impl TableStorage {
     }
 }
 
-/// Ranged reads of one file.
+/// Ranged reads of one file, pinned to it as found.
 struct RangeRead {
-    target: Target,
-    file: Option<std::fs::File>,
+    files: Arc<dyn store::Storage>,
+    object: Object,
     storage: TableStorage,
 }
 
 #[async_trait::async_trait]
 impl FileRead for RangeRead {
     async fn read(&self, range: Range<u64>) -> iceberg::Result<Bytes> {
-        let bytes = match (&self.target, &self.file) {
-            (Target::Local(_, display), Some(file)) => {
-                use std::os::unix::fs::FileExt;
-                let mut buf = vec![0u8; (range.end - range.start) as usize];
-                file.read_exact_at(&mut buf, range.start)
-                    .map(|()| Bytes::from(buf))
-                    .map_err(|e| Error::from(e).with_file(display))
-            }
-            (Target::Remote(url, etag), _) => store::get_range(url, range, etag.as_deref()).await,
-            (Target::Local(_, display), None) => Err(table_error(display, "the file is not open")),
-        };
+        let bytes = self.files.read_range_async(&self.object, range).await;
         bytes.map_err(|e| self.storage.fail(e))
     }
 }
@@ -1105,16 +1091,10 @@ impl Storage for TableStorage {
 
     async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
         let target = self.target(path).map_err(|e| self.fail(e))?;
-        let file = match &target {
-            Target::Local(file, display) => Some(
-                std::fs::File::open(file)
-                    .map_err(|e| self.fail(Error::from(e).with_file(display)))?,
-            ),
-            Target::Remote(..) => None,
-        };
+        let object = target.object().await.map_err(|e| self.fail(e))?;
         Ok(Box::new(RangeRead {
-            target,
-            file,
+            files: target.files,
+            object,
             storage: self.clone(),
         }))
     }
@@ -1199,9 +1179,12 @@ mod tests {
     #[test]
     fn paths_under_the_recorded_location_read_where_the_table_is() {
         let storage = TableStorage::new(
-            "tables/events",
             "file:///tmp/writer/warehouse/events/",
-            Place::Local(PathBuf::from("/data/events")),
+            Where {
+                files: Arc::new(store::storage::LocalFiles),
+                dir: PathBuf::from("/data/events"),
+                shown: "tables/events".into(),
+            },
             IoOptions::new(),
         );
         assert_eq!(
@@ -1216,16 +1199,17 @@ mod tests {
             storage.relative("/tmp/writer/warehouse/eventsX/a"),
             "/tmp/writer/warehouse/eventsX/a"
         );
-        match storage
-            .target("file:/tmp/writer/warehouse/events/data/a.parquet")
-            .unwrap()
-        {
-            Target::Local(p, display) => {
-                assert_eq!(p, PathBuf::from("/data/events/data/a.parquet"));
-                assert_eq!(display, "tables/events/data/a.parquet");
-            }
-            Target::Remote(..) => panic!("local"),
-        }
+        let path = "file:/tmp/writer/warehouse/events/data/a.parquet";
+        let target = storage.target(path).unwrap();
+        assert_eq!(target.path, PathBuf::from("/data/events/data/a.parquet"));
+        assert_eq!(
+            storage.shown(&storage.relative(path), path),
+            "tables/events/data/a.parquet"
+        );
+        let outside = "file:/elsewhere/b.parquet";
+        let target = storage.target(outside).unwrap();
+        assert_eq!(target.path, PathBuf::from("/elsewhere/b.parquet"));
+        assert_eq!(storage.shown(outside, outside), "/elsewhere/b.parquet");
     }
 
     #[test]

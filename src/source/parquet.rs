@@ -1320,10 +1320,7 @@ mod tests {
             let input = fixed_list_table(&name, &DataType::Float32, 4, 12_000, nulls, false, props);
             let (ours, fast) = read_all(&input);
             assert!(
-                same_rows(
-                    &ours.unwrap(),
-                    &read_with_arrow(input.file.path()).unwrap()
-                ),
+                same_rows(&ours.unwrap(), &read_with_arrow(input.file.path()).unwrap()),
                 "{name}"
             );
             assert_eq!(

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
+use futures_util::future::BoxFuture;
 use url::Url;
 
 use super::{
@@ -140,6 +141,20 @@ pub trait Storage: Send + Sync + std::fmt::Debug {
     /// An I/O or store error naming the object; the object changed since.
     fn read_range(&self, object: &Object, range: Range<u64>) -> Result<Bytes>;
 
+    /// [`Storage::head`] for async callers (a dependency's own async storage trait,
+    /// Iceberg's).
+    fn head_async<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<Object>>;
+
+    /// [`Storage::read`] for async callers.
+    fn read_async<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<Bytes>>;
+
+    /// [`Storage::read_range`] for async callers.
+    fn read_range_async<'a>(
+        &'a self,
+        object: &'a Object,
+        range: Range<u64>,
+    ) -> BoxFuture<'a, Result<Bytes>>;
+
     /// The whole of `object` (its found size: no HEAD).
     ///
     /// # Errors
@@ -224,6 +239,24 @@ impl Storage for LocalFiles {
 
     fn read(&self, path: &Path) -> Result<Bytes> {
         Ok(Bytes::from(std::fs::read(path).map_err(io_at(path))?))
+    }
+
+    // A local file's calls are quick and blocking: answered at once, as the
+    // synchronous ones.
+    fn head_async<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<Object>> {
+        Box::pin(std::future::ready(self.head(path)))
+    }
+
+    fn read_async<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<Bytes>> {
+        Box::pin(std::future::ready(self.read(path)))
+    }
+
+    fn read_range_async<'a>(
+        &'a self,
+        object: &'a Object,
+        range: Range<u64>,
+    ) -> BoxFuture<'a, Result<Bytes>> {
+        Box::pin(std::future::ready(self.read_range(object, range)))
     }
 
     fn walk(&self, dir: &Path) -> Result<Vec<(String, Object)>> {
@@ -394,6 +427,25 @@ impl Storage for ObjectFiles {
         super::read_all(&self.url(path)?)
     }
 
+    fn head_async<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<Object>> {
+        Box::pin(async move { Ok(remote_object(&super::head_async(&self.url(path)?).await?)) })
+    }
+
+    fn read_async<'a>(&'a self, path: &'a Path) -> BoxFuture<'a, Result<Bytes>> {
+        Box::pin(async move { super::read_all_async(&self.url(path)?).await })
+    }
+
+    fn read_range_async<'a>(
+        &'a self,
+        object: &'a Object,
+        range: Range<u64>,
+    ) -> BoxFuture<'a, Result<Bytes>> {
+        Box::pin(async move {
+            let url = self.url(&object.path)?;
+            get_range(&url, range, object.etag.as_deref()).await
+        })
+    }
+
     fn walk(&self, dir: &Path) -> Result<Vec<(String, Object)>> {
         let url = self.url(dir)?;
         let mut found: Vec<(String, Object)> = list(&url)?
@@ -413,14 +465,15 @@ impl Storage for ObjectFiles {
     fn find(&self, dir: &Path, names: &[String]) -> Result<Vec<Object>> {
         let dir = self.url(dir)?;
         let objects = list(&dir)?;
+        let by_key: std::collections::HashMap<&str, &Listed> =
+            objects.iter().map(|o| (o.url.key(), o)).collect();
         names
             .iter()
             .map(|name| {
                 let want = dir.join(name);
-                objects
-                    .iter()
-                    .find(|o| o.url.key() == want.key())
-                    .map(remote_object)
+                by_key
+                    .get(want.key())
+                    .map(|o| remote_object(o))
                     .ok_or_else(|| {
                         Error::from(std::io::Error::new(
                             std::io::ErrorKind::NotFound,
