@@ -482,7 +482,7 @@ impl FinalizerBuilder {
         if f.output.as_os_str().is_empty() {
             return Err(Error::invalid_option("output", "no output folder given"));
         }
-        store::locate(&f.output, f.io)?;
+        store::storage::resolve(&f.output, f.io)?;
         Ok(f)
     }
 }

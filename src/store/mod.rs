@@ -69,7 +69,8 @@ pub use self::settings::{
     READ_AHEAD_BYTES,
 };
 pub use self::storage::{storage_of, Blob, Object, Storage};
-pub use self::url::{is_url, locate, ObjectUrl, Place, Scheme};
+pub use self::url::{is_url, ObjectUrl, Scheme};
+pub(crate) use self::url::{locate, Place};
 
 /// An id unique among the runs (and attempts of one worker) that may race for one
 /// output: time, process and a counter. `run-…`.

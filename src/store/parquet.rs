@@ -694,8 +694,8 @@ impl std::io::Read for ChunkRead {
 
 /// One Parquet file's bytes, read through the storage that found it: the footer, then
 /// each row group's column chunks. On disk, the decoder reads the file itself (a read
-/// at its end an error, see [`ParquetFile`]); in a store, the footer comes in one ranged
-/// request and the chunks through [`RemoteChunks`]' read-ahead, every request pinned to
+/// at its end an error, see `ParquetFile`); in a store, the footer comes in one ranged
+/// request and the chunks through `RemoteChunks`' read-ahead, every request pinned to
 /// the ETag the listing saw. Readers of Parquet ask this, never where the bytes are.
 #[derive(Debug, Clone)]
 pub struct ParquetBytes {

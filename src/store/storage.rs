@@ -3,9 +3,11 @@
 //! ([`ObjectFiles`]) answer the same questions: what is at a path (its size and ETag),
 //! what a folder holds, and the bytes of an object as it was when it was found. A
 //! [`Blob`] is one file found, with the storage that reads it. Input discovery, the
-//! readers' file operations ([`super::paths`]), the pipeline and `verify` go through it
-//! and ask capabilities ([`Storage::local_path`]), not whether bytes are local; the
-//! Parquet byte reader, Delta's engine and Iceberg's storage adapter do not yet.
+//! readers' file operations ([`super::paths`]), the pipeline, `verify`, Parquet's bytes
+//! ([`super::ParquetBytes`]), Delta's engine ([`Storage::object_store`]) and Iceberg's
+//! storage adapter (the async face) all go through it and ask capabilities
+//! ([`Storage::local_path`]), not whether bytes are local; a test below holds the rest
+//! of the code to that.
 //!
 //! Reads are pinned: a ranged or sequential read of an object found with an ETag fails
 //! (the store's "precondition failed") rather than mixing two versions of it, and a
@@ -762,5 +764,71 @@ mod conformance {
             .unwrap()
             .read_to_end(&mut streamed)
             .is_err());
+    }
+}
+
+/// The boundary, checked in the code itself: outside `src/store/`, no code asks where
+/// bytes are. It names none of the store's own handles (a place, a URL, a listing) and
+/// calls none of its object functions; it reads through [`Storage`], [`Blob`] and the
+/// store's readers.
+#[cfg(test)]
+mod boundary {
+    /// Names only `src/store/` may use (whole identifiers, outside comments).
+    const STORE_ONLY: [&str; 9] = [
+        "Place",
+        "ObjectUrl",
+        "Listed",
+        "RemoteRead",
+        "RemoteChunks",
+        "RemoteParquet",
+        "object_store_of",
+        "get_range",
+        "read_all_async",
+    ];
+    /// Calls only `src/store/` may make.
+    const STORE_CALLS: [&str; 7] = [
+        "store::locate(",
+        "store::head(",
+        "store::list(",
+        "store::list_dir(",
+        "store::read_all(",
+        "store::put(",
+        "store::delete_object(",
+    ];
+
+    #[test]
+    fn only_the_store_knows_whether_bytes_are_local() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut checked = 0;
+        let mut found = Vec::new();
+        for entry in walkdir::WalkDir::new(&src) {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            if path.starts_with(src.join("store")) || path.extension() != Some("rs".as_ref()) {
+                continue;
+            }
+            checked += 1;
+            let text = std::fs::read_to_string(path).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default();
+                let words = code.split(|c: char| !(c.is_alphanumeric() || c == '_'));
+                let named = words.filter(|w| STORE_ONLY.contains(w));
+                let called = STORE_CALLS.iter().filter(|c| code.contains(*c));
+                for what in named.chain(called.copied()) {
+                    let at = path.strip_prefix(&src).unwrap().display();
+                    found.push(format!("src/{at}:{}: {what}", n + 1));
+                }
+            }
+        }
+        assert!(
+            checked > 50,
+            "only {checked} files found below {}",
+            src.display()
+        );
+        assert!(
+            found.is_empty(),
+            "store-only names outside src/store/:\n{}",
+            found.join("\n")
+        );
     }
 }

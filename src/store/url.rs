@@ -140,7 +140,7 @@ impl fmt::Display for ObjectUrl {
 /// A path argument resolved: a local path or an object URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Place {
+pub(crate) enum Place {
     /// A local file or folder (a plain path, or a `file://` URL).
     Local(PathBuf),
     /// An object or prefix in a store.
@@ -155,7 +155,7 @@ pub enum Place {
 ///
 /// [`ErrorKind::InvalidOption`](crate::error::ErrorKind::InvalidOption) for an unsupported
 /// scheme or a URL without a bucket.
-pub fn locate(arg: &Path, io: IoOptions) -> Result<Place> {
+pub(crate) fn locate(arg: &Path, io: IoOptions) -> Result<Place> {
     let text = arg.to_string_lossy();
     let Some((scheme, rest)) = text.split_once("://") else {
         return Ok(Place::Local(arg.to_path_buf()));
