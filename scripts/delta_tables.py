@@ -13,6 +13,9 @@ Tables:
   overwritten v0 write, v1 overwrite: the folder holds both versions' files.
   nested      a struct column that gains a field in v1 (schema merge).
   ntz         a timestamp without time zone (reader feature timestampNtz).
+  embeddings  a pyarrow fixed_size_list<float>[32] column (Delta records array<float>;
+              the files keep the fixed-size type in their Arrow schema): v0 write, v1
+              append.
 
 Expected rows come from deltalake's own reader (DataFusion, which applies deletes), in
 the contract's order: data files by their path relative to the table root, rows in file
@@ -131,7 +134,19 @@ def main():
         "ts": pa.array([datetime.datetime(2026, 11, 30, 8, 15), None,
                         datetime.datetime(1969, 12, 31, 23, 59, 59, 5)], pa.timestamp("us"))})))
 
+    # An embedding as pyarrow holds it: a fixed-size list (Delta has none: array<float>).
+    embeddings = out / "embeddings"
+    def embedded(first, n):
+        ids = list(range(first, first + n))
+        return pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "emb": pa.array([[i + j / 32 for j in range(32)] for i in ids],
+                            pa.list_(pa.float32(), 32))})
+    commit(lambda: write_deltalake(str(embeddings), embedded(0, 6)))
+    commit(lambda: write_deltalake(str(embeddings), embedded(6, 4), mode="append"))
+
     result = {
+        "embeddings": [expected(embeddings, v) for v in range(2)],
         "ntz": [expected(ntz, 0)],
         "events": [expected(events, v) for v in range(5)],
         "overwritten": [expected(overwritten, v) for v in range(2)],

@@ -16,6 +16,8 @@ Tables (a SQL catalog on SQLite, OUT/catalog.db; the warehouse OUT/warehouse):
             (a later sequence number: the delete does not apply to them).
   v1        format v1, partitioned by bucket(id) and truncate(name): two appends.
   empty     created, never written: no snapshot.
+  embeddings  created from a pyarrow schema with a fixed_size_list<float>[32] column
+            (Iceberg records list<float>): two appends.
   s3_events (--s3 only) the first three snapshots of `events`, written to the bucket.
 
 pyiceberg 0.12 writes copy-on-write deletes only: the delete files are written here with
@@ -310,6 +312,22 @@ def v1(catalog):
     return [expected(tbl, i) for i in ids]
 
 
+def embeddings(catalog):
+    def rows(first, n):
+        ids = list(range(first, first + n))
+        return pa.table({
+            "id": pa.array(ids, pa.int64()),
+            "emb": pa.array([[i + j / 32 for j in range(32)] for i in ids],
+                            pa.list_(pa.float32(), 32))})
+    tbl = catalog.create_table("db.embeddings", schema=rows(0, 0).schema)
+    ids = []
+    for first, n in ((0, 6), (6, 4)):
+        tbl.append(rows(first, n))
+        pause()
+        ids.append(current(tbl))
+    return [expected(tbl, i) for i in ids]
+
+
 def catalog_at(out, name, warehouse, **props):
     catalog = SqlCatalog(name, uri=f"sqlite:///{out}/{name}.db", warehouse=warehouse, **props)
     catalog.create_namespace("db")
@@ -336,11 +354,12 @@ def main():
             "events": events(catalog, "db.events"),
             "deletes": deletes(catalog),
             "v1": v1(catalog),
+            "embeddings": embeddings(catalog),
         }
         catalog.create_table("db.empty",
                              schema=Schema(NestedField(1, "id", LongType(), required=False)))
         result["locations"] = {t: location(catalog, f"db.{t}")
-                               for t in ["events", "deletes", "v1", "empty"]}
+                               for t in ["events", "deletes", "v1", "empty", "embeddings"]}
     (out / "expected.json").write_text(json.dumps(result, indent=1))
 
 

@@ -9,7 +9,7 @@ use crate::convert::table::{TableExtra, TableSource};
 use crate::convert::{ConvertOptions, DeltaOptions, IcebergOptions, Open, ParquetDecoder, Source};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{schema_difference, EncodePlan};
-use crate::source::delta::DeltaTable;
+use crate::source::delta::{self, DeltaTable};
 use crate::source::hive;
 use crate::source::iceberg::{IcebergFileRead, IcebergTable};
 use crate::source::parquet::{self as source, ParquetInput};
@@ -102,6 +102,8 @@ fn open_delta(options: &ConvertOptions, delta: &DeltaOptions) -> Result<TableSou
         .into_par_iter()
         .map(|f| {
             let mut input = ParquetInput::open(f.input)?;
+            input.metadata = delta::read_as_delta(input.metadata)
+                .map_err(|e| e.with_file(&input.file.display))?;
             let columns = f
                 .read
                 .columns(&input.metadata, schema.clone())

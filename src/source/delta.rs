@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use arrow_array::{Array, BooleanArray, RecordBatch, RecordBatchOptions};
-use arrow_schema::Schema;
+use arrow_schema::{DataType, FieldRef, Schema};
 use delta_kernel::engine::arrow_conversion::TryFromKernel;
 use delta_kernel::engine::arrow_data::ArrowEngineData;
 use delta_kernel::engine::arrow_utils::{fixup_parquet_read, parquet_read_plan, ReorderIndex};
@@ -31,7 +31,7 @@ use delta_kernel::snapshot::{Snapshot, SnapshotRef};
 use delta_kernel::{Engine, ExpressionEvaluator};
 use delta_kernel_default_engine::executor::tokio::TokioMultiThreadExecutor;
 use delta_kernel_default_engine::DefaultEngine;
-use parquet::arrow::arrow_reader::ArrowReaderMetadata;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::ProjectionMask;
 use url::Url;
 
@@ -870,6 +870,55 @@ impl std::fmt::Debug for DeltaRead {
             .field("deleted", &self.deleted.as_ref().map(Vec::len))
             .finish_non_exhaustive()
     }
+}
+
+/// A data file's footer as Delta reads it. Delta has no fixed-size list: a column that
+/// the file's Arrow schema (pyarrow's, kept in the Parquet metadata) holds as a
+/// `FixedSizeList`, such as an embedding `deltalake` wrote from a
+/// `fixed_size_list<float>`, is read as the table's `array`, a list, as `deltalake`
+/// reads it back. Its length still shows: where every row's list has the same length,
+/// the spec's shape is `[n]`.
+///
+/// # Errors
+///
+/// A schema arrow-rs cannot read the file with (not expected: a list is what Parquet
+/// stores).
+pub fn read_as_delta(file: ArrowReaderMetadata) -> Result<ArrowReaderMetadata> {
+    fn fix(data_type: &DataType) -> Option<DataType> {
+        let child = |f: &FieldRef| -> FieldRef {
+            match fix(f.data_type()) {
+                Some(t) => Arc::new(f.as_ref().clone().with_data_type(t)),
+                None => f.clone(),
+            }
+        };
+        match data_type {
+            DataType::FixedSizeList(f, _) => Some(DataType::List(child(f))),
+            DataType::List(f) => fix(f.data_type()).map(|_| DataType::List(child(f))),
+            DataType::LargeList(f) => fix(f.data_type()).map(|_| DataType::LargeList(child(f))),
+            DataType::Struct(fields) => fields
+                .iter()
+                .any(|f| fix(f.data_type()).is_some())
+                .then(|| DataType::Struct(fields.iter().map(child).collect())),
+            _ => None,
+        }
+    }
+    let schema = file.schema();
+    if !schema.fields().iter().any(|f| fix(f.data_type()).is_some()) {
+        return Ok(file);
+    }
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| match fix(f.data_type()) {
+            Some(t) => Arc::new(f.as_ref().clone().with_data_type(t)),
+            None => f.clone(),
+        })
+        .collect();
+    let hinted = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    Ok(ArrowReaderMetadata::try_new(
+        file.metadata().clone(),
+        ArrowReaderOptions::new().with_schema(hinted),
+    )?)
 }
 
 /// A data file's read plan for one scan: the kernel's own (`parquet_read_plan`), which

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::{
     copy_tree as copy_table, inspect_all as records, read_manifest, records_in_order, root, run, s,
@@ -81,6 +81,36 @@ fn rfc3339(ms: i64) -> String {
     tfshard::convert::rfc3339_ms(ms)
 }
 
+/// An embedding column that deltalake wrote from pyarrow's `fixed_size_list<float>[32]`
+/// (Delta records `array<float>`; the files keep the fixed-size type in their Arrow
+/// schema) converts to deltalake's rows, its length the spec's fixed shape.
+#[test]
+fn a_fixed_size_list_column_keeps_its_shape() {
+    let (dir, expected) = need_tables!();
+    let want = snapshot(expected, "embeddings", 1);
+    let out = scratch("delta-embeddings-shape");
+    let (code, _, err) = convert(&dir.join("embeddings"), &out, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(records(&out), want["records"].as_array().unwrap().clone());
+    let manifest = read_manifest(&out, "data");
+    let emb = manifest["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "emb")
+        .unwrap();
+    assert_eq!(
+        (&emb["kind"], &emb["shape"]),
+        (&json!("float"), &json!([32]))
+    );
+    let (code, spec, err) = run(["schema", s(&out), "--format", "python"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        spec.contains(r#""emb": tf.io.FixedLenFeature([32], tf.float32)"#),
+        "{spec}"
+    );
+}
+
 #[test]
 fn every_version_converts_to_deltalakes_rows_in_file_order() {
     let (dir, expected) = need_tables!();
@@ -89,6 +119,7 @@ fn every_version_converts_to_deltalakes_rows_in_file_order() {
         ("overwritten", 2),
         ("nested", 2),
         ("ntz", 1),
+        ("embeddings", 2),
     ] {
         for version in 0..versions {
             let want = snapshot(expected, table, version);

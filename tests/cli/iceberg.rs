@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::{
     copy_tree as copy_table, inspect_all as records, read_manifest, records_in_order, root, run, s,
@@ -149,7 +149,7 @@ fn every_snapshot_converts(dir_of: &Path, table: &str, snapshots: &Value, name: 
 #[test]
 fn every_snapshot_converts_to_pyicebergs_rows_in_file_order() {
     let (_, expected) = need_tables!();
-    for table in ["events", "deletes", "v1"] {
+    for table in ["events", "deletes", "v1", "embeddings"] {
         every_snapshot_converts(&table_dir(expected, table), table, &expected[table], table);
     }
     // The current snapshot by default: the last one.
@@ -180,6 +180,29 @@ fn every_snapshot_converts_to_pyicebergs_rows_in_file_order() {
         expected["events"][2]["snapshot_id"]
     );
     assert_eq!(summary["table"]["location"], s(&events));
+}
+
+/// A table pyiceberg created from pyarrow's `fixed_size_list<float>[32]` (Iceberg
+/// records `list<float>`) converts with the list's length as the spec's fixed shape.
+#[test]
+fn a_fixed_size_list_column_keeps_its_shape() {
+    let (_, expected) = need_tables!();
+    let out = scratch("iceberg-embeddings-shape");
+    let (code, _, err) = convert(&table_dir(expected, "embeddings"), &out, &[]);
+    assert_eq!(code, 0, "{err}");
+    let want = &expected["embeddings"][1];
+    assert_eq!(records(&out), want["records"].as_array().unwrap().clone());
+    let manifest = read_manifest(&out, "data");
+    let emb = manifest["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "emb")
+        .unwrap();
+    assert_eq!(
+        (&emb["kind"], &emb["shape"]),
+        (&json!("float"), &json!([32]))
+    );
 }
 
 #[test]
