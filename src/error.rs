@@ -714,6 +714,13 @@ impl Error {
         self
     }
 
+    /// Sets the file, replacing one already set (a path the storage resolved, named
+    /// as the user gave it).
+    pub(crate) fn at_file(mut self, file: impl AsRef<Path>) -> Error {
+        self.0.location.file = Some(file.as_ref().to_path_buf());
+        self
+    }
+
     /// Sets the column, unless already set.
     pub fn with_column(mut self, column: impl Into<String>) -> Error {
         if self.0.location.column.is_none() {

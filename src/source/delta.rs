@@ -174,18 +174,17 @@ impl DeltaTable {
         let storage = store::storage_of(table, io)?;
         let dir = storage.canonical(&store::storage::resolve(table, io)?);
         let shown = store::storage::shown(table, io)?;
-        match storage.stat(&dir).map_err(|e| e.with_file(&location))? {
-            Stat::File(_) => return Err(table_error(&location, "not a Delta table: not a folder")),
-            Stat::Dir => {}
-        }
-        let log_dir = dir.join("_delta_log");
-        match storage.is_dir(&log_dir) {
-            Ok(true) => {}
-            Ok(false) => return Err(table_error(&location, "not a Delta table: no _delta_log/")),
-            Err(e) if store::storage::is_not_found(&e) => {
-                return Err(table_error(&location, "not a Delta table: no _delta_log/"))
-            }
-            Err(e) => return Err(e),
+        // The log first (one listing in a store); on failure, why: not there, a file,
+        // or a folder without a log.
+        let no_log = || table_error(&location, "not a Delta table: no _delta_log/");
+        let log = storage.is_dir(&dir.join("_delta_log"));
+        if !matches!(log, Ok(true)) {
+            return Err(match (storage.stat(&dir), log) {
+                (Ok(Stat::File(_)), _) => table_error(&location, "not a Delta table: not a folder"),
+                (Ok(Stat::Dir), Err(e)) if !store::storage::is_not_found(&e) => e,
+                (Ok(Stat::Dir), _) => no_log(),
+                (Err(e), _) => e.at_file(&location),
+            });
         }
         let (object_store, root) = storage.object_store(&dir)?;
         let executor = Arc::new(TokioMultiThreadExecutor::new(store::runtime_handle()));
@@ -469,17 +468,16 @@ impl DeltaTable {
 
     /// The data files `rels` (paths relative to the table) found in one go: one
     /// listing in a store, a stat each on disk.
+    ///
+    /// # Errors
+    ///
+    /// The first one missing (or a folder), named as the log names it.
     fn objects(&self, rels: &[String]) -> Result<HashMap<String, Object>> {
-        match self.storage.find(&self.dir, rels) {
-            Ok(found) => Ok(rels.iter().cloned().zip(found).collect()),
-            Err(e) if store::storage::is_not_found(&e) => {
-                let gone = rels
-                    .iter()
-                    .find(|rel| self.storage.head(&self.dir.join(rel)).is_err());
-                Err(gone.map_or(e, |rel| self.missing(rel)))
-            }
-            Err(e) => Err(e),
-        }
+        let found = self.storage.find(&self.dir, rels)?;
+        rels.iter()
+            .zip(found)
+            .map(|(rel, object)| Ok((rel.clone(), object.ok_or_else(|| self.missing(rel))?)))
+            .collect()
     }
 
     /// A data file the log names that the table lacks.
@@ -495,23 +493,35 @@ impl DeltaTable {
 
     /// The data file `rel` as an input, as [`DeltaTable::objects`] found it (in a
     /// store, its ETag pins every read), or an absolute path outside the table (a
-    /// shallow clone's), named by itself.
+    /// shallow clone's) in the table's own storage, named by itself: a table's log
+    /// never makes tfshard read another storage (a store's log naming local files).
     fn input_file(&self, rel: &str, objects: &HashMap<String, Object>) -> Result<InputFile> {
-        if let Some(object) = objects.get(rel) {
-            let blob = Blob::new(self.storage.clone(), object.clone());
-            return Ok(InputFile::new(blob, format!("{}/{rel}", self.shown)));
-        }
-        let path = Path::new(rel);
-        let blob = Blob::head(path, self.io).map_err(|_| self.missing(rel))?;
-        Ok(InputFile::new(blob, store::storage::shown(path, self.io)?))
+        let object = match objects.get(rel) {
+            Some(object) => object.clone(),
+            None => {
+                let path = store::storage::resolve(Path::new(rel), self.io)?;
+                let object = self.storage.head(&path).map_err(|_| self.missing(rel))?;
+                let blob = Blob::new(self.storage.clone(), object);
+                return Ok(InputFile::new(
+                    blob,
+                    store::storage::shown(Path::new(rel), self.io)?,
+                ));
+            }
+        };
+        let blob = Blob::new(self.storage.clone(), object);
+        Ok(InputFile::new(blob, format!("{}/{rel}", self.shown)))
     }
 
     /// A deletion vector file, for the manifest.
     fn side_file(&self, url: &Url) -> Result<SideFile> {
         let rel = self.relative(url.as_str());
-        let object = self.storage.head(&self.dir.join(&rel))?;
+        let display = format!("{}/{rel}", self.shown);
+        let object = self
+            .storage
+            .head(&self.dir.join(&rel))
+            .map_err(|e| e.at_file(&display))?;
         Ok(SideFile {
-            display: format!("{}/{rel}", self.shown),
+            display,
             bytes: object.size,
             etag: object.etag,
         })

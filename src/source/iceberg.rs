@@ -175,25 +175,25 @@ impl IcebergTable {
         let files = store::storage_of(table, io)?;
         let path = store::storage::resolve(table, io)?;
         let root = if is_metadata_file {
-            let folder = files.parent(&path).and_then(|m| files.parent(&m));
-            folder.unwrap_or_default()
+            // The folder above metadata/ (or the file's own folder at a bucket's root).
+            let folder = files.parent(&path);
+            let above = folder.as_ref().and_then(|m| files.parent(m)).or(folder);
+            above.unwrap_or_default()
         } else {
             path.clone()
         };
-        let file = if is_metadata_file {
-            path
-        } else {
-            current_metadata_file(&*files, &root, &location)?
-        };
         let shown = store::storage::shown(Path::new(&location), io)?;
-        let display = format!(
-            "{shown}/metadata/{}",
-            file.file_name().unwrap_or_default().to_string_lossy()
-        );
-        let found = files.head(&file).map_err(|e| e.with_file(&display))?;
-        let bytes = files
-            .read_whole(&found)
-            .map_err(|e| e.with_file(&display))?;
+        let (found, display) = if is_metadata_file {
+            let display = store::storage::shown(table, io)?;
+            let found = files.head(&path).map_err(|e| e.at_file(&display))?;
+            (found, display)
+        } else {
+            let found = current_metadata_file(&*files, &root, &location)?;
+            let name = found.path.file_name().unwrap_or_default().to_string_lossy();
+            let display = format!("{shown}/metadata/{name}");
+            (found, display)
+        };
+        let bytes = files.read_whole(&found).map_err(|e| e.at_file(&display))?;
         let metadata_file = SideFile {
             display,
             bytes: bytes.len() as u64,
@@ -564,43 +564,44 @@ fn pick_snapshot(
     Ok(Some(entry.snapshot_id))
 }
 
-/// A table's current metadata file: `metadata/version-hint.text`'s, else the newest
-/// `metadata/*.metadata.json`.
+/// A table's current metadata file, as its folder's listing found it (its reads pinned
+/// to it): `metadata/version-hint.text`'s, else the newest `metadata/*.metadata.json`.
 fn current_metadata_file(
     files: &dyn store::Storage,
     root: &Path,
     location: &str,
-) -> Result<PathBuf> {
-    match files.is_dir(root) {
-        Ok(true) => {}
-        Ok(false) => return Err(table_error(location, "not an Iceberg table: not a folder")),
-        Err(e) if store::storage::is_not_found(&e) => {
-            return Err(table_error(location, "not an Iceberg table: not a folder"))
-        }
-        Err(e) => return Err(e),
+) -> Result<Object> {
+    let name_of = |o: &Object| {
+        let name = o.path.file_name().unwrap_or_default();
+        name.to_string_lossy().into_owned()
+    };
+    // A folder that cannot be listed holds no metadata file (why is told below).
+    let listed = files
+        .list_dir(&root.join("metadata"))
+        .map(|(found, _)| found)
+        .unwrap_or_default();
+    let names: Vec<String> = listed.iter().map(name_of).collect();
+    // An unreadable hint is no hint: the newest metadata file.
+    let hint = listed
+        .iter()
+        .find(|o| name_of(o) == "version-hint.text")
+        .and_then(|o| files.read_whole(o).ok())
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let current = current_metadata_name(hint.as_deref(), &names)
+        .and_then(|name| listed.into_iter().find(|o| name_of(o) == name));
+    if let Some(found) = current {
+        return Ok(found);
     }
-    let dir = root.join("metadata");
-    let names: Vec<String> = match files.list_dir(&dir) {
-        Ok((found, _)) => found
-            .iter()
-            .filter_map(|o| Some(o.path.file_name()?.to_string_lossy().into_owned()))
-            .collect(),
-        Err(e) if store::storage::is_not_found(&e) => Vec::new(),
-        Err(e) => return Err(e),
-    };
-    let hint = if names.iter().any(|n| n == "version-hint.text") {
-        let bytes = files.read(&dir.join("version-hint.text"))?;
-        Some(String::from_utf8_lossy(&bytes).into_owned())
-    } else {
-        None
-    };
-    let name = current_metadata_name(hint.as_deref(), &names).ok_or_else(|| {
-        table_error(
+    let not_a_folder = || table_error(location, "not an Iceberg table: not a folder");
+    Err(match files.is_dir(root) {
+        Ok(true) => table_error(
             location,
             "not an Iceberg table: no metadata/*.metadata.json",
-        )
-    })?;
-    Ok(dir.join(name))
+        ),
+        Ok(false) => not_a_folder(),
+        Err(e) if store::storage::is_not_found(&e) => not_a_folder(),
+        Err(e) => e,
+    })
 }
 
 /// Of the names in `metadata/`: the file `version-hint.text` names (a version N, or a
@@ -936,10 +937,11 @@ impl TableStorage {
             });
         }
         let outside = Path::new(normalize(path));
+        let found = inner.found.lock().unwrap_or_else(|p| p.into_inner());
         Ok(Target {
             files: store::storage_of(outside, inner.io)?,
             path: store::storage::resolve(outside, inner.io)?,
-            found: None,
+            found: found.get(path).cloned(),
         })
     }
 
@@ -948,8 +950,9 @@ impl TableStorage {
     fn shown(&self, rel: &str, path: &str) -> String {
         match self.inner.as_deref() {
             Some(inner) if rel != path => format!("{}/{rel}", inner.table.shown),
-            Some(inner) => store::storage::shown(Path::new(normalize(path)), inner.io)
-                .unwrap_or_else(|_| path.to_owned()),
+            Some(inner) => {
+                store::storage::shown(Path::new(path), inner.io).unwrap_or_else(|_| path.to_owned())
+            }
             None => path.to_owned(),
         }
     }
@@ -987,15 +990,12 @@ impl TableStorage {
     ) -> Result<HashMap<String, Object>> {
         let inner = self.inner().map_err(|e| table_error("", explain(&e)))?;
         let (files, dir) = (&inner.table.files, &inner.table.dir);
-        let objects = match files.find(dir, rels) {
-            Ok(objects) => objects,
-            Err(e) if store::storage::is_not_found(&e) => {
-                let gone = rels.iter().find(|rel| files.head(&dir.join(rel)).is_err());
-                return Err(gone.map_or(e, |rel| missing(rel)));
-            }
-            Err(e) => return Err(e),
-        };
-        let found: HashMap<String, Object> = rels.iter().cloned().zip(objects).collect();
+        let objects = files.find(dir, rels)?;
+        let found = rels
+            .iter()
+            .zip(objects)
+            .map(|(rel, o)| Ok((rel.clone(), o.ok_or_else(|| missing(rel))?)))
+            .collect::<Result<HashMap<String, Object>>>()?;
         let mut known = inner.found.lock().unwrap_or_else(|p| p.into_inner());
         known.extend(found.iter().map(|(k, v)| (k.clone(), v.clone())));
         Ok(found)
@@ -1013,7 +1013,15 @@ impl TableStorage {
         let target = self.target(path)?;
         let object = match found.get(rel) {
             Some(object) => object.clone(),
-            None => target.files.head(&target.path).map_err(|_| missing(rel))?,
+            None => {
+                // Outside the table: found now, and its reads pinned to what was found.
+                let object = target.files.head(&target.path).map_err(|_| missing(rel))?;
+                if let Some(inner) = self.inner.as_deref() {
+                    let mut known = inner.found.lock().unwrap_or_else(|p| p.into_inner());
+                    known.insert(rel.to_owned(), object.clone());
+                }
+                object
+            }
         };
         let blob = Blob::new(target.files, object);
         Ok(InputFile::new(blob, self.shown(rel, path)))
@@ -1209,7 +1217,11 @@ mod tests {
         let outside = "file:/elsewhere/b.parquet";
         let target = storage.target(outside).unwrap();
         assert_eq!(target.path, PathBuf::from("/elsewhere/b.parquet"));
-        assert_eq!(storage.shown(outside, outside), "/elsewhere/b.parquet");
+        assert_eq!(
+            storage.shown(outside, outside),
+            outside,
+            "as the metadata names it"
+        );
     }
 
     #[test]

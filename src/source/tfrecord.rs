@@ -143,20 +143,28 @@ fn add_listed(
     walked: &[(String, Object)],
     found: &mut Found,
 ) -> Result<()> {
-    let in_walk = |name: &str| walked.iter().find(|(rel, _)| rel == name).map(|(_, o)| o);
+    let walked: std::collections::HashMap<&str, &Object> =
+        walked.iter().map(|(rel, o)| (rel.as_str(), o)).collect();
     let missing: Vec<String> = listed
         .iter()
-        .filter(|(f, _, _)| in_walk(f).is_none())
+        .filter(|(f, _, _)| !walked.contains_key(f.as_str()))
         .map(|(f, _, _)| f.clone())
         .collect();
-    let mut others = storage.find(dir, &missing)?.into_iter();
+    let mut others = storage.find(dir, &missing)?.into_iter().zip(&missing);
     for (file, record_type, listing) in listed {
         note_type(found, record_type);
-        let object = match in_walk(&file) {
-            Some(object) => object.clone(),
-            None => others
-                .next()
-                .expect("one found for each name missing from the walk"),
+        let object = match walked.get(file.as_str()) {
+            Some(object) => (*object).clone(),
+            None => match others.next() {
+                Some((Some(object), _)) => object,
+                _ => {
+                    return Err(Error::from(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "listed by the manifest beside it, but not there",
+                    ))
+                    .with_file(format!("{shown}/{file}")))
+                }
+            },
         };
         let blob = Blob::new(storage.clone(), object);
         let mut input = TfrecordInput::new(blob, format!("{shown}/{file}"));

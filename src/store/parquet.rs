@@ -721,7 +721,8 @@ impl ParquetBytes {
     ///
     /// # Errors
     ///
-    /// The file cannot be read; not Parquet; a corrupt or encrypted footer.
+    /// The file cannot be read; not Parquet; a corrupt or encrypted footer. A local
+    /// file's errors name no file: the caller names it as its manifest does.
     pub fn footer(&self) -> Result<ArrowReaderMetadata, Error> {
         let options = ArrowReaderOptions::new();
         let loaded = match &self.listed {
@@ -736,8 +737,12 @@ impl ParquetBytes {
         };
         loaded.map_err(|e| {
             let size = self.blob.size();
-            let tail = self.blob.read_range(size.saturating_sub(4)..size);
-            if size >= 4 && tail.is_ok_and(|m| &m[..] == b"PARE") {
+            let encrypted = size >= 4
+                && self
+                    .blob
+                    .read_range(size - 4..size)
+                    .is_ok_and(|m| &m[..] == b"PARE");
+            if encrypted {
                 return Error::new(ErrorKind::EncryptedParquet);
             }
             from_parquet(e)
@@ -875,10 +880,11 @@ struct ParquetFile {
 }
 
 impl ParquetFile {
+    /// The file at `path`; an error names no file (the caller names it as its
+    /// manifest does).
     fn open(path: &Path) -> Result<ParquetFile, Error> {
-        let at = |e: std::io::Error| Error::from(e).with_file(path);
-        let file = File::open(path).map_err(at)?;
-        let len = file.metadata().map_err(at)?.len();
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
         Ok(ParquetFile { file, len })
     }
 }

@@ -424,7 +424,21 @@ fn bad_tables_fail_with_one_line() {
         .unwrap()
         .to_owned();
     std::fs::remove_file(missing.join(&file)).unwrap();
-    fails(&missing, &[], &file);
+    fails(
+        &missing,
+        &[],
+        &format!("data file {file} is named by the log of version 4 but is missing"),
+    );
+    // A data file that is no Parquet: named as the table was given, not resolved.
+    let broken = copy_table(&events, "delta-broken-file");
+    std::fs::write(broken.join(&file), b"not parquet").unwrap();
+    fails(&broken, &[], &format!("{}/{file}: ", s(&broken)));
+    // No table at all, and a file where the table should be.
+    fails(&scratch("delta-nothing-here"), &[], "delta-nothing-here");
+    let file_table = scratch("delta-a-file").join("table");
+    std::fs::create_dir_all(file_table.parent().unwrap()).unwrap();
+    std::fs::write(&file_table, b"").unwrap();
+    fails(&file_table, &[], "not a Delta table: not a folder");
 
     let truncated = copy_table(&events, "delta-truncated-log");
     let log = truncated.join("_delta_log/00000000000000000004.json");

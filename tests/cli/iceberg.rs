@@ -515,7 +515,22 @@ fn broken_tables_are_one_line_and_publish_nothing() {
     let missing = copy_table(&events, "iceberg-broken/missing-data");
     let rel = expected["events"][4]["files"][3].as_str().unwrap();
     std::fs::remove_file(missing.join(rel)).unwrap();
-    fails(&missing, &[], rel);
+    let snapshot = id_of(&expected["events"][4]);
+    fails(
+        &missing,
+        &[],
+        &format!("data file {rel} is named by snapshot {snapshot} but is missing"),
+    );
+    // An unreadable version hint is no hint: the newest metadata file.
+    let hinted = copy_table(&events, "iceberg-broken/bad-hint");
+    std::fs::write(hinted.join("metadata/version-hint.text"), [0xff, 0xfe]).unwrap();
+    let out = scratch("iceberg-broken/bad-hint-out");
+    let (code, _, err) = convert(&hinted, &out, &[]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        records(&out),
+        expected["events"][4]["records"].as_array().unwrap().clone()
+    );
 
     let not_table = scratch("iceberg-broken/not-a-table");
     std::fs::create_dir_all(&not_table).unwrap();
