@@ -12,8 +12,8 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 
 use crate::{
-    copy_tree as copy_table, inspect_all as records, read_manifest, records_in_order, root, run, s,
-    scratch,
+    copy_tree as copy_table, feature_shape, inspect_all as records, read_manifest,
+    records_in_order, root, run, s, scratch,
 };
 
 /// The deltalake venv's python: `TFSHARD_DELTA_VENV`, else `.venv-delta`.
@@ -92,17 +92,7 @@ fn a_fixed_size_list_column_keeps_its_shape() {
     let (code, _, err) = convert(&dir.join("embeddings"), &out, &[]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(records(&out), want["records"].as_array().unwrap().clone());
-    let manifest = read_manifest(&out, "data");
-    let emb = manifest["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "emb")
-        .unwrap();
-    assert_eq!(
-        (&emb["kind"], &emb["shape"]),
-        (&json!("float"), &json!([32]))
-    );
+    assert_eq!(feature_shape(&out, "emb"), (json!("float"), json!([32])));
     let (code, spec, err) = run(["schema", s(&out), "--format", "python"]);
     assert_eq!(code, 0, "{err}");
     assert!(

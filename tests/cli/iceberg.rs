@@ -14,8 +14,8 @@ use std::sync::OnceLock;
 use serde_json::{json, Value};
 
 use crate::{
-    copy_tree as copy_table, inspect_all as records, read_manifest, records_in_order, root, run, s,
-    scratch,
+    copy_tree as copy_table, feature_shape, inspect_all as records, read_manifest,
+    records_in_order, root, run, s, scratch,
 };
 
 /// The pyiceberg venv's python: `TFSHARD_ICEBERG_VENV`, else `.venv-iceberg`.
@@ -192,17 +192,7 @@ fn a_fixed_size_list_column_keeps_its_shape() {
     assert_eq!(code, 0, "{err}");
     let want = &expected["embeddings"][1];
     assert_eq!(records(&out), want["records"].as_array().unwrap().clone());
-    let manifest = read_manifest(&out, "data");
-    let emb = manifest["features"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["name"] == "emb")
-        .unwrap();
-    assert_eq!(
-        (&emb["kind"], &emb["shape"]),
-        (&json!("float"), &json!([32]))
-    );
+    assert_eq!(feature_shape(&out, "emb"), (json!("float"), json!([32])));
 }
 
 #[test]

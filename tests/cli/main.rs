@@ -101,6 +101,14 @@ pub fn read_manifest(dir: &Path, prefix: &str) -> serde_json::Value {
 }
 
 /// `path` as a `&str` for argument lists.
+/// The `kind` and `shape` of feature `name` in the `data` manifest in `dir`.
+pub fn feature_shape(dir: &Path, name: &str) -> (serde_json::Value, serde_json::Value) {
+    let manifest = read_manifest(dir, "data");
+    let features = manifest["features"].as_array().unwrap();
+    let feature = features.iter().find(|f| f["name"] == name).unwrap();
+    (feature["kind"].clone(), feature["shape"].clone())
+}
+
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("UTF-8 test path")
 }
