@@ -49,6 +49,33 @@ pub struct ShardInfo {
     pub bytes: u64,
     /// Plain CRC32C of the file's bytes on disk, 8 lowercase hex digits.
     pub crc32c: String,
+    /// The inputs it holds records of, in the order its records came from them (none
+    /// for an empty shard, or in a manifest written before tfshard recorded them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<ShardSource>,
+}
+
+/// Records of one input that a shard holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ShardSource {
+    /// The input, as the manifest's `inputs` names it.
+    pub input: String,
+    /// `[start, end)`: the range of the input's records (counted in the order its source
+    /// yields them: a Parquet file's rows, a Delta file's rows its deletion vector keeps,
+    /// a TFRecord file's records) that holds this shard's records of it. A split's or a
+    /// shuffled shard's range also holds records that went elsewhere.
+    pub rows: [u64; 2],
+}
+
+impl ShardSource {
+    /// Records `[start, end)` of `input`.
+    pub fn new(input: impl Into<String>, rows: [u64; 2]) -> ShardSource {
+        ShardSource {
+            input: input.into(),
+            rows,
+        }
+    }
 }
 
 /// A file left out of an image conversion.

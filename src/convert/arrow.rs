@@ -153,6 +153,8 @@ impl Source for ArrowSource {
         let mut reader = self.reader.take().ok_or_else(|| {
             Error::invalid_option("min-shards", "an Arrow stream can be read only once")
         })?;
+        // One input, the stream.
+        router.origin(0, 0);
         let schema = reader.schema();
         let group = 2 * options.threads.max(1);
         let mut stats = self.plan.new_stats();

@@ -144,6 +144,8 @@ impl Source for ImageSource {
         let mut skipped = Vec::new();
         let mut bytes_read = 0u64;
         let mut batch = EncodedBatch::default();
+        // One input, the folder: its records are its images in the plan's order.
+        router.origin(0, 0);
         for chunk in self.plan.files.chunks(IMAGE_CHUNK) {
             // The work is I/O and syscalls: read a chunk in parallel, write it in order.
             let read: Vec<Result<ImageData>> = chunk

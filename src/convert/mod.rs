@@ -41,9 +41,9 @@ use serde_json::json;
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::EncodeOptions;
 use crate::example::RecordType;
-use crate::manifest::{self, InputInfo, Manifest, ShardInfo, MANIFEST_VERSION};
+use crate::manifest::{self, InputInfo, Manifest, ShardInfo, ShardSource, MANIFEST_VERSION};
 use crate::progress::{CancelToken, Progress};
-use crate::shard::{name, OutputDir};
+use crate::shard::{name, OutputDir, SourceRows};
 pub use crate::source::hive::Partitioning;
 use crate::store;
 use crate::store::destination::{Publication, StagePlan, StagedOutput};
@@ -70,6 +70,18 @@ const MIN_SHUFFLE_MEMORY: u64 = 1 << 20;
 /// How far split fractions may sum from 1 (decimal fractions like 0.8/0.1/0.1 do not
 /// sum to exactly 1.0 in binary).
 const SPLIT_SUM_TOLERANCE: f64 = 1e-9;
+
+/// A shard's sources as the manifest lists them: each input by its name.
+fn shard_sources(inputs: &[InputInfo], sources: &[SourceRows]) -> Vec<ShardSource> {
+    sources
+        .iter()
+        .map(|s| {
+            let input = inputs.get(s.input as usize);
+            let name = input.map_or_else(|| format!("#{}", s.input), |i| i.path.clone());
+            ShardSource::new(name, s.rows)
+        })
+        .collect()
+}
 
 /// A prefix (or split name) must be a plain file name: shards are named
 /// `{prefix}-00000-of-00012.tfrecord` inside the output folder, and nothing may land
@@ -1384,6 +1396,7 @@ fn run(
                         records: s.records,
                         bytes: s.bytes,
                         crc32c: format!("{:08x}", s.crc32c),
+                        sources: shard_sources(&manifest.inputs, &s.sources),
                     })
                     .collect(),
             );

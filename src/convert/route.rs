@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::example::encode::EncodedBatch;
 use crate::hash::{index_hash, SPLIT_SALT};
 use crate::shard::scatter::{gather, order_hash, Scatter};
-use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter};
+use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter, SourceRows};
 use crate::tfrecord::deflate::DeflatePool;
 use crate::tfrecord::mapped::KeptMap;
 use crate::tfrecord::Compression;
@@ -26,6 +26,12 @@ pub(crate) struct Router<'a> {
     sinks: Sinks<'a>,
     next_index: u64,
     scattered_bytes: u64,
+    /// Where the next record comes from: its input and its index among the input's
+    /// records (set by the source before each run of an input's records).
+    origin: Option<(u32, u64)>,
+    /// With `--shuffle`, the inputs each split got records of: a shuffled shard may hold
+    /// any of them.
+    split_sources: Vec<Vec<SourceRows>>,
 }
 
 enum Sinks<'a> {
@@ -56,6 +62,8 @@ impl<'a> Router<'a> {
             sinks,
             next_index: 0,
             scattered_bytes: 0,
+            origin: None,
+            split_sources: vec![Vec::new(); bounds.len()],
         }
     }
 
@@ -74,7 +82,20 @@ impl<'a> Router<'a> {
         }
     }
 
-    /// The split of the next record (by `key`, else by its position) and its index.
+    /// The next record is record `record` of input `input` (its index among the inputs
+    /// the manifest lists); those after it follow it in the same input, until the next
+    /// call. Each shard records the inputs it holds records of.
+    pub(crate) fn origin(&mut self, input: u32, record: u64) {
+        self.origin = Some((input, record));
+    }
+
+    /// The inputs each split got records of (with `--shuffle`; empty otherwise).
+    fn into_split_sources(self) -> Vec<Vec<SourceRows>> {
+        self.split_sources
+    }
+
+    /// The split of the next record (by `key`, else by its position) and its index;
+    /// tells its writer, or the split's account with a shuffle, where it came from.
     fn route(&mut self, key: Option<u64>) -> (usize, u64) {
         let index = self.next_index;
         self.next_index += 1;
@@ -86,6 +107,15 @@ impl<'a> Router<'a> {
                 key.unwrap_or_else(|| position_hash(index, self.seed)),
             )
         };
+        if let Some((input, record)) = self.origin.as_mut() {
+            match &mut self.sinks {
+                Sinks::Direct(writers) => writers[split].origin(*input, *record),
+                Sinks::Scatter(_) => {
+                    SourceRows::note(&mut self.split_sources[split], *input, *record, 1);
+                }
+            }
+            *record += 1;
+        }
         (split, index)
     }
 
@@ -122,7 +152,12 @@ impl<'a> Router<'a> {
     /// Routes a batch of records.
     pub(crate) fn put_batch(&mut self, batch: &EncodedBatch) -> Result<()> {
         if let (Sinks::Direct(writers), 1) = (&mut self.sinks, self.bounds.len()) {
-            self.next_index += batch.sizes.len() as u64;
+            let count = batch.sizes.len() as u64;
+            self.next_index += count;
+            if let Some((input, record)) = self.origin.as_mut() {
+                writers[0].origin(*input, *record);
+                *record += count;
+            }
             return writers[0].write_batch(&batch.data, &batch.sizes);
         }
         let mut offset = 0usize;
@@ -203,23 +238,28 @@ pub(crate) fn write_outputs<T>(
             )
         })
         .collect();
-    let result = produce(&mut Router::new(
-        options,
-        &bounds,
-        Sinks::Scatter(&mut scatters),
-    ))?;
+    let mut router = Router::new(options, &bounds, Sinks::Scatter(&mut scatters));
+    let result = produce(&mut router)?;
+    let split_sources = router.into_split_sources();
     let scattered = scatters
         .into_iter()
         .map(Scatter::finish)
         .collect::<Result<Vec<_>>>()?;
     crate::failpoint::hit("shuffle:scattered")?;
-    let (shards, ()) = write_shards(options, outs, expected_records, |writers| {
+    let (mut shards, ()) = write_shards(options, outs, expected_records, |writers| {
         for (writer, scattered) in writers.iter_mut().zip(&scattered) {
             gather(scattered, writer)?;
             options.cancel.check()?;
         }
         Ok(())
     })?;
+    // Shuffled, a shard's records come from anywhere in its split: each lists every
+    // input of its split (a change to any of them retires the split's shards).
+    for (split, sources) in shards.iter_mut().zip(split_sources) {
+        for shard in split.iter_mut().filter(|s| s.records > 0) {
+            shard.sources = sources.clone();
+        }
+    }
     Ok((shards, result))
 }
 

@@ -79,6 +79,9 @@ pub(crate) struct TableSource {
     restart: Option<Checkpoint>,
     /// A table's snapshot (Delta, Iceberg), where the files are one.
     table: Option<TableExtra>,
+    /// Per input, the index among its records of the first one this run reads (not 0
+    /// only for the file a worker's share starts inside).
+    first_records: Vec<u64>,
 }
 
 impl TableSource {
@@ -109,6 +112,7 @@ impl TableSource {
         }
         let mut range = None;
         let mut first_record = 0;
+        let mut first_records = vec![0; inputs.len()];
         if let Some(worker) = options.worker {
             // Every worker reads the same footers in the same order: one agreed plan.
             let bytes: Vec<u64> = units
@@ -131,6 +135,15 @@ impl TableSource {
             }
             range = Some([first, end]);
             first_record = units[..first as usize].iter().map(|u| u.records).sum();
+            // The share may start inside a file: its records before the share. (With
+            // Iceberg delete files a unit's count is an upper bound, so the ranges of
+            // such a file's later records count from past its real index.)
+            if let Some(start) = units.get(first as usize) {
+                first_records[start.input] = (units[..first as usize].iter())
+                    .filter(|u| u.input == start.input)
+                    .map(|u| u.records)
+                    .sum();
+            }
             units = units[first as usize..end as usize].to_vec();
         }
         Ok(TableSource {
@@ -142,6 +155,7 @@ impl TableSource {
             first_record,
             restart: None,
             table,
+            first_records,
         })
     }
 }
@@ -316,9 +330,16 @@ impl TableSource {
     ) -> Result<Pass> {
         let skip = self.restart.as_ref().map_or(0, |c| c.units);
         let (inputs, plan, units) = (&self.inputs[..], &self.plan, &self.units[skip..]);
+        // The manifest lists the log (if any) before the data files.
+        let listed_before = self
+            .table
+            .as_ref()
+            .map_or(0, |t| u32::from(t.log.is_some()));
         let mut writer = PassWriter {
             pass: Pass::new(plan, inputs.len(), self.restart.as_ref()),
             skip,
+            first_records: &self.first_records,
+            listed_before,
             units,
             router,
             options,
@@ -356,6 +377,10 @@ impl TableSource {
 struct PassWriter<'a, 'r> {
     pass: Pass,
     skip: usize,
+    /// See [`TableSource::first_records`].
+    first_records: &'a [u64],
+    /// Inputs the manifest lists before the data files.
+    listed_before: u32,
     units: &'a [Unit],
     router: &'a mut Router<'r>,
     options: &'a ConvertOptions,
@@ -365,6 +390,10 @@ struct PassWriter<'a, 'r> {
 impl InOrder<EncodeStats> for PassWriter<'_, '_> {
     fn write(&mut self, u: usize, batch: &EncodedBatch, stats: EncodeStats) -> Result<()> {
         let unit = &self.units[u];
+        let input = unit.input;
+        let record = self.first_records[input] + self.pass.rows_per_input[input];
+        self.router
+            .origin(self.listed_before + input as u32, record);
         self.pass.write(
             unit,
             batch,

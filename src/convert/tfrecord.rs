@@ -552,6 +552,7 @@ struct PassWriter<'a, 'r> {
 impl InOrder<BatchMeta> for PassWriter<'_, '_> {
     fn write(&mut self, u: usize, batch: &EncodedBatch, meta: BatchMeta) -> Result<()> {
         let f = self.units[u];
+        self.router.origin(f as u32, self.pass.records_per_input[f]);
         match &meta.mapped {
             Some((map, starts)) => {
                 for (i, (&start, &size)) in starts.iter().zip(&batch.sizes).enumerate() {

@@ -68,7 +68,7 @@ pub struct ShardOptions {
     pub deflate: Option<std::sync::Arc<DeflatePool>>,
 }
 
-pub use crate::store::destination::{ClosedShard, LastGuess, ShardEvents, ShardHook};
+pub use crate::store::destination::{ClosedShard, LastGuess, ShardEvents, ShardHook, SourceRows};
 
 /// A shard file that reports the bytes that reached it.
 struct Reported {
@@ -149,6 +149,8 @@ struct OpenShard {
     since_flush: u64,
     /// Whether it looks like the last shard.
     last: LastGuess,
+    /// The inputs its records came from.
+    sources: Vec<SourceRows>,
 }
 
 /// Writes framed records into shards.
@@ -168,6 +170,9 @@ pub struct ShardWriter {
     /// The producer's latest restart point (`--resume`), attached to each shard closed
     /// after it.
     checkpoint: Option<serde_json::Value>,
+    /// Where the next record comes from: its input and its index among that input's
+    /// records (see [`ShardWriter::origin`]).
+    origin: Option<(u32, u64)>,
 }
 
 fn io_at(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
@@ -187,6 +192,7 @@ impl ShardWriter {
             syncs: Vec::new(),
             skip: 0,
             checkpoint: None,
+            origin: None,
         }
     }
 
@@ -261,6 +267,7 @@ impl ShardWriter {
             flushed_disk: 0,
             since_flush: 0,
             last,
+            sources: Vec::new(),
         });
         self.guess_last();
         Ok(())
@@ -327,6 +334,7 @@ impl ShardWriter {
             bytes,
             crc32c: crc,
             checkpoint: self.checkpoint.clone(),
+            sources: shard.sources,
         });
         if let Some(events) = &self.options.events {
             events
@@ -380,6 +388,7 @@ impl ShardWriter {
             self.skip -= 1;
             self.cumulative += len;
             self.records_seen += 1;
+            self.advance_origin(1);
             return Ok(());
         }
         if self.must_close_before(len)? {
@@ -396,6 +405,10 @@ impl ShardWriter {
             .encoder
             .write_all(framed)
             .map_err(io_at(&shard.path))?;
+        if let Some((input, record)) = self.origin.as_mut() {
+            SourceRows::note(&mut shard.sources, *input, *record, 1);
+            *record += 1;
+        }
         shard.records += 1;
         shard.framed += len;
         shard.since_flush += len;
@@ -432,6 +445,7 @@ impl ShardWriter {
             self.skip -= 1;
             self.cumulative += sizes[i];
             self.records_seen += 1;
+            self.advance_origin(1);
             offset += sizes[i] as usize;
             i += 1;
         }
@@ -461,6 +475,10 @@ impl ShardWriter {
                         .encoder
                         .write_all(&data[offset..end])
                         .map_err(io_at(&shard.path))?;
+                    if let Some((input, record)) = self.origin.as_mut() {
+                        SourceRows::note(&mut shard.sources, *input, *record, n as u64);
+                        *record += n as u64;
+                    }
                     shard.records += n as u64;
                     shard.framed += bytes;
                     shard.since_flush += bytes;
@@ -501,6 +519,20 @@ impl ShardWriter {
                 .map_err(|_| Error::from(io::Error::other("an fsync thread panicked")))??;
         }
         Ok(std::mem::take(&mut self.closed))
+    }
+
+    /// The next record is record `record` of input `input` (an index among the run's
+    /// inputs); the ones after it follow it in that input, until the next call. Each
+    /// shard lists the inputs its records came from ([`ClosedShard::sources`]).
+    pub fn origin(&mut self, input: u32, record: u64) {
+        self.origin = Some((input, record));
+    }
+
+    /// `count` records given were dropped (a resumed run's): the origin moves past them.
+    fn advance_origin(&mut self, count: u64) {
+        if let Some((_, record)) = self.origin.as_mut() {
+            *record += count;
+        }
     }
 
     /// Notes the producer's restart point after the records given so far (`--resume`:
@@ -568,6 +600,58 @@ mod tests {
             expected_records: None,
             deflate: None,
         }
+    }
+
+    /// Each shard names the records it holds, across batches, record by record writes,
+    /// shard boundaries inside a batch and a change of input; a resumed writer's dropped
+    /// records move the origin past them.
+    #[test]
+    fn each_shard_names_the_input_records_it_holds() {
+        let tmp =
+            std::env::temp_dir().join(format!("tfshard-writer-sources-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        let r = record(84, 1); // 100 bytes framed
+        let batch: Vec<u8> = r.repeat(10);
+        let sizes = vec![100u64; 10];
+        let sources = |shards: &[ClosedShard]| -> Vec<Vec<(u32, [u64; 2])>> {
+            (shards.iter())
+                .map(|s| s.sources.iter().map(|x| (x.input, x.rows)).collect())
+                .collect()
+        };
+        let mut w = ShardWriter::new(opts(tmp.clone(), Compression::None, 400, Plan::Fill));
+        w.origin(3, 10);
+        w.write_batch(&batch, &sizes).unwrap();
+        w.origin(4, 0);
+        w.write(&r).unwrap();
+        w.write(&r).unwrap();
+        w.origin(5, 7);
+        w.write_batch(&batch[..300], &sizes[..3]).unwrap();
+        let shards = w.finish().unwrap();
+        assert_eq!(
+            sources(&shards),
+            vec![
+                vec![(3, [10, 14])],
+                vec![(3, [14, 18])],
+                vec![(3, [18, 20]), (4, [0, 2])],
+                vec![(5, [7, 10])],
+            ]
+        );
+        // Resumed after the first two shards: the next shard is the same.
+        let first_two = shards[..2].to_vec();
+        let mut w = ShardWriter::resuming(
+            opts(tmp.clone(), Compression::None, 400, Plan::Fill),
+            first_two,
+            0,
+        );
+        w.origin(3, 10);
+        w.write_batch(&batch, &sizes).unwrap();
+        w.origin(4, 0);
+        w.write(&r).unwrap();
+        w.write(&r).unwrap();
+        let resumed = w.finish().unwrap();
+        assert_eq!(sources(&resumed)[2], vec![(3, [18, 20]), (4, [0, 2])]);
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     #[test]

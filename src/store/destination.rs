@@ -224,6 +224,37 @@ pub struct ClosedShard {
     /// restart from (a Parquet row group's end) whose records all lie in this shard or
     /// earlier ones; journaled, so that a rerun skips reading what it reuses.
     pub checkpoint: Option<serde_json::Value>,
+    /// The inputs it holds records of, in the order its records came, each with the range
+    /// of its records there (the manifest's `sources`).
+    pub sources: Vec<SourceRows>,
+}
+
+/// Records of one input that a shard holds: the input (its index among the run's
+/// inputs, as the manifest lists them) and the range of its records, `[start, end)`
+/// counted in the order its source yields them. For a split's shard the range may hold
+/// records that went to other splits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SourceRows {
+    /// The input's index.
+    pub input: u32,
+    /// `[start, end)` of its records.
+    pub rows: [u64; 2],
+}
+
+impl SourceRows {
+    /// Adds `count` records of `input` from record `first` on to `sources`: the last
+    /// range grows when they are the same input's later records, else a range starts.
+    pub fn note(sources: &mut Vec<SourceRows>, input: u32, first: u64, count: u64) {
+        match sources.last_mut() {
+            Some(last) if last.input == input && last.rows[1] <= first => {
+                last.rows[1] = first + count;
+            }
+            _ => sources.push(SourceRows {
+                input,
+                rows: [first, first + count],
+            }),
+        }
+    }
 }
 
 /// What a shard writer tells about each shard as it writes it: a store's staging streams
@@ -332,6 +363,7 @@ mod conformance {
                     bytes: bytes.len() as u64,
                     crc32c: crc32c::crc32c(&bytes),
                     checkpoint: None,
+                    sources: Vec::new(),
                 };
                 if let Some(h) = &hook {
                     h.0.closed(&shard).unwrap();

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::destination::ClosedShard;
+use super::destination::{ClosedShard, SourceRows};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The journal's file name, inside the temporary folder.
@@ -41,6 +41,9 @@ pub struct JournalShard {
     /// Where the records' producer can restart (see [`ClosedShard::checkpoint`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<serde_json::Value>,
+    /// The inputs whose records it holds (see [`ClosedShard::sources`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceRows>,
 }
 
 /// The journal of one output.
@@ -120,6 +123,7 @@ impl Journal {
                 bytes: s.bytes,
                 crc32c: s.crc32c,
                 checkpoint: s.checkpoint.clone(),
+                sources: s.sources.clone(),
             });
         }
         good
@@ -142,6 +146,7 @@ pub fn entry(shard: &ClosedShard) -> JournalShard {
         crc32c: shard.crc32c,
         etag: None,
         checkpoint: shard.checkpoint.clone(),
+        sources: shard.sources.clone(),
     }
 }
 

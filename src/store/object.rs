@@ -430,6 +430,7 @@ impl RemoteOutput {
                         bytes: entry.bytes,
                         crc32c: entry.crc32c,
                         checkpoint: entry.checkpoint.clone(),
+                        sources: entry.sources.clone(),
                     });
                 }
             }

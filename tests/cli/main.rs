@@ -100,7 +100,6 @@ pub fn read_manifest(dir: &Path, prefix: &str) -> serde_json::Value {
     .expect("a manifest is JSON")
 }
 
-/// `path` as a `&str` for argument lists.
 /// The `kind` and `shape` of feature `name` in the `data` manifest in `dir`.
 pub fn feature_shape(dir: &Path, name: &str) -> (serde_json::Value, serde_json::Value) {
     let manifest = read_manifest(dir, "data");
@@ -109,6 +108,59 @@ pub fn feature_shape(dir: &Path, name: &str) -> (serde_json::Value, serde_json::
     (feature["kind"].clone(), feature["shape"].clone())
 }
 
+/// Checks the `sources` of a manifest written in input order (one output, no shuffle):
+/// each shard's ranges hold exactly its records, and the shards' ranges, in order, run
+/// through every input's records once, from 0 to its `rows`, in the order the inputs
+/// are listed. Returns each shard's sources as `(input, start, end)`.
+pub fn in_order_sources(manifest: &serde_json::Value) -> Vec<Vec<(String, u64, u64)>> {
+    let mut per_shard = Vec::new();
+    let mut covered: Vec<(String, u64, u64)> = Vec::new();
+    for shard in manifest["shards"].as_array().unwrap() {
+        let sources: Vec<(String, u64, u64)> = shard["sources"]
+            .as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|s| {
+                let rows = s["rows"].as_array().unwrap();
+                let (a, b) = (rows[0].as_u64().unwrap(), rows[1].as_u64().unwrap());
+                (s["input"].as_str().unwrap().to_owned(), a, b)
+            })
+            .collect();
+        let held: u64 = sources.iter().map(|(_, a, b)| b - a).sum();
+        assert_eq!(held, shard["records"].as_u64().unwrap(), "{shard}");
+        for (input, a, b) in &sources {
+            match covered.last_mut() {
+                Some((last, _, end)) if last == input => {
+                    assert_eq!(end, a, "{input}: a gap or an overlap");
+                    *end = *b;
+                }
+                _ => {
+                    assert_eq!(*a, 0, "{input} does not start at its first record");
+                    covered.push((input.clone(), *a, *b));
+                }
+            }
+        }
+        per_shard.push(sources);
+    }
+    let expected: Vec<(String, u64, u64)> = manifest["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["rows"].as_u64().unwrap() > 0)
+        .map(|i| {
+            (
+                i["path"].as_str().unwrap().to_owned(),
+                0,
+                i["rows"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(covered, expected, "the shards' sources cover the inputs");
+    per_shard
+}
+
+/// `path` as a `&str` for argument lists.
 pub fn s(path: &Path) -> &str {
     path.to_str().expect("UTF-8 test path")
 }

@@ -58,6 +58,7 @@ fn reference(name: &str) -> (Vec<(String, Vec<u8>)>, serde_json::Value) {
     assert_eq!(code, 0, "{err}");
     let o = output(&out);
     assert!(o.0.len() > 3, "several shards");
+    crate::in_order_sources(&o.1);
     o
 }
 

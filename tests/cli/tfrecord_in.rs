@@ -86,6 +86,7 @@ fn writers_files_are_resharded_with_payloads_identical_and_in_order() {
         assert_eq!(inputs.len(), files, "{name}: {inputs:?}");
         let rows: u64 = inputs.iter().map(|i| i["rows"].as_u64().unwrap()).sum();
         assert_eq!(rows, want.len() as u64, "{name}");
+        crate::in_order_sources(&m);
         // Sizes follow the target: none over it, all but the last within a record of it.
         let largest = want.iter().map(|p| p.0 + 16).max().unwrap();
         let shards = m["shards"].as_array().unwrap();
@@ -373,6 +374,8 @@ fn one_big_input_is_cut_into_min_shards() {
         .iter()
         .map(|s| s["bytes"].as_u64().unwrap())
         .collect();
+    // The second pass of --min-shards names the rows of its even cut.
+    crate::in_order_sources(&read_manifest(&out, "data"));
     let total: u64 = sizes.iter().sum();
     for (k, size) in sizes.iter().enumerate() {
         // Each cut at the first record boundary at or past k·T/8: within a record.

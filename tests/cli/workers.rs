@@ -74,6 +74,7 @@ fn workers_in_any_order_then_finalize_equal_one_machine() {
     assert_eq!(code, 0, "{err}");
     let single = manifest(&one.join("data.manifest.json"));
     let single_shards = single["shards"].as_array().unwrap().len();
+    crate::in_order_sources(&single);
     // 15 row groups: N = 20 leaves some workers with nothing.
     for n in [1u64, 2, 3, 5, 20] {
         let out = scratch(&format!("workers-{n}"));
@@ -124,6 +125,7 @@ fn workers_in_any_order_then_finalize_equal_one_machine() {
             "N={n}: records differ"
         );
         let finalized = manifest(&out.join("data.manifest.json"));
+        crate::in_order_sources(&finalized);
         assert_eq!(
             comparable(finalized.clone()),
             comparable(single.clone()),
@@ -312,6 +314,55 @@ fn splits_with_workers_finalize_together() {
     for prefix in ["train", "test"] {
         assert_eq!(records(&out, prefix), records(&one, prefix), "{prefix}");
     }
+}
+
+/// A worker whose share starts inside a file (small.parquet's second row group) counts
+/// that file's records from where its share starts: the finalized shards name the same
+/// rows as one machine's.
+#[test]
+fn a_share_that_starts_inside_a_file_names_its_rows_from_there() {
+    let small = root().join("testdata/small.parquet");
+    let args = |out: &Path, extra: &[&str]| -> Vec<String> {
+        let mut a: Vec<String> = ["convert", "parquet", crate::s(&small), "-o", crate::s(out)]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.extend(["--target-shard-size".into(), "64KiB".into()]);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+    let one = scratch("workers-inside-one");
+    let (code, _, err) = run(args(&one, &[]));
+    assert_eq!(code, 0, "{err}");
+    let out = scratch("workers-inside");
+    let mut firsts = Vec::new();
+    for i in ["0", "1", "2"] {
+        let (code, _, err) = run(args(&out, &["--num-workers", "3", "--worker-index", i]));
+        assert_eq!(code, 0, "worker {i}: {err}");
+        let part = manifest(&out.join(format!(
+            ".data.tfshard-parts/0000{i}-of-00003/data.manifest.json"
+        )));
+        firsts.push(part["shards"][0]["sources"][0]["rows"][0].clone());
+    }
+    // The second row group starts at row 1,000 of 2,000 (the middle worker's share).
+    assert!(firsts.contains(&Value::from(1000)), "{firsts:?}");
+    let (code, _, err) = run(["finalize".as_ref(), out.as_os_str()]);
+    assert_eq!(code, 0, "{err}");
+    let joined = |m: &Value| -> Vec<(String, u64, u64)> {
+        let mut runs: Vec<(String, u64, u64)> = Vec::new();
+        for (input, a, b) in crate::in_order_sources(m).into_iter().flatten() {
+            match runs.last_mut() {
+                Some(last) if last.0 == input && last.2 == a => last.2 = b,
+                _ => runs.push((input, a, b)),
+            }
+        }
+        runs
+    };
+    let finalized = manifest(&out.join("data.manifest.json"));
+    assert_eq!(
+        joined(&finalized),
+        joined(&manifest(&one.join("data.manifest.json")))
+    );
 }
 
 #[test]
