@@ -41,14 +41,21 @@ pub fn parts_dir_name(prefix: &str) -> String {
     format!(".{prefix}.tfshard-parts")
 }
 
-/// Whether `name` is a shard (or its `.idx`) of `prefix`, of any count and compression:
-/// what `--overwrite` may delete.
+/// Whether `name` is a shard (or its `.idx`) of `prefix`, of any count, compression and
+/// generation (`{prefix}-g{g:05}-{i:05}-of-{n:05}.tfrecord`), or one of its generations'
+/// pinned manifests (`{prefix}.manifest-g{g:05}.json`): what `--overwrite` may delete.
 pub fn is_own_shard(prefix: &str, name: &str) -> bool {
+    let digits = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
+    let pinned = (name.strip_prefix(prefix))
+        .and_then(|r| r.strip_prefix(".manifest-g"))
+        .and_then(|r| r.strip_suffix(".json"));
+    if let Some(generation) = pinned {
+        return !is_tfds_prefix(prefix) && digits(generation);
+    }
     let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
         return false;
     };
     let rest = rest.strip_suffix(".idx").unwrap_or(rest);
-    let digits = |s: &str| s.len() >= 5 && s.bytes().all(|b| b.is_ascii_digit());
     if is_tfds_prefix(prefix) {
         return rest
             .split_once("-of-")
@@ -60,6 +67,11 @@ pub fn is_own_shard(prefix: &str, name: &str) -> bool {
         .or_else(|| rest.strip_suffix(".tfrecord"));
     let Some(rest) = rest else {
         return false;
+    };
+    // A generation after the first: `g{g:05}-` before the index.
+    let rest = match rest.strip_prefix('g').and_then(|r| r.split_once('-')) {
+        Some((generation, rest)) if digits(generation) => rest,
+        _ => rest,
     };
     match rest.split_once("-of-") {
         Some((index, count)) => digits(index) && digits(count),
@@ -115,5 +127,21 @@ mod tests {
         assert!(!is_own_shard("data", "data-00000-of-00003.tfrecord.bak"));
         assert!(!is_own_shard("data", "data.manifest.json"));
         assert!(!is_own_shard("data", "data-0000-of-00003.tfrecord"));
+        // Generations and their pinned manifests.
+        assert!(is_own_shard("data", "data-g00001-00000-of-00002.tfrecord"));
+        assert!(is_own_shard(
+            "data",
+            "data-g00012-00001-of-00002.tfrecord.gz.idx"
+        ));
+        assert!(is_own_shard("data", "data.manifest-g00003.json"));
+        assert!(!is_own_shard("data", "data-g0001-00000-of-00002.tfrecord"));
+        assert!(!is_own_shard("data", "data-gx0001-00000-of-00002.tfrecord"));
+        assert!(!is_own_shard("data", "data.manifest-g0003.json"));
+        assert!(!is_own_shard("data", "data.manifest-g00003.json.tmp"));
+        assert!(!is_own_shard("dat", "data.manifest-g00003.json"));
+        assert!(!is_own_shard(
+            "ds-train.tfrecord",
+            "ds-train.tfrecord.manifest-g00001.json"
+        ));
     }
 }

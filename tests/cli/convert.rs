@@ -412,6 +412,27 @@ fn non_empty_output_needs_overwrite_which_replaces_only_our_files() {
     );
     assert_eq!(code, 0, "{err}");
     fs::write(out.join("other-00000-of-00001.tfrecord"), "another prefix").unwrap();
+    // A later generation's shard and pinned manifest (what an append writes) are the
+    // prefix's: verify reports the shard the manifest does not list, and --overwrite
+    // removes both.
+    fs::copy(
+        out.join("data-00000-of-00004.tfrecord"),
+        out.join("data-g00001-00000-of-00001.tfrecord"),
+    )
+    .unwrap();
+    fs::copy(
+        out.join("data.manifest.json"),
+        out.join("data.manifest-g00001.json"),
+    )
+    .unwrap();
+    let (code, stdout, err) = run(["verify", s(&out)]);
+    assert_eq!(code, 1, "{stdout}{err}");
+    let said = format!("{stdout}{err}");
+    assert!(
+        said.contains("data-g00001-00000-of-00001.tfrecord") && said.contains("unlisted shard"),
+        "{said}"
+    );
+    assert!(!said.contains("manifest-g00001"), "{said}");
     let (code, _, err) = convert_parquet(
         &input,
         &out,
@@ -833,4 +854,97 @@ fn sequence_examples_from_nested_lists() {
         out_lines.trim(),
         r#"{"context": {}, "feature_lists": {"a": [{"int64": [1, 2]}, {"int64": [3, 4]}]}}"#
     );
+}
+
+/// `(input, start, end)` of each shard's `sources`, per shard, in the manifest's order.
+fn sources_of(manifest: &Value) -> Vec<Vec<(String, u64, u64)>> {
+    let shard = |s: &Value| -> Vec<(String, u64, u64)> {
+        let sources = s["sources"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+        (sources.iter())
+            .map(|r| {
+                let n = |i: usize| r["rows"][i].as_u64().unwrap();
+                (r["input"].as_str().unwrap().to_owned(), n(0), n(1))
+            })
+            .collect()
+    };
+    manifest["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(shard)
+        .collect()
+}
+
+/// Every shard names the inputs it holds records of and the range of their rows: in
+/// input order for one output (the ranges run through every file once); a split's
+/// shards name ranges of the rows that went to it, in order, within each file; a
+/// shuffled shard names every input of its output.
+#[test]
+fn every_shard_names_the_rows_it_holds() {
+    let hive = crate::root().join("testdata/hive");
+    let small = ["--target-shard-size", "600B"];
+    let plain = scratch("sources-plain");
+    let (code, _, err) = convert_parquet(&hive, &plain, &small);
+    assert_eq!(code, 0, "{err}");
+    let m = read_manifest(&plain, "data");
+    let shards = crate::in_order_sources(&m);
+    assert!(shards.len() > 3, "{} shards", shards.len());
+    assert!(
+        shards.iter().any(|s| s.len() > 1),
+        "some shard holds rows of two files"
+    );
+    let rows = |m: &Value| -> std::collections::BTreeMap<String, u64> {
+        (m["inputs"].as_array().unwrap().iter())
+            .map(|i| {
+                (
+                    i["path"].as_str().unwrap().to_owned(),
+                    i["rows"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+
+    let split = scratch("sources-split");
+    let args = [
+        &small[..],
+        &["--split", "train=0.6,test=0.4", "--seed", "3"],
+    ]
+    .concat();
+    let (code, _, err) = convert_parquet(&hive, &split, &args);
+    assert_eq!(code, 0, "{err}");
+    let mut total = 0;
+    for prefix in ["train", "test"] {
+        let m = read_manifest(&split, prefix);
+        let rows = rows(&m);
+        let mut after: std::collections::BTreeMap<String, u64> = Default::default();
+        for (shard, sources) in m["shards"].as_array().unwrap().iter().zip(sources_of(&m)) {
+            let held: u64 = sources.iter().map(|(_, a, b)| b - a).sum();
+            assert!(
+                held >= shard["records"].as_u64().unwrap(),
+                "{prefix}: {shard}"
+            );
+            for (input, a, b) in sources {
+                assert!(a < b && b <= rows[&input], "{prefix}: {input} [{a}, {b})");
+                let end = after.entry(input.clone()).or_default();
+                assert!(a >= *end, "{prefix}: {input}'s ranges overlap or go back");
+                *end = b;
+            }
+        }
+        total += m["records"].as_u64().unwrap();
+    }
+    assert_eq!(total, m["records"].as_u64().unwrap());
+
+    let shuffled = scratch("sources-shuffled");
+    let args = [&small[..], &["--shuffle", "--seed", "3"]].concat();
+    let (code, _, err) = convert_parquet(&hive, &shuffled, &args);
+    assert_eq!(code, 0, "{err}");
+    let m = read_manifest(&shuffled, "data");
+    let every: Vec<(String, u64, u64)> = (rows(&m).into_iter())
+        .filter(|(_, r)| *r > 0)
+        .map(|(input, r)| (input, 0, r))
+        .collect();
+    for mut sources in sources_of(&m) {
+        sources.sort();
+        assert_eq!(sources, every, "a shuffled shard names every input");
+    }
 }
