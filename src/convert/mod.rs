@@ -101,6 +101,17 @@ fn check_prefix(option: &'static str, prefix: &str) -> Result<()> {
             format!("{prefix:?} ends in .tfrecord, which every shard name gets anyway: drop it"),
         ));
     }
+    if name::ends_like_a_generation(prefix) {
+        // `{prefix}-00000-of-00001.tfrecord` would read as a later generation's shard of
+        // the prefix before the `-g`, which that prefix's --overwrite removes.
+        return Err(Error::invalid_option(
+            option,
+            format!(
+                "{prefix:?} ends as a generation's shard names do (-g and 5 digits): \
+                 pick another prefix"
+            ),
+        ));
+    }
     Ok(())
 }
 

@@ -31,6 +31,15 @@ pub fn is_tfds_prefix(prefix: &str) -> bool {
     prefix.ends_with(TFDS_SUFFIX)
 }
 
+/// Whether `prefix` ends in `-g` and 5 or more digits, as the part of a later
+/// generation's shard name after another prefix does (`data-g00001-00000-of-00002`):
+/// such a prefix is refused.
+pub fn ends_like_a_generation(prefix: &str) -> bool {
+    prefix.rsplit_once("-g").is_some_and(|(head, g)| {
+        !head.is_empty() && g.len() >= 5 && g.bytes().all(|b| b.is_ascii_digit())
+    })
+}
+
 /// `.{prefix}.tfshard-tmp`: the one hidden folder a run keeps its temporaries in.
 pub fn tmp_dir_name(prefix: &str) -> String {
     format!(".{prefix}.tfshard-tmp")

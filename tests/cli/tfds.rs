@@ -154,6 +154,10 @@ fn tfds_refuses_what_tfds_cannot_load() {
     let (code, _, err) = convert_parquet(&input, &dir.join("p"), &["--prefix", "x.tfrecord"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("ends in .tfrecord"), "{err}");
+    // So is one that ends as a later generation's shard names do after another prefix.
+    let (code, _, err) = convert_parquet(&input, &dir.join("p"), &["--prefix", "data-g00001"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("-g and 5 digits"), "{err}");
     // A feature that is also another's parent: named, before anything is written.
     let (code, _, err) = convert_parquet(&input, &out, &["--tfds", "ds", "--rename", "y=x/y"]);
     assert_eq!(code, 1, "{err}");
