@@ -75,10 +75,16 @@ const SPLIT_SUM_TOLERANCE: f64 = 1e-9;
 fn shard_sources(inputs: &[InputInfo], sources: &[SourceRows]) -> Vec<ShardSource> {
     sources
         .iter()
-        .map(|s| {
+        .filter_map(|s| {
+            // Every source numbers its inputs as its manifest lists them.
             let input = inputs.get(s.input as usize);
-            let name = input.map_or_else(|| format!("#{}", s.input), |i| i.path.clone());
-            ShardSource::new(name, s.rows)
+            debug_assert!(
+                input.is_some(),
+                "input {} of {} listed",
+                s.input,
+                inputs.len()
+            );
+            input.map(|i| ShardSource::new(i.path.clone(), s.rows))
         })
         .collect()
 }

@@ -119,7 +119,12 @@ impl TableSource {
                 .iter()
                 .map(|u| inputs[u.input].selected_bytes(u.unit, plan.roots()))
                 .collect();
-            let [first, end] = worker.share(&bytes);
+            // A file whose records are known only once read (Iceberg delete files) goes
+            // to one worker whole: a share starting inside it could not count the
+            // records before it, which its shards' sources need.
+            let exact: Vec<bool> = inputs.iter().map(|i| i.exact_rows()).collect();
+            let [first, end] =
+                share_whole_inexact_files(&units, &bytes, &exact, |sizes| worker.share(sizes));
             // A position split numbers records over the whole run: the records before
             // this share must be known without reading them.
             let before = &units[..first as usize];
@@ -135,9 +140,8 @@ impl TableSource {
             }
             range = Some([first, end]);
             first_record = units[..first as usize].iter().map(|u| u.records).sum();
-            // The share may start inside a file: its records before the share. (With
-            // Iceberg delete files a unit's count is an upper bound, so the ranges of
-            // such a file's later records count from past its real index.)
+            // The share may start inside a file (never one whose records are known only
+            // once read): its records before the share.
             if let Some(start) = units.get(first as usize) {
                 first_records[start.input] = (units[..first as usize].iter())
                     .filter(|u| u.input == start.input)
@@ -158,6 +162,31 @@ impl TableSource {
             first_records,
         })
     }
+}
+
+/// The units `[first, end)` of a share that `share` cuts over groups of units: each unit
+/// alone, but the units of a file whose records are not `exact` together.
+fn share_whole_inexact_files(
+    units: &[Unit],
+    bytes: &[u64],
+    exact: &[bool],
+    share: impl FnOnce(&[u64]) -> [u64; 2],
+) -> [u64; 2] {
+    // Each group's first unit, and its bytes.
+    let mut starts: Vec<usize> = Vec::new();
+    let mut sizes: Vec<u64> = Vec::new();
+    for (i, (unit, &b)) in units.iter().zip(bytes).enumerate() {
+        let joins = i > 0 && units[i - 1].input == unit.input && !exact[unit.input];
+        if joins {
+            *sizes.last_mut().expect("a group before") += b;
+        } else {
+            starts.push(i);
+            sizes.push(b);
+        }
+    }
+    let [first, end] = share(&sizes);
+    let unit_of = |group: u64| starts.get(group as usize).map_or(units.len(), |&u| u) as u64;
+    [unit_of(first), unit_of(end)]
 }
 
 impl Source for TableSource {
@@ -407,5 +436,41 @@ impl InOrder<EncodeStats> for PassWriter<'_, '_> {
     fn unit_done(&mut self, u: usize) {
         self.pass
             .unit_done(self.skip + u + 1, self.router, self.options);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_never_starts_inside_a_file_known_only_once_read() {
+        let unit = |input: usize, unit: usize| Unit {
+            input,
+            unit,
+            first_row: 0,
+            records: 10,
+        };
+        // Input 0 (inexact): three units; input 1 (exact): two.
+        let units = [unit(0, 0), unit(0, 1), unit(0, 2), unit(1, 0), unit(1, 1)];
+        let bytes = [1, 2, 3, 4, 5];
+        let exact = [false, true];
+        let cut = |want: [u64; 2]| {
+            share_whole_inexact_files(&units, &bytes, &exact, |sizes| {
+                assert_eq!(sizes, [6, 4, 5], "input 0's units are one group");
+                want
+            })
+        };
+        assert_eq!(cut([0, 1]), [0, 3]);
+        assert_eq!(cut([1, 2]), [3, 4]);
+        assert_eq!(cut([1, 3]), [3, 5]);
+        assert_eq!(cut([2, 2]), [4, 4]);
+        assert_eq!(cut([3, 3]), [5, 5]);
+        // Exact files are cut by unit, as before.
+        let all_exact = share_whole_inexact_files(&units, &bytes, &[true, true], |sizes| {
+            assert_eq!(sizes, bytes);
+            [2, 4]
+        });
+        assert_eq!(all_exact, [2, 4]);
     }
 }

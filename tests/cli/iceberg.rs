@@ -389,6 +389,44 @@ fn workers_name_the_snapshot_and_finalize_equals_one_machine() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--split-key"), "{err}");
+
+    // Without a split, workers convert it; finalized, each data file's ranges run through
+    // its records after deletes once, as one machine's do.
+    let snapshot = id_of(&expected["deletes"][4]);
+    let parts = scratch("iceberg-workers-deletes");
+    let _ = std::fs::remove_dir_all(&parts);
+    for i in ["0", "1", "2"] {
+        let (code, _, err) = run([
+            "convert",
+            "iceberg",
+            s(&deletes),
+            "-o",
+            s(&parts),
+            "--snapshot-id",
+            &snapshot,
+            "--num-workers",
+            "3",
+            "--worker-index",
+            i,
+            "--target-shard-size",
+            "1KiB",
+        ]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, _, err) = run(["finalize", s(&parts)]);
+    assert_eq!(code, 0, "{err}");
+    crate::in_order_sources(&read_manifest(&parts, "data"));
+    let one = scratch("iceberg-workers-deletes-one");
+    let (code, _, err) = convert(
+        &deletes,
+        &one,
+        &["--snapshot-id", &snapshot, "--target-shard-size", "1KiB"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        records_in_order(&parts, "data"),
+        records_in_order(&one, "data")
+    );
 }
 
 #[test]
