@@ -305,11 +305,11 @@ fn workers_name_the_snapshot_and_finalize_equals_one_machine() {
     let id = id_of(&expected["events"][4]);
     let out = scratch("iceberg-workers");
     let _ = std::fs::remove_dir_all(&out);
-    let worker = |out: &Path, id: Option<&str>, n: &str, i: &str, extra: &[&str]| {
+    let worker = |table: &Path, out: &Path, id: Option<&str>, n: &str, i: &str, extra: &[&str]| {
         let mut args = vec![
             "convert",
             "iceberg",
-            s(&events),
+            s(table),
             "-o",
             s(out),
             "--num-workers",
@@ -325,11 +325,11 @@ fn workers_name_the_snapshot_and_finalize_equals_one_machine() {
         args.extend_from_slice(extra);
         run(args)
     };
-    let (code, _, err) = worker(&out, None, "2", "0", &[]);
+    let (code, _, err) = worker(&events, &out, None, "2", "0", &[]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--snapshot-id"), "{err}");
     for i in ["0", "1", "2"] {
-        let (code, _, err) = worker(&out, Some(&id), "3", i, &[]);
+        let (code, _, err) = worker(&events, &out, Some(&id), "3", i, &[]);
         assert_eq!(code, 0, "{err}");
     }
     let (code, _, err) = run(["finalize", s(&out)]);
@@ -355,7 +355,7 @@ fn workers_name_the_snapshot_and_finalize_equals_one_machine() {
     let _ = std::fs::remove_dir_all(&mixed);
     let older = id_of(&expected["events"][3]);
     for (i, id) in [("0", older.as_str()), ("1", id.as_str())] {
-        let (code, _, err) = worker(&mixed, Some(id), "2", i, &[]);
+        let (code, _, err) = worker(&events, &mixed, Some(id), "2", i, &[]);
         assert_eq!(code, 0, "{err}");
     }
     let (code, _, err) = run(["finalize", s(&mixed)]);
@@ -369,48 +369,19 @@ fn workers_name_the_snapshot_and_finalize_equals_one_machine() {
     // A position split over a snapshot with delete files: the records before a share
     // are not known: refused, with what to do.
     let deletes = table_dir(expected, "deletes");
+    let snapshot = id_of(&expected["deletes"][4]);
     let split = scratch("iceberg-workers-split");
-    let (code, _, err) = run([
-        "convert",
-        "iceberg",
-        s(&deletes),
-        "-o",
-        s(&split),
-        "--snapshot-id",
-        &id_of(&expected["deletes"][4]),
-        "--num-workers",
-        "2",
-        "--worker-index",
-        "1",
-        "--split",
-        "train=0.5,test=0.5",
-        "--target-shard-size",
-        "1KiB",
-    ]);
+    let halves = ["--split", "train=0.5,test=0.5"];
+    let (code, _, err) = worker(&deletes, &split, Some(&snapshot), "2", "1", &halves);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--split-key"), "{err}");
 
     // Without a split, workers convert it; finalized, each data file's ranges run through
     // its records after deletes once, as one machine's do.
-    let snapshot = id_of(&expected["deletes"][4]);
     let parts = scratch("iceberg-workers-deletes");
     let _ = std::fs::remove_dir_all(&parts);
     for i in ["0", "1", "2"] {
-        let (code, _, err) = run([
-            "convert",
-            "iceberg",
-            s(&deletes),
-            "-o",
-            s(&parts),
-            "--snapshot-id",
-            &snapshot,
-            "--num-workers",
-            "3",
-            "--worker-index",
-            i,
-            "--target-shard-size",
-            "1KiB",
-        ]);
+        let (code, _, err) = worker(&deletes, &parts, Some(&snapshot), "3", i, &[]);
         assert_eq!(code, 0, "{err}");
     }
     let (code, _, err) = run(["finalize", s(&parts)]);
@@ -420,7 +391,7 @@ fn workers_name_the_snapshot_and_finalize_equals_one_machine() {
     let (code, _, err) = convert(
         &deletes,
         &one,
-        &["--snapshot-id", &snapshot, "--target-shard-size", "1KiB"],
+        &["--snapshot-id", &snapshot, "--target-shard-size", "8KiB"],
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(
