@@ -108,3 +108,16 @@ pub use pipeline::{Batch, BytesValues, Column, Pipeline, Values};
 pub use progress::{CancelToken, NoProgress, Progress};
 pub use tfrecord::{Compression, RecordReader, RecordWriter};
 pub use verify::{Verifier, VerifyReport};
+
+/// A fresh, empty folder `target/test-scratch/unit/NAME` for a unit test: under the build
+/// folder, like the command-line tests' scratch, so no test run leaves files behind in
+/// the system's temporary folder.
+#[cfg(test)]
+pub(crate) fn test_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target/test-scratch/unit")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the test's folder");
+    dir
+}

@@ -95,9 +95,7 @@ mod tests {
     /// A dead run's folder goes, a live one's stays, whatever its age.
     #[test]
     fn the_next_run_removes_only_the_folders_of_dead_runs() {
-        let base = std::env::temp_dir().join(format!("tfshard-scratch-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&base);
-        fs::create_dir_all(&base).unwrap();
+        let base = crate::test_dir("scratch-sweep");
         let live = Scratch::create(&base, "tfshard-staging", "a").unwrap();
         fs::write(live.path().join("00000.tfrecord"), b"x").unwrap();
         // A dead run's: its lock file is there and nobody holds it.

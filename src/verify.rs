@@ -1036,8 +1036,7 @@ mod tests {
     /// Problems are typed (kind and place); their text is their `Display`.
     #[test]
     fn problems_are_typed_with_their_place() {
-        let dir = std::env::temp_dir().join(format!("tfshard-typed-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_dir("verify-typed");
         let mut bytes = Vec::new();
         for payload in [&b"first"[..], b"second", b"third"] {
             crate::tfrecord::append_record(&mut bytes, payload);
@@ -1066,7 +1065,7 @@ mod tests {
 
     #[test]
     fn file_crc_in_parallel_ranges_equals_one_pass() {
-        let path = std::env::temp_dir().join(format!("tfshard-filecrc-{}", std::process::id()));
+        let path = crate::test_dir("verify-filecrc").join("data");
         let data: Vec<u8> = (0..(2 * HASH_RANGE_BYTES + 12_345))
             .map(|i| (i * 31 % 251) as u8)
             .collect();

@@ -261,7 +261,7 @@ mod tests {
     /// refused before anything is written.
     #[test]
     fn a_stream_converts_in_order_once() {
-        let base = std::env::temp_dir().join(format!("tfshard-arrow-{}", std::process::id()));
+        let base = crate::test_dir("arrow-stream");
         let rows: Vec<(i64, String)> = (0..20_000).map(|i| (i, format!("r{i}"))).collect();
         let rows: Vec<(i64, &str)> = rows.iter().map(|(i, s)| (*i, s.as_str())).collect();
         let mut shards = Vec::new();

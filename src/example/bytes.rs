@@ -195,7 +195,7 @@ mod tests {
         let long = vec![7u8; REFERENCE_MIN];
         let mut record = b"ab".to_vec();
         record.extend_from_slice(&long);
-        let path = std::env::temp_dir().join(format!("tfshard-bytes-{}", std::process::id()));
+        let path = crate::test_dir("example-bytes").join("record");
         std::fs::write(&path, &record).unwrap();
         // SAFETY: a file of this test's own, not changed while mapped.
         let map =

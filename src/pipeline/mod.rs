@@ -1417,7 +1417,7 @@ mod tests {
     /// record is batched the interleave holds none.
     #[test]
     fn batches_hold_the_maps_of_their_records() {
-        let dir = std::env::temp_dir().join(format!("tfshard-maps-{}", std::process::id()));
+        let dir = crate::test_dir("pipeline-maps");
         let files = numbered_files(&dir, 100);
         let opening = Opening {
             compression: None,
@@ -1476,7 +1476,7 @@ mod tests {
     /// every record once; shuffled, a range keeps to its records.
     #[test]
     fn record_ranges_read_their_records() {
-        let dir = std::env::temp_dir().join(format!("tfshard-ranges-{}", std::process::id()));
+        let dir = crate::test_dir("pipeline-ranges");
         let files = numbered_files(&dir, 100);
         let counts = vec![100, 100, 100];
         let mut all = Vec::new();
@@ -1518,7 +1518,7 @@ mod tests {
     /// Skipping batches leaves the rest of the epoch as it was, with or without threads.
     #[test]
     fn skipped_batches_leave_the_same_remaining_batches() {
-        let dir = std::env::temp_dir().join(format!("tfshard-skip-{}", std::process::id()));
+        let dir = crate::test_dir("pipeline-skip");
         let files = numbered_files(&dir, 100);
         let build = |skip: u64, sequential: bool| {
             let b = Pipeline::builder(files.clone())
@@ -1542,8 +1542,7 @@ mod tests {
     /// `threads` bounds every thread the pipeline keeps busy, the consumer's included.
     #[test]
     fn threads_bound_every_worker() {
-        let dir = std::env::temp_dir().join(format!("tfshard-threads-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_dir("pipeline-threads");
         let path = dir.join("a.tfrecord");
         let mut w = crate::tfrecord::RecordWriter::new(std::fs::File::create(&path).unwrap());
         for i in 0..1000 {

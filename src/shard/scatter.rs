@@ -545,8 +545,7 @@ mod tests {
         payloads: [&[u8]; 2],
     ) -> (PathBuf, PathBuf, Vec<u8>, usize, Arc<KeptMap>) {
         use crate::tfrecord::mapped::MappedRecords;
-        let dir = std::env::temp_dir().join(format!("tfshard-{test}-{}", std::process::id()));
-        fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_dir(&format!("scatter-{test}"));
         let path = dir.join("in.tfrecord");
         let mut bytes = Vec::new();
         frame::append_record(&mut bytes, payloads[0]);

@@ -572,9 +572,7 @@ mod tests {
         options: impl FnOnce(PathBuf) -> ShardOptions,
         records: &[Vec<u8>],
     ) -> Vec<ClosedShard> {
-        let tmp = std::env::temp_dir().join(format!("tfshard-writer-{dir}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).unwrap();
+        let tmp = crate::test_dir(&format!("writer-{dir}"));
         let mut w = ShardWriter::new(options(tmp.clone()));
         for r in records {
             w.write(r).unwrap();
@@ -607,10 +605,7 @@ mod tests {
     /// records move the origin past them.
     #[test]
     fn each_shard_names_the_input_records_it_holds() {
-        let tmp =
-            std::env::temp_dir().join(format!("tfshard-writer-sources-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp).unwrap();
+        let tmp = crate::test_dir("writer-sources");
         let r = record(84, 1); // 100 bytes framed
         let batch: Vec<u8> = r.repeat(10);
         let sizes = vec![100u64; 10];

@@ -1089,8 +1089,7 @@ mod tests {
         use arrow_array::{ArrayRef, FixedSizeListArray, Int64Array};
         use arrow_buffer::{BooleanBuffer, NullBuffer};
         use parquet::arrow::ArrowWriter;
-        let dir = std::env::temp_dir().join(format!("tfshard-fixed-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_dir(&format!("fixed-{name}"));
         let path = dir.join(name);
         let n = rows * size as usize;
         // Values repeat every 97 elements: dictionaries fill, some pages stay PLAIN.
@@ -1266,8 +1265,7 @@ mod tests {
             ("b", list(2, -1.0)),
         ])
         .unwrap();
-        let dir = std::env::temp_dir().join(format!("tfshard-fixed-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_dir("places");
         let path = dir.join("places.parquet");
         let mut w =
             ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), None).unwrap();
@@ -1410,8 +1408,7 @@ mod tests {
         use arrow_array::{ArrayRef, BinaryArray, Int64Array};
         use parquet::arrow::ArrowWriter;
         use parquet::file::properties::WriterProperties;
-        let dir = std::env::temp_dir().join(format!("tfshard-batches-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_dir(&format!("batches-{name}"));
         let path = dir.join(name);
         let blobs: Vec<Vec<u8>> = (0..rows)
             .map(|i| vec![if dictionary { (i % 4) as u8 } else { i as u8 }; 64 << 10])

@@ -161,10 +161,7 @@ mod tests {
     use super::*;
 
     fn dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("tfshard-atomic-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        fs::create_dir_all(&d).unwrap();
-        d
+        crate::test_dir(&format!("atomic-{name}"))
     }
 
     fn names(d: &Path) -> Vec<String> {

@@ -547,8 +547,7 @@ mod conformance {
 
     #[test]
     fn the_local_destination_conforms() {
-        let root = std::env::temp_dir().join(format!("tfshard-conform-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = crate::test_dir("destination-local");
         let d = crate::store::destination_of(&root.join("out"), crate::store::IoOptions::new())
             .unwrap();
         all(&*d, &root.join("staging"));
@@ -566,8 +565,7 @@ mod conformance {
             crate::store::IoOptions::new(),
         )
         .unwrap();
-        let scratch =
-            std::env::temp_dir().join(format!("tfshard-conform-s3-{}", std::process::id()));
+        let scratch = crate::test_dir("destination-s3");
         all(&*d, &scratch);
         // Local staging is the run's own and goes with it.
         assert!(std::fs::read_dir(&scratch).map_or(true, |mut e| e.next().is_none()));

@@ -933,8 +933,7 @@ mod tests {
     /// (not an empty read, which a corrupt page header would repeat).
     #[test]
     fn a_local_file_ends_in_an_error() {
-        let dir = std::env::temp_dir().join(format!("tfshard-end-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::test_dir("parquet-end");
         let path = dir.join("f.bin");
         std::fs::write(&path, b"0123456789").unwrap();
         let file = ParquetFile::open(&path).unwrap();

@@ -730,8 +730,7 @@ mod conformance {
 
     #[test]
     fn local_files_conform() {
-        let root = std::env::temp_dir().join(format!("tfshard-storage-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let root = crate::test_dir("storage-local");
         for (rel, bytes) in FILES {
             let path = root.join(rel);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();

@@ -262,9 +262,7 @@ mod tests {
     use crate::tfrecord::RecordReader;
 
     fn write(name: &str, bytes: &[u8]) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tfshard-mapped-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(name);
+        let path = crate::test_dir(&format!("mapped-{name}")).join(name);
         std::fs::write(&path, bytes).unwrap();
         path
     }

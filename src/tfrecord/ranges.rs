@@ -269,11 +269,7 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> std::path::PathBuf {
-        let dir =
-            std::env::temp_dir().join(format!("tfshard-ranges-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch folder");
-        dir
+        crate::test_dir(&format!("ranges-{name}"))
     }
 
     fn file_of(sizes: &[usize]) -> Vec<u8> {
