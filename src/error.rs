@@ -506,6 +506,13 @@ pub enum ErrorKind {
          nothing was published; rerun with --overwrite to replace it"
     )]
     OutputClaimed,
+    /// Another `--append` holds the output's claim and is alive (it refreshes it).
+    #[error(
+        "another run is publishing to this output (an append): nothing was done; append \
+         again once it has ended (a claim not refreshed for 60 s, its holder killed, is taken \
+         over)"
+    )]
+    AppendClaimed,
     /// Another `finalize` holds the output's claim and is alive (it refreshes the claim).
     #[error(
         "another finalize is publishing to this output: nothing was done; run finalize again \
@@ -633,6 +640,7 @@ impl ErrorKind {
             ErrorKind::NoParts => "no_parts",
             ErrorKind::OutputClaimed => "output_claimed",
             ErrorKind::FinalizeClaimed => "finalize_claimed",
+            ErrorKind::AppendClaimed => "append_claimed",
             ErrorKind::Table { .. } => "table",
             ErrorKind::PartitionKeys { .. } => "partition_keys",
             ErrorKind::PartitionColumn { .. } => "partition_column",

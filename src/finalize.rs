@@ -623,6 +623,7 @@ fn finalize(
             moves: plan.moves.clone(),
             manifest: (name::manifest_name(p), manifest.to_json()?),
             records: format!("{parts_dir}/uploads"),
+            append: None,
         });
     }
     if claims.is_lost() {
@@ -631,7 +632,7 @@ fn finalize(
     publish::publish(
         &publish::Direct(out),
         &to_publish,
-        overwrite,
+        publish::Mode::of(overwrite, false),
         &crate::progress::CancelToken::new(),
     )?;
     crate::failpoint::hit("finalize:published")?;

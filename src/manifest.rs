@@ -15,8 +15,11 @@ use crate::example::{FeatureSpec, RecordType};
 use crate::store::IoOptions;
 use crate::tfrecord::Compression;
 
-/// The manifest format version we write.
+/// The manifest format version a plain run writes.
 pub const MANIFEST_VERSION: u32 = 1;
+/// The version of a manifest whose set has more than generation 0 (`--append`): it
+/// adds `generation` to each shard and `generations`. Readers accept both.
+pub const MANIFEST_VERSION_GENERATIONS: u32 = 2;
 /// The suffix of a manifest file name.
 pub const MANIFEST_SUFFIX: &str = ".manifest.json";
 
@@ -53,6 +56,30 @@ pub struct ShardInfo {
     /// for an empty shard, or in a manifest written before tfshard recorded them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<ShardSource>,
+    /// The generation that wrote it (`manifest_version` 2; absent in a plain run's
+    /// manifest, whose shards are all generation 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u32>,
+}
+
+/// One generation of a set (`--append`): the manifest's `generations`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct GenerationInfo {
+    /// Its number: 0 for the first conversion, then one more per append.
+    pub generation: u32,
+    /// When it was published, RFC 3339, UTC.
+    pub created: String,
+    /// The table's version (Delta) or snapshot id (Iceberg) it brought the set to; null
+    /// for file inputs.
+    pub watermark: Option<i64>,
+    /// Records it wrote.
+    pub records: u64,
+    /// Shards it wrote.
+    pub shards: u64,
+    /// The shards it retired (their records are re-converted into it, or deleted from
+    /// the table).
+    pub retired: Vec<String>,
 }
 
 /// Records of one input that a shard holds.
@@ -130,6 +157,9 @@ pub struct Manifest {
     /// of every row group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub row_groups: Option<[u64; 2]>,
+    /// The set's generations, oldest first (`manifest_version` 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generations: Option<Vec<GenerationInfo>>,
 }
 
 /// The snapshot a conversion read: the manifest's `table`. A Delta table's snapshot is
@@ -261,6 +291,93 @@ impl Manifest {
     /// Whether `file` (a name relative to the manifest's folder) is one of its shards.
     pub fn lists(&self, file: &str) -> bool {
         self.shards.iter().any(|s| s.file == file)
+    }
+
+    /// The newest generation of the set (0 for a plain run's).
+    pub fn generation(&self) -> u32 {
+        (self.generations.iter().flatten())
+            .map(|g| g.generation)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The set's generations, as recorded, or (a plain run's manifest) its one
+    /// generation 0.
+    pub fn generations_or_first(&self) -> Vec<GenerationInfo> {
+        match &self.generations {
+            Some(g) => g.clone(),
+            None => vec![GenerationInfo {
+                generation: 0,
+                created: self.created.clone(),
+                watermark: self.watermark(),
+                records: self.records,
+                shards: self.shards.len() as u64,
+                retired: Vec::new(),
+            }],
+        }
+    }
+
+    /// The table snapshot the set holds: a Delta version or an Iceberg snapshot id.
+    pub fn watermark(&self) -> Option<i64> {
+        let t = self.table.as_ref()?;
+        t.version.map(|v| v as i64).or(t.snapshot_id)
+    }
+
+    /// Checks what a hand edit could break in a set's shard list and generations: a
+    /// shard listed twice, a shard of a generation the manifest does not record, a
+    /// generation with more live shards than it wrote, totals that do not add up.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::ManifestInvalid`] naming the key and `path`.
+    pub fn check_generations(&self, path: &Path) -> Result<()> {
+        let invalid = |what: String| {
+            Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(what))).with_file(path)
+        };
+        let mut seen = std::collections::HashSet::new();
+        for s in &self.shards {
+            if !seen.insert(s.file.as_str()) {
+                return Err(invalid(format!("shards: {:?} is listed twice", s.file)));
+            }
+        }
+        let records: u64 = self.shards.iter().map(|s| s.records).sum();
+        if records != self.records {
+            return Err(invalid(format!(
+                "records: {} but its shards hold {records}",
+                self.records
+            )));
+        }
+        let Some(generations) = &self.generations else {
+            return Ok(());
+        };
+        for (i, g) in generations.iter().enumerate() {
+            if i > 0 && g.generation <= generations[i - 1].generation {
+                return Err(invalid(format!(
+                    "generations: generation {} follows generation {}",
+                    g.generation,
+                    generations[i - 1].generation
+                )));
+            }
+            let live = (self.shards.iter())
+                .filter(|s| s.generation.unwrap_or(0) == g.generation)
+                .count() as u64;
+            if live > g.shards {
+                return Err(invalid(format!(
+                    "generations: generation {} wrote {} shards but {live} are listed",
+                    g.generation, g.shards
+                )));
+            }
+        }
+        for s in &self.shards {
+            let g = s.generation.unwrap_or(0);
+            if !generations.iter().any(|r| r.generation == g) {
+                return Err(invalid(format!(
+                    "shards: {:?} is of generation {g}, which generations does not record",
+                    s.file
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -221,6 +221,9 @@ pub struct ShardFlags {
     /// Reuse the shards an interrupted or killed run finished (checked by size and CRC32C), and keep this run's if it is interrupted.
     #[arg(long)]
     pub resume: bool,
+    /// Convert only what the inputs gained or changed since the set in OUT, as a new generation of it (shards that held changed or removed records are retired and their live records converted again).
+    #[arg(long)]
+    pub append: bool,
     /// Also write an NVIDIA DALI index ({shard}.idx) per shard (uncompressed only).
     #[arg(long)]
     pub index: bool,
@@ -466,6 +469,7 @@ impl ShardFlags {
             })
             .with_index(self.index)
             .with_overwrite(self.overwrite)
+            .with_append(self.append)
             .with_resume(self.resume);
         if let Some(prefix) = &self.prefix {
             builder = builder.with_prefix(prefix.clone());
@@ -588,6 +592,25 @@ fn report(common: &Common, summary: &ConvertSummary) -> CliResult {
     if common.json {
         output::print_json(&summary.to_json())?;
     } else if !common.quiet {
+        if let Some(a) = &summary.append {
+            if let Some(why) = &a.reconverted {
+                println!("{why}: every generation retired, the snapshot converted again");
+            }
+            if a.up_to_date {
+                let at = match &summary.table {
+                    Some(t) => format!("at {}", t.snapshot_words()),
+                    None => "(no input gained or changed)".into(),
+                };
+                println!("up to date {at}: nothing written");
+                return Ok(());
+            }
+            println!(
+                "generation {}: {} shard{} retired",
+                a.generation,
+                a.retired,
+                if a.retired == 1 { "" } else { "s" }
+            );
+        }
         println!(
             "wrote {} records in {} shard{} ({:.1} MB) to {} in {:.2} s ({:.0} MB/s)",
             summary.records,

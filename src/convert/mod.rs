@@ -25,6 +25,7 @@
 //! # Ok::<(), tfshard::Error>(())
 //! ```
 
+pub(crate) mod append;
 mod arrow;
 pub(crate) mod images;
 mod ordered;
@@ -46,7 +47,7 @@ use crate::progress::{CancelToken, Progress};
 use crate::shard::{name, OutputDir, SourceRows};
 pub use crate::source::hive::Partitioning;
 use crate::store;
-use crate::store::destination::{Publication, StagePlan, StagedOutput};
+use crate::store::destination::{ClosedShard, Publication, StagePlan, StagedOutput};
 use crate::tfrecord::Compression;
 
 pub use crate::manifest::{rfc3339_ms, TableInfo};
@@ -54,6 +55,7 @@ pub use crate::source::delta::{DeltaOptions, DeltaTable};
 pub use crate::source::iceberg::{IcebergOptions, IcebergTable};
 pub use crate::source::images::{Labels, OnError};
 pub use crate::source::parquet::BATCH_ROWS as PARQUET_BATCH_ROWS;
+pub use append::AppendSummary;
 pub use arrow::ArrowStream;
 pub use images::ImageOptions;
 pub use tfrecord::TfrecordOptions;
@@ -174,6 +176,9 @@ pub struct ConvertOptions {
     /// `--resume`: reuse the shards an interrupted run finished (its journal), and keep
     /// this run's finished shards and journal if it fails or is interrupted.
     pub resume: bool,
+    /// `--append`: convert only what the inputs gained (or changed) since the set the
+    /// output holds, as a new generation of it ([`append`]).
+    pub append: bool,
     /// `--parquet-decoder`: which decoder reads Parquet columns. Never changes the
     /// output, so the manifest does not record it.
     pub parquet_decoder: ParquetDecoder,
@@ -295,6 +300,7 @@ impl ConvertOptions {
             staging_dir: None,
             worker: None,
             resume: false,
+            append: false,
             parquet_decoder: ParquetDecoder::Auto,
             io: store::IoOptions::default(),
         }
@@ -357,6 +363,35 @@ impl ConvertOptions {
             return invalid("inputs", "no input given".into());
         }
         check_prefix("prefix", &self.prefix)?;
+        if self.append {
+            let refused = [
+                (
+                    self.overwrite,
+                    "--overwrite replaces the set; --append adds a generation to it: give one",
+                ),
+                (
+                    self.tfds.is_some(),
+                    "one TFDS version is one file set; convert a new version with --overwrite",
+                ),
+                (
+                    self.splits.is_some() && self.encode.split_key.is_none(),
+                    "a split by position would move records between splits as the inputs \
+                     grow: split by a column (--split-key)",
+                ),
+                (
+                    self.worker.is_some(),
+                    "workers cannot append yet: append on one machine",
+                ),
+                (
+                    self.min_shards.is_some(),
+                    "--min-shards cuts one conversion evenly; a generation is cut by \
+                     --target-shard-size",
+                ),
+            ];
+            if let Some((_, why)) = refused.into_iter().find(|(set, _)| *set) {
+                return invalid("append", why.into());
+            }
+        }
         if let Some(name) = &self.tfds {
             crate::tfds::check_name(name).map_err(|why| Error::invalid_option("tfds", why))?;
             if self.compression != Compression::None {
@@ -522,6 +557,8 @@ pub struct ConvertSummary {
     pub splits: Vec<SplitSummary>,
     /// `convert delta` and `convert iceberg`: the snapshot read.
     pub table: Option<TableInfo>,
+    /// With `--append`: whether it was up to date, the generation, the shards retired.
+    pub append: Option<AppendSummary>,
 }
 
 impl ConvertSummary {
@@ -541,6 +578,14 @@ impl ConvertSummary {
         });
         if let Some(t) = &self.table {
             value["table"] = json!(t);
+        }
+        if let Some(a) = &self.append {
+            value["up_to_date"] = json!(a.up_to_date);
+            value["generation"] = json!(a.generation);
+            value["retired"] = json!(a.retired);
+            if let Some(why) = &a.reconverted {
+                value["reconverted"] = json!(why);
+            }
         }
         if let Some(r) = self.reused {
             value["reused"] =
@@ -615,6 +660,7 @@ impl ConvertOptions {
             bytes: 0,
             worker: None,
             row_groups: None,
+            generations: None,
         }
     }
 }
@@ -657,6 +703,14 @@ pub(crate) trait Source: Send {
     fn restart_from(&mut self, _checkpoint: &serde_json::Value) -> u64 {
         0
     }
+    /// `--append`: the inputs as they are now, to compare with the manifest's; `None`
+    /// where this source cannot append.
+    fn now_inputs(&self) -> Option<Vec<append::NowInput>> {
+        None
+    }
+    /// `--append`: reads only the records `reads[i]` of input `i` (see
+    /// [`append::Plan::reads`]) from now on.
+    fn select(&mut self, _reads: &[Vec<[u64; 2]>]) {}
 }
 
 /// How a source is opened: one implementation per kind of input (in its
@@ -1075,6 +1129,13 @@ impl ConverterBuilder {
         self.only_for(false, "num-workers")
     }
 
+    /// `--append`: convert only what the inputs gained or changed since the set the
+    /// output holds, publishing a new generation of it. Tables and Parquet files.
+    pub fn with_append(mut self, append: bool) -> Self {
+        self.options.append = append;
+        self
+    }
+
     /// Reuse the shards an interrupted run finished, and keep this run's if it fails.
     pub fn with_resume(mut self, resume: bool) -> Self {
         self.options.resume = resume;
@@ -1168,6 +1229,13 @@ impl ConverterBuilder {
             images.validate(&options)?;
         }
         let tfrecord = matches!(input, Input::Tfrecord(_));
+        if options.append && matches!(input, Input::Tfrecord(_) | Input::Images(_)) {
+            return Err(Error::invalid_option(
+                "append",
+                "not yet for TFRecord inputs or image folders (Parquet files and Delta and \
+                 Iceberg tables append): convert again with --overwrite",
+            ));
+        }
         if options.encode.record_type == RecordType::Bytes && !tfrecord {
             return Err(Error::invalid_option(
                 "record-type",
@@ -1212,6 +1280,11 @@ impl ConverterBuilder {
                     options.min_shards.is_some(),
                     "min-shards",
                     "it reads the records twice, and an Arrow stream can be read once",
+                ),
+                (
+                    options.append,
+                    "append",
+                    "an Arrow stream has no files to compare with the set's inputs",
                 ),
             ];
             if let Some((_, option, why)) = refused.into_iter().find(|(set, _, _)| *set) {
@@ -1293,6 +1366,40 @@ fn run(
     if options.worker.is_some() && destination.names("")?.iter().any(|n| !hidden.contains(n)) {
         return Err(Error::new(ErrorKind::OutputExists).with_file(&options.output));
     }
+    // `--append` onto a published set: claimed, planned, and only what changed read.
+    let mut appending = None;
+    if options.append {
+        appending = append::Appending::open(&destination, &prefixes)?;
+    }
+    if let Some(a) = appending.as_mut() {
+        let Some(now) = source.now_inputs() else {
+            return Err(Error::invalid_option(
+                "append",
+                "not for this input: it applies to Parquet files and Delta or Iceberg \
+                 tables; convert again with --overwrite",
+            ));
+        };
+        a.plan(&source.manifest(options, 0), now, options.shuffle.is_some())?;
+        if a.plan.is_empty() {
+            a.finish_last(&*destination, &prefixes)?;
+            let manifest = &a.manifests[0];
+            return Ok(ConvertSummary {
+                output: options.output.clone(),
+                manifest: (options.splits.is_none())
+                    .then(|| destination.display(&name::manifest_name(&prefixes[0]))),
+                records: 0,
+                shards: 0,
+                bytes: 0,
+                seconds: started.elapsed().as_secs_f64(),
+                skipped: 0,
+                reused: None,
+                splits: Vec::new(),
+                table: manifest.table.clone(),
+                append: Some(a.summary()),
+            });
+        }
+        source.select(&a.plan.reads);
+    }
     let outputs = prefixes
         .iter()
         .map(|p| StagedOutput {
@@ -1307,6 +1414,7 @@ fn run(
         outputs,
         hidden,
         overwrite: options.overwrite,
+        append: appending.is_some(),
         resume: options.resume,
         part: options.worker.is_some(),
         staging_dir: options.staging_dir.clone(),
@@ -1319,7 +1427,8 @@ fn run(
     if options.resume {
         // A table's snapshot: the one the interrupted run read, whatever was committed
         // since (unless this run names one).
-        if let Some(header) = staging.journal_header(0)? {
+        // (An append's plan is made against the source as it is now.)
+        if let (Some(header), None) = (staging.journal_header(0)?, &appending) {
             if let Some(reopened) = opener.reopen_at(options, &header, &*source)? {
                 source = reopened;
             }
@@ -1340,6 +1449,11 @@ fn run(
                 "compression": described.compression,
                 "inputs": inputs,
                 "tfshard_version": env!("CARGO_PKG_VERSION"),
+                "append": appending.as_ref().map(|a| json!({
+                    "generation": a.generation,
+                    "reads": a.plan.reads,
+                    "retired": a.plan.retired,
+                })),
             });
             let finished = staging.resume(i, header.clone())?;
             // One output: the source restarts after the last checkpoint the reused
@@ -1396,36 +1510,53 @@ fn run(
         .collect();
     options.cancel.check()?;
     crate::failpoint::hit("convert:written")?;
+    let generation = appending.as_ref().map_or(0, |a| a.generation);
     let publications = outs
         .iter()
         .zip(&shards)
         .zip(&mut manifests)
-        .map(|((out, split), manifest)| {
+        .enumerate()
+        .map(|(i, ((out, split), manifest))| {
             let names: Vec<String> = (0..split.len())
-                .map(|i| name::shard_name(out.prefix(), i, split.len(), options.compression))
+                .map(|s| {
+                    let c = options.compression;
+                    name::generation_shard_name(out.prefix(), generation, s, split.len(), c)
+                })
                 .collect();
-            manifest.set_shards(
-                split
-                    .iter()
-                    .zip(&names)
-                    .map(|(s, file)| ShardInfo {
-                        file: file.clone(),
-                        records: s.records,
-                        bytes: s.bytes,
-                        crc32c: format!("{:08x}", s.crc32c),
-                        sources: shard_sources(&manifest.inputs, &s.sources),
-                    })
-                    .collect(),
-            );
+            let written = split
+                .iter()
+                .zip(&names)
+                .map(|(s, file)| ShardInfo {
+                    file: file.clone(),
+                    records: s.records,
+                    bytes: s.bytes,
+                    crc32c: format!("{:08x}", s.crc32c),
+                    sources: shard_sources(&manifest.inputs, &s.sources),
+                    generation: None,
+                })
+                .collect();
+            match &appending {
+                Some(a) => *manifest = a.manifest(i, manifest.clone(), written),
+                None => manifest.set_shards(written),
+            }
+            let bytes = manifest.to_json()?;
+            let append = match &appending {
+                Some(a) => Some(a.publish_set(i, &*destination, out.prefix(), &bytes)?),
+                None => None,
+            };
             Ok(Publication {
                 shards: split.clone(),
                 names,
-                manifest: (name::manifest_name(out.prefix()), manifest.to_json()?),
+                manifest: (name::manifest_name(out.prefix()), bytes),
                 own: name::is_own_shard,
                 prefix: out.prefix().to_owned(),
+                append,
             })
         })
         .collect::<Result<Vec<_>>>()?;
+    if appending.as_ref().is_some_and(append::Appending::is_lost) {
+        return Err(Error::new(ErrorKind::AppendClaimed).with_file(&options.output));
+    }
     let paths = staging.commit(publications, &options.cancel)?;
     drop(staging);
     let splits: Vec<SplitSummary> = outs
@@ -1449,6 +1580,9 @@ fn run(
         crate::tfds::publish(&*destination, name)?;
     }
     let single = options.splits.is_none();
+    // An append's summary counts what it wrote; the sets' totals are in their manifests.
+    let written = |f: fn(&ClosedShard) -> u64| shards.iter().flatten().map(f).sum::<u64>();
+    let appended = appending.is_some();
     Ok(ConvertSummary {
         output: options.output.clone(),
         manifest: if single {
@@ -1456,14 +1590,27 @@ fn run(
         } else {
             None
         },
-        records: splits.iter().map(|s| s.records).sum(),
-        shards: splits.iter().map(|s| s.shards).sum(),
-        bytes: splits.iter().map(|s| s.bytes).sum(),
+        records: if appended {
+            written(|s| s.records)
+        } else {
+            splits.iter().map(|s| s.records).sum()
+        },
+        shards: if appended {
+            shards.iter().map(|s| s.len() as u64).sum()
+        } else {
+            splits.iter().map(|s| s.shards).sum()
+        },
+        bytes: if appended {
+            written(|s| s.bytes)
+        } else {
+            splits.iter().map(|s| s.bytes).sum()
+        },
         seconds: started.elapsed().as_secs_f64(),
         skipped: source.skipped(),
         reused,
         splits: if single { Vec::new() } else { splits },
         table: manifests.first().and_then(|m| m.table.clone()),
+        append: appending.as_ref().map(append::Appending::summary),
     })
 }
 

@@ -41,13 +41,20 @@ struct Checkpoint {
 }
 
 /// One unit of one file (a Parquet row group).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Unit {
     input: usize,
     unit: usize,
     first_row: u64,
-    /// Its records: its rows, but those a Delta deletion vector drops.
+    /// The index among its file's records of its first one (where the file's records
+    /// are known before reading).
+    first_record: u64,
+    /// Its records: its rows, but those a Delta deletion vector drops (with `--append`,
+    /// those it reads).
     records: u64,
+    /// `--append`: only these of its records, `[start, end)` counted from its first;
+    /// `None`: all.
+    keep: Option<Vec<[u64; 2]>>,
 }
 
 /// What a table's manifest says beside its data files.
@@ -99,15 +106,19 @@ impl TableSource {
     ) -> Result<TableSource> {
         let mut units = Vec::new();
         for (i, input) in inputs.iter().enumerate() {
-            let mut first_row = 0;
+            let (mut first_row, mut first_record) = (0, 0);
             for (unit, rows) in input.unit_rows().into_iter().enumerate() {
+                let records = input.kept_rows(first_row, rows);
                 units.push(Unit {
                     input: i,
                     unit,
                     first_row,
-                    records: input.kept_rows(first_row, rows),
+                    first_record,
+                    records,
+                    keep: None,
                 });
                 first_row += rows;
+                first_record += records;
             }
         }
         let mut range = None;
@@ -161,6 +172,59 @@ impl TableSource {
             table,
             first_records,
         })
+    }
+}
+
+impl TableSource {
+    /// See [`Source::now_inputs`].
+    fn inputs_now(&self) -> Vec<super::append::NowInput> {
+        self.inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| super::append::NowInput {
+                name: input.name().to_owned(),
+                bytes: input.bytes(),
+                etag: input.etag().map(str::to_owned),
+                records: input.exact_rows().then(|| {
+                    (self.units.iter())
+                        .filter(|u| u.input == i)
+                        .map(|u| u.records)
+                        .sum()
+                }),
+                modified: input.modified(),
+                delete_files: input.delete_files(),
+            })
+            .collect()
+    }
+
+    /// See [`Source::select`]: `reads[i]` are sorted, disjoint ranges of input `i`'s
+    /// records (a file whose records are known only once read is read whole or not at
+    /// all).
+    fn select_records(&mut self, reads: &[Vec<[u64; 2]>]) {
+        let inputs = &self.inputs;
+        self.units.retain_mut(|u| {
+            let ranges = &reads[u.input];
+            if ranges.is_empty() {
+                return false;
+            }
+            if !inputs[u.input].exact_rows() {
+                return true;
+            }
+            let [start, end] = [u.first_record, u.first_record + u.records];
+            let keep: Vec<[u64; 2]> = (ranges.iter())
+                .filter(|r| r[0] < end && start < r[1])
+                .map(|r| [r[0].max(start) - start, r[1].min(end) - start])
+                .collect();
+            let kept: u64 = keep.iter().map(|r| r[1] - r[0]).sum();
+            if kept == 0 && u.records > 0 {
+                return false;
+            }
+            if kept < u.records {
+                u.records = kept;
+                u.keep = Some(keep);
+            }
+            true
+        });
     }
 }
 
@@ -244,6 +308,14 @@ impl Source for TableSource {
 
     fn worker_range(&self) -> Option<[u64; 2]> {
         self.range
+    }
+
+    fn now_inputs(&self) -> Option<Vec<super::append::NowInput>> {
+        Some(self.inputs_now())
+    }
+
+    fn select(&mut self, reads: &[Vec<[u64; 2]>]) {
+        self.select_records(reads);
     }
 
     fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {
@@ -379,16 +451,33 @@ impl TableSource {
             ordered::queued_bytes(options.compression),
             units,
             |unit| inputs[unit.input].decode_bytes(unit.unit),
-            |unit, emit: &mut Emit<'_, EncodeStats>| {
+            |unit, emit: &mut Emit<'_, Encoded>| {
+                // With `--append`, only some of the unit's records: each batch's records
+                // are counted from the unit's first, and the kept ones encoded.
+                let mut at = 0u64;
                 inputs[unit.input].read_unit(
                     unit.unit,
                     plan.roots(),
                     unit.first_row,
                     &mut |batch, _| {
-                        let mut encoded = emit.buffer();
-                        let mut stats = plan.new_stats();
-                        plan.encode_batch(&batch, &mut encoded, &mut stats)?;
-                        emit.send(encoded, stats)
+                        let Some(keep) = &unit.keep else {
+                            let mut encoded = emit.buffer();
+                            let mut stats = plan.new_stats();
+                            plan.encode_batch(&batch, &mut encoded, &mut stats)?;
+                            return emit.send(encoded, (stats, None));
+                        };
+                        let (first, rows) = (at, batch.num_rows() as u64);
+                        at += rows;
+                        for r in keep.iter().filter(|r| r[0] < first + rows && first < r[1]) {
+                            let [start, end] = [r[0].max(first), r[1].min(first + rows)];
+                            let piece =
+                                batch.slice((start - first) as usize, (end - start) as usize);
+                            let mut encoded = emit.buffer();
+                            let mut stats = plan.new_stats();
+                            plan.encode_batch(&piece, &mut encoded, &mut stats)?;
+                            emit.send(encoded, (stats, Some(unit.first_record + start)))?;
+                        }
+                        Ok(())
                     },
                 )
             },
@@ -400,6 +489,10 @@ impl TableSource {
         Ok(pass)
     }
 }
+
+/// An encoded batch's statistics, and (reading only some of a unit's records) the index
+/// among its file's records of its first one.
+type Encoded = (EncodeStats, Option<u64>);
 
 /// Writes a pass's batches in unit order, from `pass` (which starts after `skip` units
 /// of the plan).
@@ -416,11 +509,13 @@ struct PassWriter<'a, 'r> {
     progress: &'a dyn Progress,
 }
 
-impl InOrder<EncodeStats> for PassWriter<'_, '_> {
-    fn write(&mut self, u: usize, batch: &EncodedBatch, stats: EncodeStats) -> Result<()> {
+impl InOrder<Encoded> for PassWriter<'_, '_> {
+    fn write(&mut self, u: usize, batch: &EncodedBatch, encoded: Encoded) -> Result<()> {
+        let (stats, first_record) = encoded;
         let unit = &self.units[u];
         let input = unit.input;
-        let record = self.first_records[input] + self.pass.rows_per_input[input];
+        let record =
+            first_record.unwrap_or(self.first_records[input] + self.pass.rows_per_input[input]);
         self.router
             .origin(self.listed_before + input as u32, record);
         self.pass.write(
@@ -449,7 +544,9 @@ mod tests {
             input,
             unit,
             first_row: 0,
+            first_record: 0,
             records: 10,
+            keep: None,
         };
         // Input 0 (inexact): three units; input 1 (exact): two.
         let units = [unit(0, 0), unit(0, 1), unit(0, 2), unit(1, 0), unit(1, 1)];

@@ -298,6 +298,7 @@ fn convert_options(
     b = b
         .with_overwrite(o.flag("overwrite")?)
         .with_resume(o.flag("resume")?)
+        .with_append(o.flag("append")?)
         .with_index(o.flag("index")?)
         .with_seed(o.get::<u64>("seed")?.unwrap_or(0));
     let shuffle_memory = o.size("shuffle_memory")?;

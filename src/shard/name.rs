@@ -17,6 +17,41 @@ pub fn shard_name(prefix: &str, index: usize, count: usize, compression: Compres
     )
 }
 
+/// Generation `generation`'s shard: generation 0's is [`shard_name`]'s, a later one's
+/// `{prefix}-g{generation:05}-{index:05}-of-{count:05}.tfrecord` (plus `.gz`/`.zlib`).
+pub fn generation_shard_name(
+    prefix: &str,
+    generation: u32,
+    index: usize,
+    count: usize,
+    compression: Compression,
+) -> String {
+    if generation == 0 {
+        return shard_name(prefix, index, count, compression);
+    }
+    format!(
+        "{prefix}-g{generation:05}-{index:05}-of-{count:05}.tfrecord{}",
+        compression.suffix()
+    )
+}
+
+/// `{prefix}.manifest-g{generation:05}.json`: the manifest as generation `generation`
+/// published it, kept so that a training run can pin the set as it was.
+pub fn pinned_manifest_name(prefix: &str, generation: u32) -> String {
+    format!("{prefix}.manifest-g{generation:05}.json")
+}
+
+/// The generation of `name` if it is one of `prefix`'s pinned manifests.
+pub fn pinned_generation(prefix: &str, name: &str) -> Option<u32> {
+    let g = name
+        .strip_prefix(prefix)?
+        .strip_prefix(".manifest-g")?
+        .strip_suffix(".json")?;
+    (g.len() >= 5 && g.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| g.parse().ok())
+        .flatten()
+}
+
 /// `{prefix}.manifest.json` (for a TFDS prefix, `{NAME}-{split}.manifest.json`).
 pub fn manifest_name(prefix: &str) -> String {
     let prefix = prefix.strip_suffix(TFDS_SUFFIX).unwrap_or(prefix);
@@ -143,6 +178,24 @@ mod tests {
             "data-g00012-00001-of-00002.tfrecord.gz.idx"
         ));
         assert!(is_own_shard("data", "data.manifest-g00003.json"));
+        assert_eq!(
+            generation_shard_name("data", 3, 1, 2, Compression::Gzip),
+            "data-g00003-00001-of-00002.tfrecord.gz"
+        );
+        assert!(is_own_shard(
+            "data",
+            &generation_shard_name("data", 3, 1, 2, Compression::Gzip)
+        ));
+        assert_eq!(
+            pinned_manifest_name("data", 12),
+            "data.manifest-g00012.json"
+        );
+        assert_eq!(
+            pinned_generation("data", "data.manifest-g00012.json"),
+            Some(12)
+        );
+        assert_eq!(pinned_generation("data", "data.manifest-g0012.json"), None);
+        assert_eq!(pinned_generation("dat", "data.manifest-g00012.json"), None);
         assert!(!is_own_shard("data", "data-g0001-00000-of-00002.tfrecord"));
         assert!(!is_own_shard("data", "data-gx0001-00000-of-00002.tfrecord"));
         assert!(!is_own_shard("data", "data.manifest-g0003.json"));

@@ -106,6 +106,8 @@ pub struct IcebergRead {
     display: String,
     /// Whether delete files apply: its rows are then an upper bound of its records.
     pub has_deletes: bool,
+    /// The delete files that apply, as the manifest's `inputs` name them.
+    pub delete_files: Vec<String>,
 }
 
 impl std::fmt::Debug for IcebergRead {
@@ -362,6 +364,9 @@ impl IcebergTable {
                 storage: storage.clone(),
                 display: input.display.clone(),
                 has_deletes: !task.deletes.is_empty(),
+                delete_files: (task.deletes.iter())
+                    .map(|d| storage.shown(&storage.relative(&d.file_path), &d.file_path))
+                    .collect(),
             };
             files.push(IcebergFile {
                 input,
@@ -733,6 +738,10 @@ impl TableFileRead for IcebergFileRead {
 
     fn exact_rows(&self) -> bool {
         !self.read.has_deletes
+    }
+
+    fn delete_files(&self) -> Vec<String> {
+        self.read.delete_files.clone()
     }
 
     /// The crate reads the row group's bytes (its row groups counted as the crate counts

@@ -311,6 +311,12 @@ pub trait TableFileRead: Send + Sync + std::fmt::Debug {
         true
     }
 
+    /// The delete files that apply to the file (Iceberg), as the manifest's `inputs`
+    /// name them.
+    fn delete_files(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// A batch of the file's projected columns, its first row at row `at` of the file,
     /// as the table's rows.
     ///
@@ -512,6 +518,16 @@ impl super::table::TableFile for ParquetInput {
 
     fn etag(&self) -> Option<&str> {
         self.file.blob.etag()
+    }
+
+    fn modified(&self) -> Option<std::time::SystemTime> {
+        self.file.blob.object().modified
+    }
+
+    fn delete_files(&self) -> Vec<String> {
+        self.table
+            .as_ref()
+            .map_or_else(Vec::new, |t| t.delete_files())
     }
 
     fn unit_rows(&self) -> Vec<u64> {

@@ -19,6 +19,16 @@ pub trait TableFile: Send + Sync {
     fn bytes(&self) -> u64;
     /// Its ETag in a store (its reads are pinned to it).
     fn etag(&self) -> Option<&str>;
+    /// When it was last modified, where its storage says (`--append` compares it with
+    /// the manifest's time where there is no ETag).
+    fn modified(&self) -> Option<std::time::SystemTime> {
+        None
+    }
+    /// The delete files that apply to it (Iceberg), as the manifest's `inputs` name
+    /// them: `--append` finds a new one among them.
+    fn delete_files(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// The rows of each unit, in order.
     fn unit_rows(&self) -> Vec<u64>;
     /// The rows of `[first, first + rows)` the table keeps (a deletion vector drops

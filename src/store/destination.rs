@@ -124,6 +124,9 @@ pub(crate) struct StagePlan {
     pub hidden: Vec<String>,
     /// Replace what the outputs hold.
     pub overwrite: bool,
+    /// `--append`: a new generation of the sets the outputs hold (the run holds their
+    /// claim).
+    pub append: bool,
     /// `--resume`: an earlier run's temporaries and journal are kept for
     /// [`Staging::resume`], and this run's outlive a failure.
     pub resume: bool,
@@ -187,6 +190,8 @@ pub(crate) struct Publication {
     pub own: fn(&str, &str) -> bool,
     /// The prefix `own` is asked about.
     pub prefix: String,
+    /// An append's: what stays, its pinned manifest, and what goes after the manifest.
+    pub append: Option<super::publish::AppendSet>,
 }
 
 impl Publication {
@@ -327,6 +332,7 @@ mod conformance {
             }],
             hidden: vec![".data.tfshard-tmp".into(), ".data.tfshard-parts".into()],
             overwrite,
+            append: false,
             resume: false,
             part: false,
             staging_dir: Some(staging.to_path_buf()),
@@ -384,6 +390,7 @@ mod conformance {
             manifest: ("data.manifest.json".into(), b"{}\n".to_vec()),
             own: is_own_shard,
             prefix: "data".into(),
+            append: None,
         }
     }
 

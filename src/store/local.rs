@@ -13,7 +13,7 @@ use super::destination::{
     StagedOutput, Staging,
 };
 use super::journal::{self, Journal};
-use super::publish::{publish, Direct, Set};
+use super::publish::{publish, Direct, Mode, Set};
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::CancelToken;
 
@@ -109,7 +109,7 @@ impl Destination for LocalDir {
     fn stage(&self, plan: StagePlan) -> Result<Box<dyn Staging>> {
         fs::create_dir_all(&self.root).map_err(io_at(&self.root))?;
         super::atomic::remove_leftovers(&self.root);
-        if !plan.overwrite && !plan.part {
+        if !plan.overwrite && !plan.part && !plan.append {
             for name in self.names("")? {
                 if !plan.hidden.contains(&name) && !super::atomic::is_temporary(&name) {
                     return Err(Error::new(ErrorKind::OutputExists).with_file(&self.root));
@@ -124,6 +124,7 @@ impl Destination for LocalDir {
             outputs,
             resume: plan.resume,
             replace: plan.overwrite || plan.part,
+            append: plan.append,
             root: self.root.clone(),
         }))
     }
@@ -216,6 +217,8 @@ struct LocalStaging {
     resume: bool,
     /// The outputs' old sets are replaced (`--overwrite`, a worker's part).
     replace: bool,
+    /// `--append`: a new generation of the outputs' sets.
+    append: bool,
     root: PathBuf,
 }
 
@@ -275,7 +278,12 @@ impl Staging for LocalStaging {
             .map(|(out, publication)| Set::of_run(publication, rel(&out.dir), |p| rel(p)))
             .collect();
         let dir = LocalDir::new(self.root.clone());
-        let paths = match publish(&Direct(&dir), &sets, self.replace, cancel) {
+        let paths = match publish(
+            &Direct(&dir),
+            &sets,
+            Mode::of(self.replace, self.append),
+            cancel,
+        ) {
             Ok(paths) => paths,
             Err(e) => {
                 for set in &sets {

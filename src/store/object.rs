@@ -40,7 +40,7 @@ use super::destination::{
     ClosedShard, Destination, LastGuess, Publication, ShardEvents, ShardHook, StagePlan, Staging,
 };
 use super::journal::{self, Journal, JOURNAL};
-use super::publish::{publish, Set, Steps};
+use super::publish::{publish, Mode, Set, Steps};
 use super::{
     abort_multipart, block_on, complete_multipart, copy_recorded, delete, is_problem, list,
     list_async, list_dir, put, put_part, ObjectUrl, SentPart, StoreProblem,
@@ -254,6 +254,9 @@ struct Shared {
     tmps: Vec<String>,
     run: String,
     overwrite: bool,
+    /// `--append`: the run holds the output's claim; the live set stays until its new
+    /// manifest.
+    append: bool,
     /// `--resume`: a failed run keeps its temporaries and journal for the next (also a
     /// run refused for a journal that does not match it).
     resumable: bool,
@@ -295,7 +298,7 @@ impl RemoteOutput {
     /// written with `overwrite` semantics and no claim, and leaves other runs'
     /// temporaries alone.
     fn prepare(out: ObjectUrl, tmps: Vec<String>, plan: &StagePlan) -> Result<RemoteOutput> {
-        if !plan.part && !plan.overwrite {
+        if !plan.part && !plan.overwrite && !plan.append {
             let (objects, dirs) = list_dir(&out)?;
             let hidden = |n: &str| plan.hidden.iter().any(|h| h == n);
             if objects.iter().any(|o| !hidden(o.url.file_name())) || dirs.iter().any(|d| !hidden(d))
@@ -321,6 +324,7 @@ impl RemoteOutput {
                 tmps,
                 run,
                 overwrite: plan.overwrite || plan.part,
+                append: plan.append,
                 resumable: plan.resume,
                 staging,
                 open_uploads: Mutex::new(Vec::new()),
@@ -341,7 +345,7 @@ impl RemoteOutput {
             committed: AtomicBool::new(false),
             _scratch: scratch,
         };
-        if plan.overwrite && !plan.part && !plan.resume {
+        if (plan.overwrite || plan.append) && !plan.part && !plan.resume {
             // A killed run's leftovers: abort its recorded uploads, delete its objects.
             // (Not for a part: a copy of the same worker may be running beside it.)
             for tmp in &output.shared.tmps {
@@ -527,7 +531,7 @@ impl RemoteOutput {
         cancel: &CancelToken,
     ) -> Result<Vec<PathBuf>> {
         let s = &*self.shared;
-        if !s.overwrite {
+        if !s.overwrite && !s.append {
             // 1. Of two runs racing for the output, one claims it; the other fails before
             // it touches a final name.
             let mut claims = Claims::new(Arc::new(ObjectPrefix::new(s.out.clone())));
@@ -552,12 +556,12 @@ impl RemoteOutput {
             .collect();
         let (objects, _) = list_dir(&s.out)?;
         let exists = |name: &str| objects.iter().any(|o| o.url.file_name() == name);
-        if !s.overwrite && outputs.iter().any(|(_, p)| exists(&p.manifest.0)) {
+        if !s.overwrite && !s.append && outputs.iter().any(|(_, p)| exists(&p.manifest.0)) {
             // Another run published since this one found the output empty (and has
             // released its claim): nothing of ours may touch its set.
             return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
         }
-        let pipelined = !s.overwrite && !files.iter().any(|(_, _, name)| exists(name));
+        let pipelined = !s.overwrite && !s.append && !files.iter().any(|(_, _, name)| exists(name));
         // The count is known: a shard held back as the last goes up under its name.
         for (_, tx) in s.staged.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             tx.send_modify(|st| st.committing = true);
@@ -590,7 +594,7 @@ impl RemoteOutput {
         if lost {
             return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
         }
-        let paths = publish(self, &sets, s.overwrite, cancel)?;
+        let paths = publish(self, &sets, Mode::of(s.overwrite, s.append), cancel)?;
         self.committed.store(true, Ordering::SeqCst);
         if let Some(claims) = self.claims.lock().unwrap_or_else(|p| p.into_inner()).take() {
             drop(claims);
@@ -685,6 +689,10 @@ impl Steps for RemoteOutput {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|u| !set.moves.iter().any(|(_, n)| n == u.file_name()));
         Ok(())
+    }
+
+    fn write_file(&self, rel: &str, bytes: &[u8]) -> Result<()> {
+        put(&self.shared.out.join(rel), bytes.to_vec(), false)
     }
 
     fn display(&self, rel: &str) -> PathBuf {

@@ -21,6 +21,12 @@
 //!    set's shards (a failure between two manifests leaves the earlier sets published,
 //!    the later not). Without `replace`, each is written only where none is.
 //!
+//! An **append** (`--append`) publishes a new generation beside the live set instead:
+//! nothing of the set goes before its new manifest is written; step 2 clears only the
+//! prefix's files no manifest kept lists (a killed append's); step 5 writes the
+//! generation's pinned manifest, then the manifest over the old one (one atomic
+//! replace); then, the set published, the shards it retired go.
+//!
 //! Claiming the output comes before (the caller holds a [`super::claim::Claims`] where
 //! two runs may race), and so does staging; a failure before step 5 publishes nothing,
 //! and the caller's staging, dropped, aborts what it started.
@@ -47,6 +53,43 @@ pub(crate) struct Set<F> {
     /// Where a store records a multipart copy that places one of the files, while it
     /// runs (relative to the destination), so that a killed attempt's can be aborted.
     pub records: String,
+    /// An append's: what stays and what goes once its manifest is written.
+    pub append: Option<AppendSet>,
+}
+
+/// What an append publishes beside its staged files (names in the set's folder).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AppendSet {
+    /// The files step 2 leaves: the live set's shards (retired ones too, until the new
+    /// manifest is written) and the pinned manifests kept, with their shards.
+    pub keep: Vec<String>,
+    /// The generation's pinned manifest: name and bytes, written before the manifest.
+    pub pinned: (String, Vec<u8>),
+    /// Deleted once the manifest is written: the retired shards, and the pinned
+    /// manifests that list them.
+    pub after: Vec<String>,
+}
+
+/// How [`publish`] treats what the output holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Into an output that holds no set: each manifest written only where none is.
+    Create,
+    /// Replacing the sets there (`--overwrite`, a worker's part).
+    Replace,
+    /// A new generation of the sets there (every set has [`Set::append`]).
+    Append,
+}
+
+impl Mode {
+    /// The mode of a run that replaces (or not) what is there, or appends.
+    pub(crate) fn of(replace: bool, append: bool) -> Mode {
+        match (append, replace) {
+            (true, _) => Mode::Append,
+            (false, true) => Mode::Replace,
+            (false, false) => Mode::Create,
+        }
+    }
 }
 
 impl<F> Set<F> {
@@ -67,6 +110,7 @@ impl<F> Set<F> {
             moves,
             manifest: publication.manifest,
             records: String::new(),
+            append: publication.append,
         }
     }
 
@@ -136,6 +180,13 @@ pub(crate) trait Steps {
     /// store's "already exists" when one is there.
     fn write_manifest(&self, set: &Set<Self::From>, create_only: bool) -> Result<()>;
 
+    /// Writes the file `rel` whole, replacing any there (an append's pinned manifest).
+    ///
+    /// # Errors
+    ///
+    /// An I/O or store error.
+    fn write_file(&self, rel: &str, bytes: &[u8]) -> Result<()>;
+
     /// `rel` as a path to show or record (a URL for a store).
     fn display(&self, rel: &str) -> PathBuf;
 }
@@ -148,8 +199,9 @@ fn join(dir: &str, name: &str) -> String {
     }
 }
 
-/// Publishes `sets` in the protocol's order (see the module docs), replacing what their
-/// prefixes held with `replace`. Returns the manifests' paths, in order.
+/// Publishes `sets` in the protocol's order (see the module docs): into an empty output,
+/// replacing what their prefixes held, or appending to it (`mode`). Returns the
+/// manifests' paths, in order.
 ///
 /// # Errors
 ///
@@ -159,14 +211,17 @@ fn join(dir: &str, name: &str) -> String {
 pub(crate) fn publish<S: Steps + ?Sized>(
     steps: &S,
     sets: &[Set<S::From>],
-    replace: bool,
+    mode: Mode,
     cancel: &CancelToken,
 ) -> Result<Vec<PathBuf>> {
     cancel.check()?;
+    let replace = mode == Mode::Replace;
     // 1.
     if replace {
         let old: Vec<String> = sets.iter().map(Set::manifest_rel).collect();
         steps.delete(&old)?;
+    } else if mode == Mode::Append {
+        // The live set stays live until its new manifest replaces the old one.
     } else {
         for set in sets {
             if steps.names(&set.dir)?.contains(&set.manifest.0) {
@@ -177,15 +232,19 @@ pub(crate) fn publish<S: Steps + ?Sized>(
     }
     // 2.
     let mut doomed = Vec::new();
-    for set in sets.iter().filter(|_| replace) {
+    for set in sets.iter().filter(|_| mode != Mode::Create) {
         let mut placed = Vec::new();
         for (from, to) in &set.moves {
             if steps.is_placed(from, &join(&set.dir, to))? {
                 placed.push(to.as_str());
             }
         }
+        let kept = set.append.as_ref().map_or(&[][..], |a| &a.keep[..]);
         for name in steps.names(&set.dir)? {
-            if (set.own)(&set.prefix, &name) && !placed.contains(&name.as_str()) {
+            if (set.own)(&set.prefix, &name)
+                && !placed.contains(&name.as_str())
+                && !kept.contains(&name)
+            {
                 doomed.push(join(&set.dir, &name));
             }
         }
@@ -201,7 +260,11 @@ pub(crate) fn publish<S: Steps + ?Sized>(
     let mut paths = Vec::with_capacity(sets.len());
     for set in sets {
         let path = steps.display(&set.manifest_rel());
-        match steps.write_manifest(set, !replace) {
+        if let Some(append) = &set.append {
+            steps.write_file(&set.rel(&append.pinned.0), &append.pinned.1)?;
+            crate::failpoint::hit("publish:pinned")?;
+        }
+        match steps.write_manifest(set, mode == Mode::Create) {
             // Another run published this set since this one found the output empty.
             Err(e) if !replace && already_exists(&e) => {
                 return Err(Error::new(ErrorKind::OutputClaimed).with_file(path))
@@ -209,6 +272,14 @@ pub(crate) fn publish<S: Steps + ?Sized>(
             other => other?,
         }
         paths.push(path);
+    }
+    // 6. An append's retired shards, now that no manifest lists them.
+    for set in sets {
+        if let Some(append) = &set.append {
+            crate::failpoint::hit("publish:published")?;
+            let after: Vec<String> = append.after.iter().map(|n| set.rel(n)).collect();
+            steps.delete(&after)?;
+        }
     }
     Ok(paths)
 }
@@ -260,6 +331,10 @@ impl Steps for Direct<'_> {
     fn write_manifest(&self, set: &Set<String>, create_only: bool) -> Result<()> {
         self.0
             .write(&set.manifest_rel(), set.manifest.1.clone(), create_only)
+    }
+
+    fn write_file(&self, rel: &str, bytes: &[u8]) -> Result<()> {
+        self.0.write(rel, bytes.to_vec(), false)
     }
 
     fn display(&self, rel: &str) -> PathBuf {

@@ -53,7 +53,7 @@ pub(crate) fn write_tables(python: &Path, dir: &Path, extra: &[&str]) -> Value {
 }
 
 /// The folder scripts/iceberg_tables.py wrote once for every test, and its expected.json.
-fn tables() -> Option<&'static (PathBuf, Value)> {
+pub(crate) fn tables() -> Option<&'static (PathBuf, Value)> {
     static TABLES: OnceLock<Option<(PathBuf, Value)>> = OnceLock::new();
     TABLES
         .get_or_init(|| {
@@ -78,7 +78,7 @@ macro_rules! need_tables {
 }
 
 /// A table's folder: where the catalog put it.
-fn table_dir(expected: &Value, table: &str) -> PathBuf {
+pub(crate) fn table_dir(expected: &Value, table: &str) -> PathBuf {
     let location = expected["locations"][table].as_str().unwrap();
     PathBuf::from(location.strip_prefix("file://").unwrap_or(location))
 }
@@ -89,7 +89,7 @@ fn convert(table: &Path, out: &Path, extra: &[&str]) -> (i32, String, String) {
     run(args)
 }
 
-fn id_of(snapshot: &Value) -> String {
+pub(crate) fn id_of(snapshot: &Value) -> String {
     snapshot["snapshot_id"].as_i64().unwrap().to_string()
 }
 

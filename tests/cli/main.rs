@@ -1,5 +1,6 @@
 //! The integration tests: one binary (each extra one relinks arrow), one module per area.
 
+mod append;
 mod cache;
 mod convert;
 mod delta;

@@ -92,6 +92,7 @@ def convert(
     compression: str = "none",
     overwrite: bool = False,
     resume: bool = False,
+    append: bool = False,
     index: bool = False,
     shuffle: bool = False,
     seed: int = 0,

@@ -1,0 +1,841 @@
+//! `--append`: what a run converts when the output already holds a published set.
+//!
+//! The set's manifest names, per shard, the inputs it holds records of and their ranges
+//! (`sources`). An append compares the inputs as they are now with the manifest's:
+//!
+//! - an input not in the manifest is **new**: all its records are read;
+//! - one that changed (its size, ETag, the records its table keeps, or, on disk without
+//!   an ETag, modified since the set was published) or is **gone** affects every shard
+//!   holding its records: those shards are **retired**;
+//! - the records a retired shard held of an unchanged input are read again, and any
+//!   other shard holding records of those ranges (a split's shards share ranges) is
+//!   retired too, until no live shard overlaps what is read again. A file whose records
+//!   are known only once read (Iceberg delete files) is read again whole.
+//!
+//! The new generation then holds, in input order, the re-read records and the new ones:
+//! beside the shards that stay, exactly the records of one full conversion of the
+//! snapshot, each once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::FeatureSpec;
+use crate::manifest::{
+    GenerationInfo, InputInfo, Manifest, ShardInfo, MANIFEST_VERSION_GENERATIONS,
+};
+use crate::shard::name;
+use crate::store::claim::{Claims, Held};
+use crate::store::destination::Destination;
+use crate::store::publish::AppendSet;
+
+/// All the records of an input.
+pub(crate) const ALL: [u64; 2] = [0, u64::MAX];
+
+/// One input of the source as it is now, as the plan compares it with the manifest's.
+#[derive(Debug, Clone)]
+pub(crate) struct NowInput {
+    /// As the manifest's `inputs` name it.
+    pub name: String,
+    /// Its size.
+    pub bytes: u64,
+    /// Its ETag in a store.
+    pub etag: Option<String>,
+    /// The records it holds, where known before reading (a Delta file's rows its
+    /// deletion vector keeps); `None` where known only once read.
+    pub records: Option<u64>,
+    /// When it was last modified, where its storage says.
+    pub modified: Option<SystemTime>,
+    /// The delete files that apply to it (Iceberg), as `inputs` names them.
+    pub delete_files: Vec<String>,
+}
+
+/// What an append reads and retires.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Plan {
+    /// Per input now (the source's order): the ranges of its records to read, in order
+    /// and disjoint ([`ALL`] for all of them); empty for none.
+    pub reads: Vec<Vec<[u64; 2]>>,
+    /// Per manifest (one per split): the names of the shards retired.
+    pub retired: Vec<BTreeSet<String>>,
+    /// Whether an input was changed or removed (not only added).
+    pub changed: bool,
+    /// The inputs read whole (new, changed, or known only once read), by name.
+    pub whole: BTreeSet<String>,
+}
+
+impl Plan {
+    /// Whether the source gained nothing and lost nothing: the set is up to date.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.reads.iter().all(Vec::is_empty) && self.retired.iter().all(BTreeSet::is_empty)
+    }
+
+    /// Every shard retired and every input read: the snapshot converted again.
+    pub(crate) fn everything(now: &[NowInput], manifests: &[Manifest]) -> Plan {
+        Plan {
+            reads: vec![vec![ALL]; now.len()],
+            whole: now.iter().map(|n| n.name.clone()).collect(),
+            retired: manifests
+                .iter()
+                .map(|m| m.shards.iter().map(|s| s.file.clone()).collect())
+                .collect(),
+            changed: true,
+        }
+    }
+}
+
+/// Whether `now` differs from the manifest's `then`: size, ETag, the records a table
+/// keeps of it (a new deletion vector), a delete file not among the manifest's inputs
+/// (`listed`) applying to it, or, without an ETag, a modification at or after
+/// `published` (seconds since the epoch, the manifest's `created`).
+fn differs(
+    now: &NowInput,
+    then: &InputInfo,
+    published: Option<u64>,
+    listed: &HashMap<&str, &InputInfo>,
+) -> bool {
+    if now.bytes != then.bytes || now.etag != then.etag {
+        return true;
+    }
+    // A delete file the set did not read applies to it now.
+    if now
+        .delete_files
+        .iter()
+        .any(|d| !listed.contains_key(d.as_str()))
+    {
+        return true;
+    }
+    if now.records.is_some_and(|r| r != then.rows) {
+        return true;
+    }
+    if now.etag.is_none() {
+        let modified = now
+            .modified
+            .and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs());
+        // Unknown either way: assume changed (reading again is safe; missing a change is
+        // not). The manifest's time is to the second: a file written in that second
+        // counts as changed.
+        return match (modified, published) {
+            (Some(m), Some(p)) => m >= p,
+            _ => true,
+        };
+    }
+    false
+}
+
+fn overlaps(a: [u64; 2], b: [u64; 2]) -> bool {
+    a[0] < b[1] && b[0] < a[1]
+}
+
+/// Adds `r` to the sorted, disjoint `ranges`, merging what it overlaps or touches.
+fn add_range(ranges: &mut Vec<[u64; 2]>, r: [u64; 2]) {
+    if r[0] >= r[1] {
+        return;
+    }
+    ranges.push(r);
+    ranges.sort_unstable();
+    let mut merged: Vec<[u64; 2]> = Vec::with_capacity(ranges.len());
+    for &r in ranges.iter() {
+        match merged.last_mut() {
+            Some(last) if r[0] <= last[1] => last[1] = last[1].max(r[1]),
+            _ => merged.push(r),
+        }
+    }
+    *ranges = merged;
+}
+
+/// Plans an append of the inputs `now` onto the sets `manifests` (one per split, all of
+/// one run). `whole_generations`: records of an input spread over their whole
+/// generation (`--shuffle`), so a retired shard retires its generation.
+pub(crate) fn plan(manifests: &[Manifest], now: &[NowInput], whole_generations: bool) -> Plan {
+    let Some(first) = manifests.first() else {
+        return Plan::everything(now, manifests);
+    };
+    let published = chrono::DateTime::parse_from_rfc3339(&first.created)
+        .ok()
+        .map(|t| t.timestamp().max(0) as u64);
+    let then: HashMap<&str, &InputInfo> =
+        first.inputs.iter().map(|i| (i.path.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = (now.iter().enumerate())
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut reads: Vec<Vec<[u64; 2]>> = vec![Vec::new(); now.len()];
+    // Inputs whose old records are all gone (changed or removed), by manifest name.
+    let mut affected: BTreeSet<&str> = BTreeSet::new();
+    let mut changed = false;
+    for (i, n) in now.iter().enumerate() {
+        match then.get(n.name.as_str()) {
+            None => reads[i] = vec![ALL],
+            Some(t) if differs(n, t, published, &then) => {
+                reads[i] = vec![ALL];
+                affected.insert(n.name.as_str());
+                changed = true;
+            }
+            Some(_) => {}
+        }
+    }
+    // A data input of the manifest that is gone (its log and side files are listed with
+    // no rows and no shard names them).
+    let named: BTreeSet<&str> = (manifests.iter())
+        .flat_map(|m| &m.shards)
+        .flat_map(|s| &s.sources)
+        .map(|s| s.input.as_str())
+        .collect();
+    for gone in named.iter().filter(|n| !index.contains_key(*n)) {
+        affected.insert(gone);
+        changed = true;
+    }
+    let mut retired: Vec<BTreeSet<String>> = vec![BTreeSet::new(); manifests.len()];
+    let adds = reads.iter().any(|r| !r.is_empty());
+    for (m, manifest) in manifests.iter().enumerate() {
+        for shard in &manifest.shards {
+            let touches = shard
+                .sources
+                .iter()
+                .any(|s| affected.contains(s.input.as_str()));
+            // A shard that holds records but names none (a manifest from before tfshard
+            // recorded sources) could hold any: every shard goes.
+            if shard.records > 0 && shard.sources.is_empty() && (adds || changed) {
+                return Plan::everything(now, manifests);
+            }
+            // An empty set's one empty shard gives way to the records that come.
+            let empty_gives_way = shard.records == 0 && adds;
+            if touches || empty_gives_way {
+                retired[m].insert(shard.file.clone());
+            }
+        }
+    }
+    // Until nothing more is retired: what retired shards held of unchanged inputs is read
+    // again; a live shard holding any of it is retired too.
+    loop {
+        if whole_generations {
+            let generations: BTreeSet<u32> = (manifests.iter().zip(&retired))
+                .flat_map(|(m, r)| m.shards.iter().filter(|s| r.contains(&s.file)))
+                .map(|s| s.generation.unwrap_or(0))
+                .collect();
+            for (m, manifest) in manifests.iter().enumerate() {
+                for s in &manifest.shards {
+                    if generations.contains(&s.generation.unwrap_or(0)) {
+                        retired[m].insert(s.file.clone());
+                    }
+                }
+            }
+        }
+        for (m, manifest) in manifests.iter().enumerate() {
+            for s in manifest
+                .shards
+                .iter()
+                .filter(|s| retired[m].contains(&s.file))
+            {
+                for source in &s.sources {
+                    if let Some(&i) = index.get(source.input.as_str()) {
+                        if reads[i] != [ALL] {
+                            let whole = now[i].records.is_none();
+                            add_range(&mut reads[i], if whole { ALL } else { source.rows });
+                        }
+                    }
+                }
+            }
+        }
+        let mut more = false;
+        for (m, manifest) in manifests.iter().enumerate() {
+            for s in &manifest.shards {
+                if retired[m].contains(&s.file) {
+                    continue;
+                }
+                let hit = s.sources.iter().any(|source| {
+                    index
+                        .get(source.input.as_str())
+                        .is_some_and(|&i| reads[i].iter().any(|&r| overlaps(r, source.rows)))
+                });
+                if hit {
+                    retired[m].insert(s.file.clone());
+                    more = true;
+                }
+            }
+        }
+        if !more {
+            break;
+        }
+    }
+    let whole = (now.iter().zip(&reads))
+        .filter(|(_, r)| **r == [ALL])
+        .map(|(n, _)| n.name.clone())
+        .collect();
+    Plan {
+        reads,
+        retired,
+        changed,
+        whole,
+    }
+}
+
+/// What an append run did beside the records it wrote (`convert --json`: `up_to_date`,
+/// `generation`, `retired`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AppendSummary {
+    /// The inputs gained nothing and lost nothing: nothing was written.
+    pub up_to_date: bool,
+    /// The generation published (the set's newest when up to date).
+    pub generation: u32,
+    /// Shards retired (their records re-converted, or deleted from the table).
+    pub retired: u64,
+    /// Why every generation was retired and the snapshot converted again, if it was (a
+    /// schema change the set's spec cannot hold).
+    pub reconverted: Option<String>,
+}
+
+/// The claim an append holds on each prefix it publishes to, beside the set.
+pub(crate) fn claim_name(prefix: &str) -> String {
+    format!(".{prefix}.tfshard-append")
+}
+
+/// An append under way: the sets it adds a generation to (one per prefix), claimed
+/// while it lives.
+pub(crate) struct Appending {
+    pub manifests: Vec<Manifest>,
+    /// The generation it writes.
+    pub generation: u32,
+    pub plan: Plan,
+    /// See [`AppendSummary::reconverted`].
+    pub reconverted: Option<String>,
+    claims: Claims,
+}
+
+impl Appending {
+    /// Claims the prefixes' sets in `out` and reads their manifests: `None` where the
+    /// output holds no set of them (the append is the first conversion).
+    ///
+    /// # Errors
+    ///
+    /// Another run holds a claim ([`ErrorKind::AppendClaimed`]); shards of a prefix but
+    /// no manifest (a usage error: convert again with `--overwrite`); a manifest that
+    /// cannot be read, or whose generations do not add up.
+    pub(crate) fn open(
+        out: &Arc<dyn Destination>,
+        prefixes: &[String],
+    ) -> Result<Option<Appending>> {
+        let mut claims = Claims::new(out.clone());
+        for p in prefixes {
+            if let Err(Held) = claims.claim(&claim_name(p))? {
+                return Err(Error::new(ErrorKind::AppendClaimed).with_file(out.display("")));
+            }
+        }
+        claims.keep_alive();
+        let names = out.names("")?;
+        let mut manifests = Vec::new();
+        for p in prefixes {
+            let manifest = name::manifest_name(p);
+            if !names.contains(&manifest) {
+                if names.iter().any(|n| name::is_own_shard(p, n)) {
+                    return Err(Error::invalid_option(
+                        "append",
+                        format!(
+                            "{} holds shards of {p:?} but no manifest {manifest}: there is no \
+                             published set to append to; convert again with --overwrite",
+                            out.display("").display()
+                        ),
+                    ));
+                }
+                continue;
+            }
+            let path = out.display(&manifest);
+            let m = Manifest::from_json(&out.read(&manifest)?, &path)?;
+            m.check_generations(&path)?;
+            manifests.push(m);
+        }
+        if manifests.is_empty() {
+            // A first conversion: published as a plain run's, create-only.
+            drop(claims);
+            return Ok(None);
+        }
+        if manifests.len() < prefixes.len() {
+            return Err(Error::invalid_option(
+                "append",
+                "the output holds some of the splits' sets but not all: convert again with \
+                 --overwrite",
+            ));
+        }
+        let generation = manifests
+            .iter()
+            .map(Manifest::generation)
+            .max()
+            .unwrap_or(0)
+            + 1;
+        Ok(Some(Appending {
+            manifests,
+            generation,
+            plan: Plan::default(),
+            reconverted: None,
+            claims,
+        }))
+    }
+
+    /// Plans the append of the inputs `now` (the source's, described as `described`).
+    ///
+    /// # Errors
+    ///
+    /// A table other than the set's, or a snapshot older than the set's.
+    pub(crate) fn plan(
+        &mut self,
+        described: &Manifest,
+        now: Vec<NowInput>,
+        whole_generations: bool,
+    ) -> Result<()> {
+        let first = &self.manifests[0];
+        if let (Some(then), Some(table)) = (&first.table, &described.table) {
+            if then.format != table.format {
+                return Err(Error::invalid_option(
+                    "append",
+                    format!(
+                        "the set was converted from a {} table, this is a {} table",
+                        then.format, table.format
+                    ),
+                ));
+            }
+            if let (Some(a), Some(b)) = (then.version, table.version) {
+                if b < a {
+                    return Err(crate::source::table::table_error(
+                        &table.location,
+                        format!(
+                            "version {b} is older than the set's watermark, version {a}: \
+                             append a version at or after it, or convert version {b} again \
+                             with --overwrite"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(why) = schema_change(&first.features, &described.features) {
+            self.reconverted = Some(why);
+            self.plan = Plan::everything(&now, &self.manifests);
+            return Ok(());
+        }
+        // The same snapshot: nothing to compare.
+        let same_snapshot = (first.table.as_ref())
+            .zip(described.table.as_ref())
+            .is_some_and(|(a, b)| {
+                (a.version.is_some() || a.snapshot_id.is_some())
+                    && a.version == b.version
+                    && a.snapshot_id == b.snapshot_id
+            });
+        self.plan = if same_snapshot {
+            Plan {
+                reads: vec![Vec::new(); now.len()],
+                retired: vec![BTreeSet::new(); self.manifests.len()],
+                ..Plan::default()
+            }
+        } else {
+            plan(&self.manifests, &now, whole_generations)
+        };
+        Ok(())
+    }
+
+    /// The summary's append part.
+    pub(crate) fn summary(&self) -> AppendSummary {
+        let up_to_date = self.plan.is_empty();
+        AppendSummary {
+            up_to_date,
+            generation: if up_to_date {
+                self.generation - 1
+            } else {
+                self.generation
+            },
+            retired: self.plan.retired.iter().map(|r| r.len() as u64).sum(),
+            reconverted: self.reconverted.clone(),
+        }
+    }
+
+    /// Set `i`'s new manifest: its live shards that stay, then `written` (the
+    /// generation's, named), as the run described them in `new`.
+    pub(crate) fn manifest(
+        &self,
+        i: usize,
+        mut new: Manifest,
+        written: Vec<ShardInfo>,
+    ) -> Manifest {
+        let old = &self.manifests[i];
+        let retired = &self.plan.retired[i];
+        let g = self.generation;
+        let records: u64 = written.iter().map(|s| s.records).sum();
+        let mut shards: Vec<ShardInfo> = (old.shards.iter())
+            .filter(|s| !retired.contains(&s.file))
+            .map(|s| ShardInfo {
+                generation: Some(s.generation.unwrap_or(0)),
+                ..s.clone()
+            })
+            .collect();
+        let kept_any = !shards.is_empty();
+        let count = written.len() as u64;
+        shards.extend(written.into_iter().map(|s| ShardInfo {
+            generation: Some(g),
+            ..s
+        }));
+        // An input read only in part (records of retired shards) keeps its count.
+        let read_whole = |path: &str| self.plan.whole.contains(path);
+        let old_rows: std::collections::HashMap<&str, u64> = old
+            .inputs
+            .iter()
+            .map(|i| (i.path.as_str(), i.rows))
+            .collect();
+        for input in &mut new.inputs {
+            if !read_whole(&input.path) {
+                if let Some(&rows) = old_rows.get(input.path.as_str()) {
+                    input.rows = rows;
+                }
+            }
+        }
+        if kept_any && records == 0 {
+            new.features = old.features.clone();
+        } else if kept_any {
+            new.features = merge_features(&old.features, &new.features);
+        }
+        let mut generations = old.generations_or_first();
+        generations.push(GenerationInfo {
+            generation: g,
+            created: new.created.clone(),
+            watermark: new.watermark(),
+            records,
+            shards: count,
+            retired: retired.iter().cloned().collect(),
+        });
+        new.manifest_version = MANIFEST_VERSION_GENERATIONS;
+        new.generations = Some(generations);
+        new.set_shards(shards);
+        new
+    }
+
+    /// Set `i`'s publish beside its staged files: the names that stay (live shards and
+    /// the pinned manifests there), its pinned manifest, and what goes once published
+    /// (the retired shards, the pinned manifests listing them).
+    pub(crate) fn publish_set(
+        &self,
+        i: usize,
+        out: &dyn Destination,
+        prefix: &str,
+        manifest: &[u8],
+    ) -> Result<AppendSet> {
+        let old = &self.manifests[i];
+        let mut keep: Vec<String> = old.shards.iter().flat_map(|s| with_idx(&s.file)).collect();
+        let (pinned, after) = retire(out, prefix, &self.plan.retired[i], self.generation)?;
+        keep.extend(pinned);
+        Ok(AppendSet {
+            keep,
+            pinned: (
+                name::pinned_manifest_name(prefix, self.generation),
+                manifest.to_vec(),
+            ),
+            after,
+        })
+    }
+
+    /// Up to date: deletes what the last generation retired, where an append killed
+    /// after publishing it left them (no manifest lists them).
+    pub(crate) fn finish_last(&self, out: &dyn Destination, prefixes: &[String]) -> Result<()> {
+        for (m, prefix) in self.manifests.iter().zip(prefixes) {
+            let Some(last) = m.generations.as_ref().and_then(|g| g.last()) else {
+                continue;
+            };
+            let retired: BTreeSet<String> = (last.retired.iter())
+                .filter(|f| !m.lists(f) && crate::manifest::is_safe_relative(f))
+                .cloned()
+                .collect();
+            let (_, after) = retire(out, prefix, &retired, last.generation)?;
+            for n in after.iter().filter(|n| name::is_own_shard(prefix, n)) {
+                out.delete(n)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether another run took the claims over (this one was silent too long): it
+    /// must not publish.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.claims.is_lost()
+    }
+}
+
+fn with_idx(file: &str) -> [String; 2] {
+    [file.to_owned(), format!("{file}.idx")]
+}
+
+/// Generation `generation` retiring `retired` (names in `prefix`'s folder of `out`):
+/// the pinned manifests of earlier generations there, and what goes once it is
+/// published (the retired shards and their `.idx` files, and the pinned manifests that
+/// list any of them).
+fn retire(
+    out: &dyn Destination,
+    prefix: &str,
+    retired: &BTreeSet<String>,
+    generation: u32,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let mut pinned = Vec::new();
+    let mut after: Vec<String> = retired.iter().flat_map(|f| with_idx(f)).collect();
+    for n in out.names("")? {
+        match name::pinned_generation(prefix, &n) {
+            // A later one is a killed append's: written again, or cleared.
+            Some(g) if g < generation => pinned.push(n),
+            _ => {}
+        }
+    }
+    for n in &pinned {
+        let lists_retired = out
+            .read(n)
+            .ok()
+            .and_then(|b| Manifest::from_json(&b, &out.display(n)).ok())
+            .is_none_or(|m| m.shards.iter().any(|s| retired.contains(&s.file)));
+        if lists_retired {
+            after.push(n.clone());
+        }
+    }
+    Ok((pinned, after))
+}
+
+/// Why the set's spec `then` cannot hold records of the spec `now` (a column added or
+/// removed, a type changed), if so.
+fn schema_change(then: &[FeatureSpec], now: &[FeatureSpec]) -> Option<String> {
+    for f in now {
+        match then.iter().find(|t| t.name == f.name) {
+            None => return Some(format!("the schema changed: new column {:?}", f.name)),
+            Some(t) if t.kind != f.kind || t.arrow_type != f.arrow_type || t.part != f.part => {
+                return Some(format!(
+                    "the schema changed: column {:?} was {}, is {}",
+                    f.name,
+                    t.arrow_type.as_deref().unwrap_or(t.kind.name()),
+                    f.arrow_type.as_deref().unwrap_or(f.kind.name()),
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    then.iter()
+        .find(|t| !now.iter().any(|f| f.name == t.name))
+        .map(|t| format!("the schema changed: column {:?} is gone", t.name))
+}
+
+/// The spec of a set holding records of both `then` and `now` (same features): a
+/// shape both agree on, else none.
+fn merge_features(then: &[FeatureSpec], now: &[FeatureSpec]) -> Vec<FeatureSpec> {
+    then.iter()
+        .map(|t| {
+            let mut f = t.clone();
+            if let Some(n) = now.iter().find(|n| n.name == t.name) {
+                if n.shape != t.shape {
+                    f.shape = None;
+                }
+            }
+            f
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::{ShardInfo, ShardSource};
+
+    fn input(path: &str, rows: u64) -> InputInfo {
+        InputInfo {
+            path: path.into(),
+            bytes: 100,
+            rows,
+            etag: Some(format!("e-{path}")),
+        }
+    }
+
+    fn now(path: &str, records: Option<u64>) -> NowInput {
+        NowInput {
+            name: path.into(),
+            bytes: 100,
+            etag: Some(format!("e-{path}")),
+            records,
+            modified: None,
+            delete_files: Vec::new(),
+        }
+    }
+
+    fn shard(file: &str, sources: &[(&str, [u64; 2])]) -> ShardInfo {
+        ShardInfo {
+            file: file.into(),
+            records: sources.iter().map(|(_, r)| r[1] - r[0]).sum(),
+            bytes: 1,
+            crc32c: "00000000".into(),
+            sources: sources
+                .iter()
+                .map(|(i, r)| ShardSource::new(*i, *r))
+                .collect(),
+            generation: None,
+        }
+    }
+
+    /// Six files of 100 records in three shards of 200: a, b | c, d | e, f, but cut
+    /// mid-file: [a, b0..50) [b50.., c, d0..50) [d50.., e, f].
+    fn six() -> Manifest {
+        let mut m: Manifest = serde_json::from_value(serde_json::json!({
+            "manifest_version": 1, "tfshard_version": "0", "created": "2026-12-01T00:00:00Z",
+            "record_type": "example", "compression": "none", "options": {},
+            "inputs": [], "features": [], "shards": [], "records": 0, "bytes": 0
+        }))
+        .unwrap();
+        m.inputs = ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|p| input(p, 100))
+            .collect();
+        m.shards = vec![
+            shard("s0", &[("a", [0, 100]), ("b", [0, 50])]),
+            shard("s1", &[("b", [50, 100]), ("c", [0, 100]), ("d", [0, 50])]),
+            shard("s2", &[("d", [50, 100]), ("e", [0, 100]), ("f", [0, 100])]),
+        ];
+        m
+    }
+
+    fn all_now() -> Vec<NowInput> {
+        ["a", "b", "c", "d", "e", "f"]
+            .iter()
+            .map(|p| now(p, Some(100)))
+            .collect()
+    }
+
+    fn names(set: &BTreeSet<String>) -> Vec<&str> {
+        set.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn nothing_new_is_up_to_date() {
+        let p = plan(&[six()], &all_now(), false);
+        assert!(p.is_empty(), "{p:?}");
+    }
+
+    #[test]
+    fn a_new_file_is_read_and_nothing_retired() {
+        let mut inputs = all_now();
+        inputs.push(now("g", Some(40)));
+        let p = plan(&[six()], &inputs, false);
+        assert_eq!(p.reads[6], vec![ALL]);
+        assert!(p.reads[..6].iter().all(Vec::is_empty));
+        assert!(p.retired[0].is_empty());
+        assert!(!p.changed);
+    }
+
+    /// A delete in c (its records kept change): c's shard goes, and the records it held
+    /// of b and d are read again; the other shards stay.
+    #[test]
+    fn a_delete_retires_only_the_shards_of_that_file() {
+        let mut inputs = all_now();
+        inputs[2].records = Some(99);
+        let p = plan(&[six()], &inputs, false);
+        assert_eq!(names(&p.retired[0]), ["s1"]);
+        assert_eq!(p.reads[1], vec![[50, 100]]);
+        assert_eq!(p.reads[2], vec![ALL]);
+        assert_eq!(p.reads[3], vec![[0, 50]]);
+        assert!(p.reads[0].is_empty() && p.reads[4].is_empty() && p.reads[5].is_empty());
+        assert!(p.changed);
+    }
+
+    /// A removed file (a rewrite: gone, and a new one) retires its shards.
+    #[test]
+    fn a_removed_file_retires_its_shards() {
+        let mut inputs = all_now();
+        inputs.remove(0);
+        inputs.push(now("a2", Some(99)));
+        let p = plan(&[six()], &inputs, false);
+        assert_eq!(names(&p.retired[0]), ["s0"]);
+        assert_eq!(p.reads[0], vec![[0, 50]], "b's records in s0");
+        assert_eq!(p.reads[5], vec![ALL], "the new file");
+    }
+
+    /// A file whose records are known only once read is read again whole, which
+    /// retires every shard holding any of it.
+    #[test]
+    fn an_inexact_file_is_read_again_whole() {
+        let mut inputs = all_now();
+        inputs[0].records = Some(99);
+        inputs[1].records = None;
+        let p = plan(&[six()], &inputs, false);
+        assert_eq!(names(&p.retired[0]), ["s0", "s1"]);
+        assert_eq!(p.reads[1], vec![ALL]);
+        assert_eq!(p.reads[2], vec![[0, 100]]);
+        assert_eq!(p.reads[3], vec![[0, 50]]);
+    }
+
+    /// Splits share ranges: a range read again retires the other split's shard over
+    /// it, and so on until nothing overlaps.
+    #[test]
+    fn split_shards_over_a_range_read_again_retire_together() {
+        let train = six();
+        let mut test = six();
+        test.shards = vec![
+            shard("t0", &[("a", [0, 100]), ("b", [0, 100]), ("c", [0, 10])]),
+            shard("t1", &[("c", [10, 100]), ("d", [0, 100])]),
+            shard("t2", &[("e", [0, 100]), ("f", [0, 100])]),
+        ];
+        let mut inputs = all_now();
+        inputs[0].records = Some(98);
+        let p = plan(&[train, test], &inputs, false);
+        // a retires s0 and t0; t0's b and c ranges retire s1; s1's d range retires t1
+        // and s2; s2's e and f retire t2.
+        assert_eq!(names(&p.retired[0]), ["s0", "s1", "s2"]);
+        assert_eq!(names(&p.retired[1]), ["t0", "t1", "t2"]);
+    }
+
+    #[test]
+    fn shuffled_generations_retire_whole() {
+        let mut inputs = all_now();
+        inputs[5].records = Some(1);
+        let p = plan(&[six()], &inputs, true);
+        assert_eq!(names(&p.retired[0]), ["s0", "s1", "s2"]);
+        assert!(p.reads.iter().all(|r| !r.is_empty()));
+    }
+
+    #[test]
+    fn without_an_etag_a_file_modified_since_the_set_counts_as_changed() {
+        let at = |secs: u64| Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+        let mut m = six();
+        for i in &mut m.inputs {
+            i.etag = None;
+        }
+        let published = 1_796_083_200; // 2026-12-01T00:00:00Z
+        let mut inputs = all_now();
+        for n in &mut inputs {
+            n.etag = None;
+            n.modified = at(published - 10);
+        }
+        assert!(plan(std::slice::from_ref(&m), &inputs, false).is_empty());
+        inputs[4].modified = at(published);
+        let p = plan(&[m], &inputs, false);
+        assert_eq!(names(&p.retired[0]), ["s2"]);
+    }
+
+    /// An Iceberg file a new delete file applies to (its records known only once read)
+    /// changed; one whose delete files the set read already did not.
+    #[test]
+    fn a_new_delete_file_changes_the_files_it_applies_to() {
+        let mut m = six();
+        m.inputs.push(input("del-1", 0));
+        let mut inputs = all_now();
+        inputs[4].records = None;
+        inputs[4].delete_files = vec!["del-1".into()];
+        assert!(plan(std::slice::from_ref(&m), &inputs, false).is_empty());
+        inputs[5].records = None;
+        inputs[5].delete_files = vec!["del-2".into()];
+        let p = plan(&[m], &inputs, false);
+        assert_eq!(names(&p.retired[0]), ["s2"]);
+        assert_eq!(p.reads[5], vec![ALL]);
+        assert_eq!(p.reads[4], vec![ALL], "read again whole");
+        assert_eq!(p.reads[3], vec![[50, 100]]);
+    }
+
+    #[test]
+    fn ranges_merge() {
+        let mut r = Vec::new();
+        add_range(&mut r, [10, 20]);
+        add_range(&mut r, [0, 5]);
+        add_range(&mut r, [20, 30]);
+        add_range(&mut r, [3, 4]);
+        add_range(&mut r, [7, 7]);
+        assert_eq!(r, vec![[0, 5], [10, 30]]);
+    }
+}

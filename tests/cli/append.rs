@@ -1,0 +1,526 @@
+//! `convert ... --append`: a growing folder of Parquet files (a Hive table gaining a
+//! partition, a file replaced, a file removed) converted a generation at a time; after
+//! every step the live shards hold exactly the records of one full conversion, the
+//! shards that held no changed file stay as they were, and a killed or concurrent
+//! append publishes nothing half-done.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::convert::write_table;
+use crate::{read_manifest, run, s, scratch, wait_for_failpoint};
+
+/// Every record payload the manifest in `dir` lists, sorted (a multiset).
+fn payloads(dir: &Path) -> Vec<Vec<u8>> {
+    let m = read_manifest(dir, "data");
+    let mut out = Vec::new();
+    for shard in m["shards"].as_array().unwrap() {
+        let bytes = fs::read(dir.join(shard["file"].as_str().unwrap())).unwrap();
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            out.push(bytes[at + 12..at + 12 + len].to_vec());
+            at += 16 + len;
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Each shard file the manifest in `dir` lists, with its bytes.
+fn listed(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let m = read_manifest(dir, "data");
+    (m["shards"].as_array().unwrap().iter())
+        .map(|sh| {
+            let f = sh["file"].as_str().unwrap().to_owned();
+            let bytes = fs::read(dir.join(&f)).unwrap();
+            (f, bytes)
+        })
+        .collect()
+}
+
+const SHARDS: [&str; 4] = ["--max-records-per-shard", "250", "--threads", "2"];
+
+fn convert(table: &Path, out: &Path, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["convert", "parquet", s(table), "-o", s(out)];
+    args.extend_from_slice(&SHARDS);
+    args.extend_from_slice(extra);
+    run(args)
+}
+
+/// The live records of `out` equal a full conversion of `table` as it is now, and
+/// `verify` passes.
+fn same_as_full(table: &Path, out: &Path, name: &str) {
+    let full = scratch(&format!("append-full-{name}"));
+    let (code, _, err) = convert(table, &full, &["--overwrite"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(payloads(out), payloads(&full), "{name}: the live records");
+    let m = read_manifest(out, "data");
+    let f = read_manifest(&full, "data");
+    assert_eq!(m["records"], f["records"], "{name}");
+    let (code, stdout, err) = run(["verify", s(out)]);
+    assert_eq!(code, 0, "{name}: {stdout}{err}");
+}
+
+/// A Hive-style folder: `day=1` .. `day=N` partitions of 300 rows each (3 row groups).
+/// Converted a second later: on disk, a file modified in the second its set was
+/// published counts as changed (the manifest's time is to the second).
+fn table(name: &str, days: usize) -> PathBuf {
+    let dir = scratch(name);
+    for d in 1..=days {
+        add_day(&dir, d, d * 1000);
+    }
+    settle();
+    dir
+}
+
+/// Waits out the second the files were written in.
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+}
+
+fn add_day(dir: &Path, day: usize, first: usize) {
+    let part = dir.join(format!("day={day}"));
+    fs::create_dir_all(&part).unwrap();
+    write_table(&part.join("part-0.parquet"), 300, first, 100);
+}
+
+#[test]
+fn a_growing_folder_appends_what_changed_and_keeps_one_snapshot() {
+    let t = table("append-hive", 3);
+    let out = scratch("append-hive-out");
+    let (code, _, err) = convert(&t, &out, &["--append"]);
+    assert_eq!(code, 0, "an absent output makes generation 0: {err}");
+    let g0 = read_manifest(&out, "data");
+    assert_eq!(g0["manifest_version"], 1, "a plain run's manifest");
+    assert!(g0.get("generations").is_none());
+    let before = listed(&out);
+    assert_eq!(before.len(), 4); // 900 records, 250 a shard
+
+    // A new partition: only it is read, into generation 1.
+    add_day(&t, 4, 4000);
+    settle();
+    let (code, stdout, err) = convert(&t, &out, &["--append", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["up_to_date"], false);
+    assert_eq!(summary["generation"], 1);
+    assert_eq!(summary["retired"], 0);
+    assert_eq!(summary["records"], 300, "only the new partition's rows");
+    let g1 = read_manifest(&out, "data");
+    assert_eq!(g1["manifest_version"], 2);
+    let now = listed(&out);
+    for (f, bytes) in &before {
+        assert_eq!(now.get(f), Some(bytes), "{f} stays as it was");
+    }
+    let new: Vec<&String> = now.keys().filter(|f| !before.contains_key(*f)).collect();
+    assert_eq!(
+        new,
+        [
+            "data-g00001-00000-of-00002.tfrecord",
+            "data-g00001-00001-of-00002.tfrecord"
+        ]
+    );
+    let generations = g1["generations"].as_array().unwrap();
+    assert_eq!(generations.len(), 2);
+    assert_eq!(generations[1]["records"], 300);
+    assert!(out.join("data.manifest-g00001.json").exists(), "pinned");
+    same_as_full(&t, &out, "new partition");
+
+    // Nothing new: up to date, nothing written; twice is the same.
+    for _ in 0..2 {
+        let (code, stdout, err) = convert(&t, &out, &["--append"]);
+        assert_eq!(code, 0, "{err}");
+        assert!(stdout.contains("up to date"), "{stdout}");
+        assert_eq!(read_manifest(&out, "data"), g1, "nothing written");
+    }
+    let (_, stdout, _) = convert(&t, &out, &["--append", "--json"]);
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["up_to_date"], true);
+    assert_eq!(summary["generation"], 1);
+
+    // A replaced file (day=2, rows 300..600 of the records): the shards holding its
+    // records go, with the records they held of day=1 and day=3 read again; the others
+    // stay.
+    write_table(&t.join("day=2/part-0.parquet"), 200, 77_000, 100);
+    settle();
+    let (code, stdout, err) = convert(&t, &out, &["--append", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["generation"], 2);
+    // Shards 0 [0,250) day1, 1 [250,500): day1+day2, 2 [500,750) day2+day3, 3 day3.
+    assert_eq!(summary["retired"], 2, "{summary}");
+    let after = listed(&out);
+    for f in [
+        "data-00000-of-00004.tfrecord",
+        "data-00003-of-00004.tfrecord",
+    ] {
+        assert_eq!(after.get(f), before.get(f), "{f} held no record of day=2");
+    }
+    for f in [
+        "data-00001-of-00004.tfrecord",
+        "data-00002-of-00004.tfrecord",
+    ] {
+        assert!(
+            !after.contains_key(f) && !out.join(f).exists(),
+            "{f} retired"
+        );
+    }
+    let g2 = read_manifest(&out, "data");
+    let retired = &g2["generations"][2]["retired"];
+    assert_eq!(
+        retired,
+        &serde_json::json!([
+            "data-00001-of-00004.tfrecord",
+            "data-00002-of-00004.tfrecord"
+        ])
+    );
+    // Day 1's [250, 300) + day 2's new 200 + day 3's [0, 150).
+    assert_eq!(g2["generations"][2]["records"], 400);
+    // The pinned manifest of generation 1 listed a retired shard: gone with it.
+    assert!(!out.join("data.manifest-g00001.json").exists());
+    assert!(out.join("data.manifest-g00002.json").exists());
+    same_as_full(&t, &out, "replaced file");
+
+    // A removed partition.
+    fs::remove_dir_all(t.join("day=4")).unwrap();
+    let (code, _, err) = convert(&t, &out, &["--append"]);
+    assert_eq!(code, 0, "{err}");
+    same_as_full(&t, &out, "removed partition");
+    // No file of the prefix is left unlisted (retired shards went).
+    let m = read_manifest(&out, "data");
+    for entry in fs::read_dir(&out).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".tfrecord") {
+            assert!(
+                m["shards"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|s| s["file"] == name),
+                "{name} is listed"
+            );
+        }
+    }
+}
+
+#[test]
+fn appends_refuse_what_they_cannot_keep() {
+    let t = table("append-usage", 1);
+    let out = scratch("append-usage-out");
+    let (code, _, err) = convert(&t, &out, &[]);
+    assert_eq!(code, 0, "{err}");
+    for (extra, needle) in [
+        (&["--append", "--overwrite"][..], "give one"),
+        (
+            &["--append", "--split", "train=0.8,test=0.2"],
+            "--split-key",
+        ),
+        (&["--append", "--tfds", "ds"], "TFDS"),
+        (
+            &["--append", "--num-workers", "2", "--worker-index", "0"],
+            "one machine",
+        ),
+    ] {
+        let (code, _, err) = convert(&t, &out, extra);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+    }
+    // Not yet for TFRecord inputs and image folders.
+    for kind in ["tfrecord", "images"] {
+        let input = match kind {
+            "tfrecord" => crate::root().join("testdata/tfrecord-in/spark"),
+            _ => crate::root().join("testdata/images"),
+        };
+        let target = scratch(&format!("append-usage-{kind}"));
+        let (code, _, err) = run(["convert", kind, s(&input), "-o", s(&target), "--append"]);
+        assert_eq!(code, 2, "{kind}: {err}");
+        assert!(err.contains("not yet"), "{kind}: {err}");
+    }
+    // Shards but no manifest: there is no set to append to.
+    fs::remove_file(out.join("data.manifest.json")).unwrap();
+    let (code, _, err) = convert(&t, &out, &["--append"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--overwrite"), "{err}");
+}
+
+/// A manifest whose generations do not add up (edited by hand) is bad input: exit 1
+/// naming the key, nothing published.
+#[test]
+fn a_manifest_edited_by_hand_stops_an_append() {
+    let t = table("append-edited", 2);
+    let out = scratch("append-edited-out");
+    assert_eq!(convert(&t, &out, &[]).0, 0);
+    add_day(&t, 3, 3000);
+    assert_eq!(convert(&t, &out, &["--append"]).0, 0);
+    let path = out.join("data.manifest.json");
+    let mut m = read_manifest(&out, "data");
+    let first = m["shards"][0].clone();
+    m["shards"].as_array_mut().unwrap().push(first);
+    fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+    add_day(&t, 4, 4000);
+    let (code, _, err) = convert(&t, &out, &["--append"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("listed twice"), "{err}");
+    assert!(err.contains("data.manifest.json"), "{err}");
+    assert_eq!(read_manifest(&out, "data"), m, "nothing published");
+}
+
+/// Killed at each step of its publish, an append leaves the previous set live (or, past
+/// the manifest, the new one); a rerun publishes the same generation as an append that
+/// was never killed.
+#[test]
+fn a_killed_append_leaves_a_live_set_and_a_rerun_completes_it() {
+    let t = table("append-killed", 3);
+    let reference = scratch("append-killed-ref");
+    assert_eq!(convert(&t, &reference, &[]).0, 0);
+    let base = listed(&reference);
+    let base_manifest = read_manifest(&reference, "data");
+    add_day(&t, 4, 4000);
+    settle();
+    assert_eq!(convert(&t, &reference, &["--append"]).0, 0);
+    let want = listed(&reference);
+    for point in [
+        "convert:planned",
+        "convert:written",
+        "publish:placed",
+        "publish:pinned",
+        "publish:published",
+    ] {
+        let out = scratch(&format!("append-killed-{}", point.replace(':', "-")));
+        for (f, bytes) in &base {
+            fs::write(out.join(f), bytes).unwrap();
+        }
+        fs::write(
+            out.join("data.manifest.json"),
+            serde_json::to_vec_pretty(&base_manifest).unwrap(),
+        )
+        .unwrap();
+        let mut args = vec!["convert", "parquet", s(&t), "-o", s(&out), "--append"];
+        args.extend_from_slice(&SHARDS);
+        let code = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+            .args(&args)
+            .env("TFSHARD_FAILPOINTS", format!("{point}=exit"))
+            .status()
+            .unwrap()
+            .code();
+        assert_eq!(code, Some(137), "{point}");
+        // A live set: the old one, or (killed after its manifest) the new one.
+        let m = read_manifest(&out, "data");
+        let published = point == "publish:published";
+        assert_eq!(m["generations"].is_array(), published, "{point}");
+        for shard in m["shards"].as_array().unwrap() {
+            assert!(
+                out.join(shard["file"].as_str().unwrap()).exists(),
+                "{point}"
+            );
+        }
+        let (code, _, err) = run(args.iter().copied());
+        assert_eq!(code, 0, "{point}: {err}");
+        assert_eq!(listed(&out), want, "{point}: the same generation");
+        let (code, stdout, err) = run(["verify", s(&out)]);
+        assert_eq!(code, 0, "{point}: {stdout}{err}");
+    }
+}
+
+/// A second append while one publishes exits 1 and touches nothing.
+#[test]
+fn two_appends_at_once_one_publishes() {
+    let t = table("append-race", 2);
+    let out = scratch("append-race-out");
+    assert_eq!(convert(&t, &out, &[]).0, 0);
+    add_day(&t, 3, 3000);
+    let gate = scratch("append-race-gate").join("go");
+    let mut args = vec!["convert", "parquet", s(&t), "-o", s(&out), "--append"];
+    args.extend_from_slice(&SHARDS);
+    let mut first = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(&args)
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("convert:written=wait:{}", gate.display()),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_failpoint(&mut first, &gate, "the first append wrote its shards");
+    let (code, _, err) = run(args.iter().copied());
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("another run is publishing to this output"),
+        "{err}"
+    );
+    fs::write(&gate, "").unwrap();
+    let done = first.wait_with_output().unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    same_as_full(&t, &out, "race");
+}
+
+/// `convert delta --append`, version by version, through an append, a delete that
+/// rewrites files, a schema-merging append (every generation retired, the snapshot
+/// converted again) and an append after a checkpoint; and an overwrite. After each, the
+/// live records are a full conversion's of that version.
+#[test]
+fn a_delta_table_appends_version_by_version() {
+    let Some((dir, _)) = crate::delta::tables() else {
+        eprintln!("skipped: no deltalake venv (run scripts/delta_venv.sh)");
+        return;
+    };
+    let delta = |table: &Path, out: &Path, version: u64, extra: &[&str]| {
+        let v = version.to_string();
+        let mut args = vec!["convert", "delta", s(table), "-o", s(out), "--version", &v];
+        args.extend_from_slice(&["--max-records-per-shard", "16"]);
+        args.extend_from_slice(extra);
+        let (code, stdout, err) = run(args);
+        assert_eq!(code, 0, "version {version}: {err}");
+        stdout
+    };
+    for (table, versions) in [("events", 5u64), ("overwritten", 2)] {
+        let path = dir.join(table);
+        let out = scratch(&format!("append-delta-{table}"));
+        delta(&path, &out, 0, &[]);
+        for v in 1..versions {
+            let before = listed(&out);
+            let stdout = delta(&path, &out, v, &["--append", "--json"]);
+            let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(summary["up_to_date"], false, "{table} v{v}");
+            assert_eq!(summary["table"]["version"], v);
+            let full = scratch(&format!("append-delta-{table}-full"));
+            delta(&path, &full, v, &["--overwrite"]);
+            assert_eq!(payloads(&out), payloads(&full), "{table} version {v}");
+            let (code, stdout, err) = run(["verify", s(&out), "--deep"]);
+            assert_eq!(code, 0, "{table} v{v}: {stdout}{err}");
+            let m = read_manifest(&out, "data");
+            assert_eq!(m["table"]["version"], v);
+            let last = m["generations"].as_array().unwrap().last().unwrap().clone();
+            assert_eq!(last["watermark"], v);
+            // Shards not retired stay as they were.
+            let retired: Vec<&str> = (last["retired"].as_array().unwrap().iter())
+                .map(|r| r.as_str().unwrap())
+                .collect();
+            let now = listed(&out);
+            for (f, bytes) in &before {
+                if !retired.contains(&f.as_str()) {
+                    assert_eq!(now.get(f), Some(bytes), "{table} v{v}: {f}");
+                }
+            }
+            match (table, v) {
+                // An append retires nothing.
+                ("events", 1) | ("events", 4) => {
+                    assert_eq!(summary["retired"], 0, "{table} v{v}")
+                }
+                // A new column: converted again, said so.
+                ("events", 3) => {
+                    let why = summary["reconverted"].as_str().unwrap();
+                    assert!(why.contains("\"score\""), "{why}");
+                    assert_eq!(summary["retired"].as_u64(), Some(before.len() as u64));
+                }
+                // The delete rewrote files; the overwrite replaced them all.
+                _ => assert!(summary["retired"].as_u64().unwrap() > 0, "{table} v{v}"),
+            }
+        }
+        // At the table's version: up to date.
+        let stdout = delta(&path, &out, versions - 1, &["--append"]);
+        assert!(
+            stdout.contains(&format!("up to date at version {}", versions - 1)),
+            "{stdout}"
+        );
+    }
+}
+
+/// A deletion vector added to a file (`table-with-dv-small` gains its vector at version
+/// 1): the file's shards are retired and its kept rows converted again.
+#[test]
+fn a_deletion_vector_retires_the_shards_of_its_file() {
+    let table = crate::root().join("testdata/delta-kernel/table-with-dv-small");
+    let out = scratch("append-delta-dv");
+    let args = |v: &str, extra: &[&str]| {
+        let mut a: Vec<String> = ["convert", "delta", s(&table), "-o", s(&out), "--version", v]
+            .iter()
+            .map(|x| x.to_string())
+            .collect();
+        a.extend(extra.iter().map(|x| x.to_string()));
+        a
+    };
+    let (code, _, err) = run(args("0", &[]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(read_manifest(&out, "data")["records"], 10);
+    let (code, stdout, err) = run(args("1", &["--append", "--json"]));
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["retired"], 1, "{summary}");
+    assert_eq!(summary["records"], 8, "the rows its vector keeps");
+    let full = scratch("append-delta-dv-full");
+    let (code, _, err) = run([
+        "convert",
+        "delta",
+        s(&table),
+        "-o",
+        s(&full),
+        "--version",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(payloads(&out), payloads(&full));
+}
+
+/// `convert iceberg --append`, snapshot by snapshot: appends, a copy-on-write delete, a
+/// schema change (converted again), a position delete file, an equality delete file
+/// (the files it applies to are read again whole), an append after it. After each, the
+/// live records are a full conversion's of that snapshot.
+#[test]
+fn an_iceberg_table_appends_snapshot_by_snapshot() {
+    let Some((_, expected)) = crate::iceberg::tables() else {
+        eprintln!("skipped: no pyiceberg venv (run scripts/iceberg_venv.sh)");
+        return;
+    };
+    for table in ["events", "deletes"] {
+        let path = crate::iceberg::table_dir(expected, table);
+        let snapshots = expected[table].as_array().unwrap();
+        let iceberg = |out: &Path, i: usize, extra: &[&str]| {
+            let id = crate::iceberg::id_of(&snapshots[i]);
+            let mut args = vec!["convert", "iceberg", s(&path), "-o", s(out)];
+            args.extend_from_slice(&["--snapshot-id", &id, "--max-records-per-shard", "16"]);
+            args.extend_from_slice(extra);
+            let (code, stdout, err) = run(args);
+            assert_eq!(code, 0, "{table} s{i}: {err}");
+            stdout
+        };
+        let out = scratch(&format!("append-iceberg-{table}"));
+        iceberg(&out, 0, &[]);
+        for (i, snapshot) in snapshots.iter().enumerate().skip(1) {
+            let before = listed(&out);
+            let stdout = iceberg(&out, i, &["--append", "--json"]);
+            let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+            assert_eq!(summary["up_to_date"], false, "{table} s{i}");
+            let full = scratch(&format!("append-iceberg-{table}-full"));
+            iceberg(&full, i, &["--overwrite"]);
+            assert_eq!(payloads(&out), payloads(&full), "{table} snapshot {i}");
+            let (code, stdout, err) = run(["verify", s(&out), "--deep"]);
+            assert_eq!(code, 0, "{table} s{i}: {stdout}{err}");
+            let m = read_manifest(&out, "data");
+            let last = m["generations"].as_array().unwrap().last().unwrap().clone();
+            assert_eq!(last["watermark"], snapshot["snapshot_id"]);
+            let retired: Vec<&str> = (last["retired"].as_array().unwrap().iter())
+                .map(|r| r.as_str().unwrap())
+                .collect();
+            let now = listed(&out);
+            for (f, bytes) in &before {
+                if !retired.contains(&f.as_str()) {
+                    assert_eq!(now.get(f), Some(bytes), "{table} s{i}: {f}");
+                }
+            }
+            if (table, i) == ("events", 1) || (table, i) == ("deletes", 1) {
+                assert_eq!(summary["retired"], 0, "{table} s{i}: an append");
+            }
+        }
+        let stdout = iceberg(&out, snapshots.len() - 1, &["--append"]);
+        assert!(stdout.contains("up to date at snapshot"), "{stdout}");
+    }
+}
