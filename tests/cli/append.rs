@@ -13,7 +13,7 @@ use crate::convert::write_table;
 use crate::{read_manifest, run, s, scratch, wait_for_failpoint};
 
 /// Every record payload the manifest in `dir` lists, sorted (a multiset).
-fn payloads(dir: &Path) -> Vec<Vec<u8>> {
+pub(crate) fn payloads(dir: &Path) -> Vec<Vec<u8>> {
     let m = read_manifest(dir, "data");
     let mut out = Vec::new();
     for shard in m["shards"].as_array().unwrap() {
@@ -30,7 +30,7 @@ fn payloads(dir: &Path) -> Vec<Vec<u8>> {
 }
 
 /// Each shard file the manifest in `dir` lists, with its bytes.
-fn listed(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn listed(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let m = read_manifest(dir, "data");
     (m["shards"].as_array().unwrap().iter())
         .map(|sh| {

@@ -2357,3 +2357,105 @@ fn tfrecords_in_the_bucket_convert_as_on_disk() {
     assert_eq!(code, 0, "{err}");
     only_the_set(s, &b2, &local, "s3-tfin-workers", "workers");
 }
+
+/// `--append` in a bucket, through the same code as on disk: a new partition, then a
+/// replaced file (its ETag changed); after each, the set in the bucket holds a full
+/// conversion's records, and no claim or temporary is left.
+#[test]
+fn appends_in_a_bucket_as_on_disk() {
+    let s = need_server!();
+    let b = bucket(s, "append");
+    let table = scratch("s3-append-table");
+    for day in 1..=3 {
+        let part = table.join(format!("day={day}"));
+        std::fs::create_dir_all(&part).unwrap();
+        crate::convert::write_table(&part.join("part-0.parquet"), 300, day * 1000, 100);
+    }
+    let put = || {
+        client(
+            &s.endpoint,
+            &["put-dir", table.to_str().unwrap(), &b, "table"],
+        )
+    };
+    put();
+    let src = format!("s3://{b}/table");
+    let out = format!("s3://{b}/out");
+    let shards = ["--max-records-per-shard", "250"];
+    let convert = |extra: &[&str]| {
+        let (code, stdout, err) = tfshard_at(
+            &s.endpoint,
+            &[
+                &["convert", "parquet", &src, "-o", &out][..],
+                &shards,
+                extra,
+            ]
+            .concat(),
+        );
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        stdout
+    };
+    let fetch = |name: &str| {
+        let d = scratch(&format!("s3-append-get-{name}"));
+        client(&s.endpoint, &["get-dir", &b, "out", d.to_str().unwrap()]);
+        d
+    };
+    let full = |name: &str| {
+        let d = scratch(&format!("s3-append-full-{name}"));
+        let (code, _, err) =
+            crate::convert_parquet(&table, &d, &[&shards[..], &["--overwrite"]].concat());
+        assert_eq!(code, 0, "{err}");
+        d
+    };
+    convert(&[]);
+    let before = crate::append::listed(&fetch("g0"));
+    // A new partition.
+    let part = table.join("day=4");
+    std::fs::create_dir_all(&part).unwrap();
+    crate::convert::write_table(&part.join("part-0.parquet"), 300, 4000, 100);
+    put();
+    let summary: serde_json::Value =
+        serde_json::from_str(&convert(&["--append", "--json"])).unwrap();
+    assert_eq!(
+        (summary["generation"].as_u64(), summary["retired"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let got = fetch("g1");
+    let now = crate::append::listed(&got);
+    for (f, bytes) in &before {
+        assert_eq!(now.get(f), Some(bytes), "{f} stays as it was");
+    }
+    assert_eq!(
+        crate::append::payloads(&got),
+        crate::append::payloads(&full("g1"))
+    );
+    // A replaced file: another ETag.
+    crate::convert::write_table(&table.join("day=2/part-0.parquet"), 120, 9000, 100);
+    put();
+    let summary: serde_json::Value =
+        serde_json::from_str(&convert(&["--append", "--json"])).unwrap();
+    assert_eq!(summary["generation"], 2);
+    assert_eq!(summary["retired"], 2, "{summary}");
+    let got = fetch("g2");
+    assert_eq!(
+        crate::append::payloads(&got),
+        crate::append::payloads(&full("g2"))
+    );
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(got.join("data.manifest.json")).unwrap()).unwrap();
+    let keys = client(&s.endpoint, &["ls", &b, "out"]);
+    let mut expected: Vec<String> = (m["shards"].as_array().unwrap().iter())
+        .map(|sh| format!("out/{}", sh["file"].as_str().unwrap()))
+        .collect();
+    expected.extend([
+        "out/data.manifest.json".into(),
+        "out/data.manifest-g00002.json".into(),
+    ]);
+    expected.sort();
+    let mut listed: Vec<String> = keys.lines().map(str::to_owned).collect();
+    listed.sort();
+    assert_eq!(listed, expected, "the set and nothing else");
+    // Nothing new.
+    let summary: serde_json::Value =
+        serde_json::from_str(&convert(&["--append", "--json"])).unwrap();
+    assert_eq!(summary["up_to_date"], true);
+}
