@@ -587,6 +587,38 @@ def iceberg_tables():
     print(f"iceberg: TensorFlow parses {runs} snapshots of 3 Iceberg tables (schema changes, partitions, deletes)")
 
 
+def appended_generations():
+    """Iceberg tables appended snapshot by snapshot into one set (appends, a copy-on-write
+    delete, a schema change, position and equality deletes): after each append,
+    TensorFlow reads the manifest's shards of every generation, parses every record with
+    its spec as `tfshard inspect` shows it, and reads the same records as a full
+    conversion of that snapshot."""
+    folder = os.path.join(WORK, "iceberg-tables")
+    expected = json.load(open(os.path.join(folder, "expected.json")))
+    appends = 0
+    for table in ("events", "deletes"):
+        location = expected["locations"][table].removeprefix("file://")
+        out = os.path.join(WORK, f"append-{table}")
+        for i, snapshot in enumerate(expected[table]):
+            sid = str(snapshot["snapshot_id"])
+            tfshard("convert", "iceberg", location, "-o", out, "--snapshot-id", sid,
+                    "--max-records-per-shard", "16", "--append", "--quiet")
+            n = parses_as_inspect_shows(out, f"append {table} s{i}")
+            check(n == len(snapshot["records"]), f"append {table} s{i}: pyiceberg's rows")
+            full = os.path.join(WORK, f"append-{table}-full-{i}")
+            tfshard("convert", "iceberg", location, "-o", full, "--snapshot-id", sid, "--quiet")
+
+            def read(d):
+                m = json.load(open(os.path.join(d, "data.manifest.json")))
+                return sorted(r.numpy() for r in tf.data.TFRecordDataset(
+                    [os.path.join(d, s["file"]) for s in m["shards"]]))
+            check(read(out) == read(full), f"append {table} s{i}: a full conversion's records")
+            appends += 1
+        manifest = json.load(open(os.path.join(out, "data.manifest.json")))
+        check(manifest["manifest_version"] == 2, f"append {table}: generations")
+    print(f"appends: TensorFlow reads {appends} generations of 2 Iceberg tables, each a full conversion's records")
+
+
 def chunked_compression():
     """Shards of many deflate chunks (gzip: a member per 512 KiB chunk; zlib: one stream of
     primed chunks), cut early near each shard's target: TensorFlow reads every record,
@@ -664,6 +696,7 @@ chunked_compression()
 hive_from_store()
 delta_tables()
 iceberg_tables()
+appended_generations()
 finalized_workers()
 shuffled_splits()
 image_folder()

@@ -9,9 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::RecordType;
-use crate::manifest::{
-    self, manifest_listing, manifests_in, read_manifest, Manifest, MANIFEST_SUFFIX,
-};
+use crate::manifest::{self, manifest_listing, manifests_in, read_manifest, Manifest};
 use crate::store::IoOptions;
 
 /// A set of shards to read.
@@ -105,13 +103,51 @@ impl Dataset {
                 for m in manifests {
                     set.add_manifest(&m)?;
                 }
-            } else if path.to_string_lossy().ends_with(MANIFEST_SUFFIX) {
+            } else if manifest::is_manifest_name(&path.to_string_lossy()) {
                 set.add_manifest(path)?;
             } else {
                 set.shards.push(path.clone());
             }
         }
         Ok(set)
+    }
+
+    /// Keeps only the shards of generations `generations` (`--append`), as their
+    /// manifests name them.
+    ///
+    /// # Errors
+    ///
+    /// A usage error when a shard is not a manifest's, or none is left.
+    pub fn only_generations(&mut self, generations: &[u32]) -> Result<()> {
+        let generation_of: std::collections::HashMap<PathBuf, u32> = (self.manifests.iter())
+            .flat_map(|(path, m)| {
+                let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+                (m.shards.iter()).map(move |s| (dir.join(&s.file), s.generation.unwrap_or(0)))
+            })
+            .collect();
+        let mut kept = Vec::new();
+        for shard in &self.shards {
+            let Some(g) = generation_of.get(shard) else {
+                return Err(Error::invalid_option(
+                    "generations",
+                    format!(
+                        "{} is not listed by a manifest: generations are a manifest's",
+                        shard.display()
+                    ),
+                ));
+            };
+            if generations.contains(g) {
+                kept.push(shard.clone());
+            }
+        }
+        if kept.is_empty() {
+            return Err(Error::invalid_option(
+                "generations",
+                format!("no live shard is of generations {generations:?}"),
+            ));
+        }
+        self.shards = kept;
+        Ok(())
     }
 
     fn add_manifest(&mut self, path: &Path) -> Result<()> {

@@ -390,6 +390,19 @@ pub fn read_manifest(path: &Path, io: IoOptions) -> Result<Manifest> {
     Manifest::from_json(&crate::store::paths::read(path, io)?, path)
 }
 
+/// Whether a file name or path is a manifest's: `{prefix}.manifest.json`, or a
+/// generation's pinned `{prefix}.manifest-g{g:05}.json`.
+pub fn is_manifest_name(name: &str) -> bool {
+    if name.ends_with(MANIFEST_SUFFIX) {
+        return true;
+    }
+    name.strip_suffix(".json")
+        .and_then(|n| n.rsplit_once(".manifest-g"))
+        .is_some_and(|(head, g)| {
+            !head.is_empty() && g.len() >= 5 && g.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
 /// The manifests (`*.manifest.json`) in a folder, sorted by name.
 ///
 /// # Errors
@@ -489,6 +502,15 @@ mod tests {
         assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(format_rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(format_rfc3339(1_795_944_319), "2026-11-29T09:25:19Z");
+    }
+
+    #[test]
+    fn manifest_names() {
+        assert!(is_manifest_name("out/data.manifest.json"));
+        assert!(is_manifest_name("s3://b/out/train.manifest-g00003.json"));
+        assert!(!is_manifest_name("data.manifest-g003.json"));
+        assert!(!is_manifest_name(".manifest-g00003.json"));
+        assert!(!is_manifest_name("data-00000-of-00001.tfrecord"));
     }
 
     #[test]

@@ -452,7 +452,7 @@ pub(crate) fn verify(
                 }
             }
             manifests.extend(found);
-        } else if path.to_string_lossy().ends_with(MANIFEST_SUFFIX) {
+        } else if manifest::is_manifest_name(&path.to_string_lossy()) {
             manifests.push(path.clone());
         } else {
             let mut job = plain_job(path.clone(), options);
@@ -474,6 +474,9 @@ pub(crate) fn verify(
     manifests.dedup();
     for path in &manifests {
         let m = crate::manifest::read_manifest(path, options.io)?;
+        // Generations that do not add up, a shard listed twice: the manifest's own
+        // error, as for one that does not parse.
+        m.check_generations(path)?;
         plan_manifest(path, &m, options, &mut jobs, &mut problems)?;
     }
     let total_bytes: u64 = jobs
@@ -612,6 +615,16 @@ fn plan_manifest(
             schema: Some(m.features.clone()),
             io: options.io,
         });
+    }
+    // A shard that a generation's pinned manifest there lists (kept by `--retain`) is
+    // listed too.
+    for file in &present {
+        let name = file.file_name().unwrap_or_default().to_string_lossy();
+        if crate::shard::name::pinned_generation(&prefix, &name).is_some() {
+            if let Ok(pinned) = manifest::read_manifest(file, options.io) {
+                listed.extend(pinned.shards.into_iter().map(|s| s.file));
+            }
+        }
     }
     for file in &present {
         let name = file

@@ -224,6 +224,9 @@ pub struct ShardFlags {
     /// Convert only what the inputs gained or changed since the set in OUT, as a new generation of it (shards that held changed or removed records are retired and their live records converted again).
     #[arg(long)]
     pub append: bool,
+    /// With --append: keep the last N generations' pinned manifests (OUT/PREFIX.manifest-gNNNNN.json) and the shards they list, for training runs that pinned them.
+    #[arg(long, value_name = "N")]
+    pub retain: Option<u32>,
     /// Also write an NVIDIA DALI index ({shard}.idx) per shard (uncompressed only).
     #[arg(long)]
     pub index: bool,
@@ -473,6 +476,9 @@ impl ShardFlags {
             .with_resume(self.resume);
         if let Some(prefix) = &self.prefix {
             builder = builder.with_prefix(prefix.clone());
+        }
+        if let Some(n) = self.retain {
+            builder = builder.with_retain(n);
         }
         if let Some(n) = self.max_records_per_shard {
             builder = builder.with_max_records_per_shard(n);

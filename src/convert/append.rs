@@ -17,6 +17,7 @@
 //! snapshot, each once.
 
 use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -409,7 +410,10 @@ impl Appending {
                 }
             }
         }
-        if let Some(why) = schema_change(&first.features, &described.features) {
+        // (A source whose features are known only once read, TFRecord files, is checked
+        // when its records are: [`Appending::manifest`].)
+        let known = !described.features.is_empty();
+        if let Some(why) = schema_change(&first.features, &described.features).filter(|_| known) {
             self.reconverted = Some(why);
             self.plan = Plan::everything(&now, &self.manifests);
             return Ok(());
@@ -451,12 +455,17 @@ impl Appending {
 
     /// Set `i`'s new manifest: its live shards that stay, then `written` (the
     /// generation's, named), as the run described them in `new`.
+    ///
+    /// # Errors
+    ///
+    /// New records whose features the set cannot hold beside its own (a feature of
+    /// another kind: TFRecord files, whose features are known once read).
     pub(crate) fn manifest(
         &self,
         i: usize,
         mut new: Manifest,
         written: Vec<ShardInfo>,
-    ) -> Manifest {
+    ) -> Result<Manifest> {
         let old = &self.manifests[i];
         let retired = &self.plan.retired[i];
         let g = self.generation;
@@ -491,7 +500,12 @@ impl Appending {
         if kept_any && records == 0 {
             new.features = old.features.clone();
         } else if kept_any {
-            new.features = merge_features(&old.features, &new.features);
+            new.features = merge_features(&old.features, &new.features).map_err(|detail| {
+                Error::new(ErrorKind::SchemaMismatch {
+                    other: PathBuf::from(name::manifest_name(&old_prefix(old))),
+                    detail: format!("{detail}: convert again with --overwrite"),
+                })
+            })?;
         }
         let mut generations = old.generations_or_first();
         generations.push(GenerationInfo {
@@ -505,45 +519,48 @@ impl Appending {
         new.manifest_version = MANIFEST_VERSION_GENERATIONS;
         new.generations = Some(generations);
         new.set_shards(shards);
-        new
+        Ok(new)
     }
 
-    /// Set `i`'s publish beside its staged files: the names that stay (live shards and
-    /// the pinned manifests there), its pinned manifest, and what goes once published
-    /// (the retired shards, the pinned manifests listing them).
+    /// Set `i`'s publish beside its staged files: the names that stay until its
+    /// manifest is written (the live set's shards, the pinned manifests and the shards
+    /// they keep), its pinned manifest, and what goes once it is published (see
+    /// [`retire`]). `manifest` is the set's new manifest.
     pub(crate) fn publish_set(
         &self,
         i: usize,
         out: &dyn Destination,
         prefix: &str,
-        manifest: &[u8],
+        manifest: &Manifest,
+        retain: Option<u32>,
     ) -> Result<AppendSet> {
         let old = &self.manifests[i];
         let mut keep: Vec<String> = old.shards.iter().flat_map(|s| with_idx(&s.file)).collect();
-        let (pinned, after) = retire(out, prefix, &self.plan.retired[i], self.generation)?;
-        keep.extend(pinned);
+        let (kept, after) = retire(out, prefix, manifest, self.generation, retain)?;
+        keep.extend(kept);
         Ok(AppendSet {
             keep,
             pinned: (
                 name::pinned_manifest_name(prefix, self.generation),
-                manifest.to_vec(),
+                manifest.to_json()?,
             ),
             after,
         })
     }
 
-    /// Up to date: deletes what the last generation retired, where an append killed
-    /// after publishing it left them (no manifest lists them).
-    pub(crate) fn finish_last(&self, out: &dyn Destination, prefixes: &[String]) -> Result<()> {
+    /// Up to date: deletes what an append killed after publishing left (the shards its
+    /// generation retired, the pinned manifests listing them).
+    pub(crate) fn finish_last(
+        &self,
+        out: &dyn Destination,
+        prefixes: &[String],
+        retain: Option<u32>,
+    ) -> Result<()> {
         for (m, prefix) in self.manifests.iter().zip(prefixes) {
-            let Some(last) = m.generations.as_ref().and_then(|g| g.last()) else {
+            if m.generations.is_none() {
                 continue;
-            };
-            let retired: BTreeSet<String> = (last.retired.iter())
-                .filter(|f| !m.lists(f) && crate::manifest::is_safe_relative(f))
-                .cloned()
-                .collect();
-            let (_, after) = retire(out, prefix, &retired, last.generation)?;
+            }
+            let (_, after) = retire(out, prefix, m, m.generation() + 1, retain)?;
             for n in after.iter().filter(|n| name::is_own_shard(prefix, n)) {
                 out.delete(n)?;
             }
@@ -562,36 +579,60 @@ fn with_idx(file: &str) -> [String; 2] {
     [file.to_owned(), format!("{file}.idx")]
 }
 
-/// Generation `generation` retiring `retired` (names in `prefix`'s folder of `out`):
-/// the pinned manifests of earlier generations there, and what goes once it is
-/// published (the retired shards and their `.idx` files, and the pinned manifests that
-/// list any of them).
+/// What of `prefix`'s files in `out` stays beside the set `live` that generation
+/// `generation` publishes, and what goes once it is published. A pinned manifest of an
+/// earlier generation stays while every shard it lists is live, or, with `retain` N,
+/// while it is of the last N generations (the new one included), and keeps the shards it
+/// lists; the others go, and so does every shard of the prefix that neither the set nor
+/// a pinned manifest that stays lists (the shards retired, a killed append's). Returns
+/// (the pinned manifests that stay and the shards they keep, what goes).
 fn retire(
     out: &dyn Destination,
     prefix: &str,
-    retired: &BTreeSet<String>,
+    live: &Manifest,
     generation: u32,
+    retain: Option<u32>,
 ) -> Result<(Vec<String>, Vec<String>)> {
-    let mut pinned = Vec::new();
-    let mut after: Vec<String> = retired.iter().flat_map(|f| with_idx(f)).collect();
-    for n in out.names("")? {
-        match name::pinned_generation(prefix, &n) {
-            // A later one is a killed append's: written again, or cleared.
-            Some(g) if g < generation => pinned.push(n),
-            _ => {}
-        }
-    }
-    for n in &pinned {
-        let lists_retired = out
+    let names = out.names("")?;
+    let live_names: BTreeSet<&str> = live.shards.iter().map(|s| s.file.as_str()).collect();
+    let mut keep = Vec::new();
+    let mut kept_shards: BTreeSet<String> = BTreeSet::new();
+    let mut after = Vec::new();
+    for n in &names {
+        // A later one is a killed append's: written again, or cleared.
+        let Some(g) = name::pinned_generation(prefix, n).filter(|&g| g < generation) else {
+            continue;
+        };
+        let listed = out
             .read(n)
             .ok()
-            .and_then(|b| Manifest::from_json(&b, &out.display(n)).ok())
-            .is_none_or(|m| m.shards.iter().any(|s| retired.contains(&s.file)));
-        if lists_retired {
+            .and_then(|b| Manifest::from_json(&b, &out.display(n)).ok());
+        let recent = retain.is_some_and(|r| g + r > generation);
+        match listed {
+            Some(m)
+                if recent
+                    || m.shards
+                        .iter()
+                        .all(|s| live_names.contains(s.file.as_str())) =>
+            {
+                keep.push(n.clone());
+                kept_shards.extend(m.shards.iter().flat_map(|s| with_idx(&s.file)));
+            }
+            _ => after.push(n.clone()),
+        }
+    }
+    for n in &names {
+        let shard = n.strip_suffix(".idx").unwrap_or(n);
+        if name::is_own_shard(prefix, n)
+            && name::pinned_generation(prefix, n).is_none()
+            && !live_names.contains(shard)
+            && !kept_shards.contains(n)
+        {
             after.push(n.clone());
         }
     }
-    Ok((pinned, after))
+    keep.extend(kept_shards);
+    Ok((keep, after))
 }
 
 /// Why the set's spec `then` cannot hold records of the spec `now` (a column added or
@@ -616,20 +657,47 @@ fn schema_change(then: &[FeatureSpec], now: &[FeatureSpec]) -> Option<String> {
         .map(|t| format!("the schema changed: column {:?} is gone", t.name))
 }
 
-/// The spec of a set holding records of both `then` and `now` (same features): a
-/// shape both agree on, else none.
-fn merge_features(then: &[FeatureSpec], now: &[FeatureSpec]) -> Vec<FeatureSpec> {
-    then.iter()
-        .map(|t| {
-            let mut f = t.clone();
-            if let Some(n) = now.iter().find(|n| n.name == t.name) {
-                if n.shape != t.shape {
-                    f.shape = None;
-                }
+/// The prefix a manifest records in its options (`data` if none).
+fn old_prefix(m: &Manifest) -> String {
+    (m.options.get("prefix"))
+        .and_then(|p| p.as_str())
+        .unwrap_or(crate::convert::DEFAULT_PREFIX)
+        .to_owned()
+}
+
+/// The spec of a set holding records of both `then` and `now`: a shape both agree on,
+/// else none; a feature only one side has, no shape (absent from the other's records).
+/// A feature of two kinds cannot be held: its name and kinds.
+fn merge_features(
+    then: &[FeatureSpec],
+    now: &[FeatureSpec],
+) -> std::result::Result<Vec<FeatureSpec>, String> {
+    let mut merged = Vec::with_capacity(then.len());
+    for t in then {
+        let mut f = t.clone();
+        match now.iter().find(|n| n.name == t.name) {
+            Some(n) if n.kind != t.kind => {
+                return Err(format!(
+                    "feature {:?} is {} in the new records, {} in the set",
+                    t.name,
+                    n.kind.name(),
+                    t.kind.name()
+                ))
             }
-            f
-        })
-        .collect()
+            Some(n) if n.shape == t.shape => {}
+            _ => f.shape = None,
+        }
+        merged.push(f);
+    }
+    for n in now
+        .iter()
+        .filter(|n| !then.iter().any(|t| t.name == n.name))
+    {
+        let mut f = n.clone();
+        f.shape = None;
+        merged.push(f);
+    }
+    Ok(merged)
 }
 
 #[cfg(test)]
@@ -826,6 +894,44 @@ mod tests {
         assert_eq!(p.reads[5], vec![ALL]);
         assert_eq!(p.reads[4], vec![ALL], "read again whole");
         assert_eq!(p.reads[3], vec![[50, 100]]);
+    }
+
+    /// New records' features join the set's: a shape both agree on, none otherwise or
+    /// where one side lacks the feature; another kind cannot be held.
+    #[test]
+    fn features_merge_or_name_the_conflict() {
+        use crate::example::FeatureKind;
+        let f = |name: &str, kind, shape: Option<Vec<u64>>| FeatureSpec::new(name, kind, shape);
+        let then = vec![
+            f("x", FeatureKind::Float, Some(vec![4])),
+            f("y", FeatureKind::Int64, Some(vec![])),
+            f("old", FeatureKind::Bytes, Some(vec![])),
+        ];
+        let now = vec![
+            f("x", FeatureKind::Float, Some(vec![4])),
+            f("y", FeatureKind::Int64, Some(vec![2])),
+            f("new", FeatureKind::Bytes, Some(vec![])),
+        ];
+        let merged = merge_features(&then, &now).unwrap();
+        let shapes: Vec<(&str, Option<Vec<u64>>)> = merged
+            .iter()
+            .map(|f| (f.name.as_str(), f.shape.clone()))
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                ("x", Some(vec![4])),
+                ("y", None),
+                ("old", None),
+                ("new", None)
+            ]
+        );
+        let conflict = vec![f("y", FeatureKind::Float, Some(vec![]))];
+        let why = merge_features(&then, &conflict).unwrap_err();
+        assert!(
+            why.contains("\"y\" is float") && why.contains("int64"),
+            "{why}"
+        );
     }
 
     #[test]

@@ -179,6 +179,9 @@ pub struct ConvertOptions {
     /// `--append`: convert only what the inputs gained (or changed) since the set the
     /// output holds, as a new generation of it ([`append`]).
     pub append: bool,
+    /// `--retain N` (with `--append`): the last N generations' pinned manifests, and the
+    /// shards they list, are kept when shards are retired.
+    pub retain: Option<u32>,
     /// `--parquet-decoder`: which decoder reads Parquet columns. Never changes the
     /// output, so the manifest does not record it.
     pub parquet_decoder: ParquetDecoder,
@@ -301,6 +304,7 @@ impl ConvertOptions {
             worker: None,
             resume: false,
             append: false,
+            retain: None,
             parquet_decoder: ParquetDecoder::Auto,
             io: store::IoOptions::default(),
         }
@@ -363,6 +367,15 @@ impl ConvertOptions {
             return invalid("inputs", "no input given".into());
         }
         check_prefix("prefix", &self.prefix)?;
+        if self.retain.is_some() && !self.append {
+            return invalid(
+                "retain",
+                "it keeps generations' pinned manifests: it applies with --append".into(),
+            );
+        }
+        if self.retain == Some(0) {
+            return invalid("retain", "keep at least 1 generation".into());
+        }
         if self.append {
             let refused = [
                 (
@@ -1136,6 +1149,12 @@ impl ConverterBuilder {
         self
     }
 
+    /// `--retain N`: see [`ConvertOptions::retain`].
+    pub fn with_retain(mut self, generations: u32) -> Self {
+        self.options.retain = Some(generations);
+        self
+    }
+
     /// Reuse the shards an interrupted run finished, and keep this run's if it fails.
     pub fn with_resume(mut self, resume: bool) -> Self {
         self.options.resume = resume;
@@ -1229,11 +1248,11 @@ impl ConverterBuilder {
             images.validate(&options)?;
         }
         let tfrecord = matches!(input, Input::Tfrecord(_));
-        if options.append && matches!(input, Input::Tfrecord(_) | Input::Images(_)) {
+        if options.append && matches!(input, Input::Images(_)) {
             return Err(Error::invalid_option(
                 "append",
-                "not yet for TFRecord inputs or image folders (Parquet files and Delta and \
-                 Iceberg tables append): convert again with --overwrite",
+                "not yet for image folders (Parquet and TFRecord files and Delta and Iceberg \
+                 tables append): convert again with --overwrite",
             ));
         }
         if options.encode.record_type == RecordType::Bytes && !tfrecord {
@@ -1375,13 +1394,13 @@ fn run(
         let Some(now) = source.now_inputs() else {
             return Err(Error::invalid_option(
                 "append",
-                "not for this input: it applies to Parquet files and Delta or Iceberg \
-                 tables; convert again with --overwrite",
+                "not for this input: it applies to Parquet and TFRecord files and Delta or \
+                 Iceberg tables; convert again with --overwrite",
             ));
         };
         a.plan(&source.manifest(options, 0), now, options.shuffle.is_some())?;
         if a.plan.is_empty() {
-            a.finish_last(&*destination, &prefixes)?;
+            a.finish_last(&*destination, &prefixes, options.retain)?;
             let manifest = &a.manifests[0];
             return Ok(ConvertSummary {
                 output: options.output.clone(),
@@ -1536,12 +1555,15 @@ fn run(
                 })
                 .collect();
             match &appending {
-                Some(a) => *manifest = a.manifest(i, manifest.clone(), written),
+                Some(a) => *manifest = a.manifest(i, manifest.clone(), written)?,
                 None => manifest.set_shards(written),
             }
             let bytes = manifest.to_json()?;
             let append = match &appending {
-                Some(a) => Some(a.publish_set(i, &*destination, out.prefix(), &bytes)?),
+                Some(a) => {
+                    let p = out.prefix();
+                    Some(a.publish_set(i, &*destination, p, manifest, options.retain)?)
+                }
                 None => None,
             };
             Ok(Publication {

@@ -680,6 +680,27 @@ impl Source for TfrecordSource {
     fn worker_range(&self) -> Option<[u64; 2]> {
         self.range
     }
+
+    /// A file's records are known once it is read: an append reads a file whole or not
+    /// at all.
+    fn now_inputs(&self) -> Option<Vec<super::append::NowInput>> {
+        Some(
+            (self.files.iter())
+                .map(|f| super::append::NowInput {
+                    name: f.display.clone(),
+                    bytes: f.bytes,
+                    etag: f.etag(),
+                    records: None,
+                    modified: f.blob.object().modified,
+                    delete_files: Vec::new(),
+                })
+                .collect(),
+        )
+    }
+
+    fn select(&mut self, reads: &[Vec<[u64; 2]>]) {
+        self.units.retain(|&f| !reads[f].is_empty());
+    }
 }
 
 #[cfg(test)]

@@ -58,13 +58,14 @@ fn parse_compression(text: &str) -> PyResult<Option<Compression>> {
 impl Shards {
     /// Finds the shards of `paths` (files, folders, manifests, URLs) and their spec.
     #[new]
-    #[pyo3(signature = (paths, columns=None, compression="auto", threads=None))]
+    #[pyo3(signature = (paths, columns=None, compression="auto", threads=None, generations=None))]
     fn new(
         py: Python<'_>,
         paths: Vec<PathBuf>,
         columns: Option<Vec<String>>,
         compression: &str,
         threads: Option<usize>,
+        generations: Option<Vec<u32>>,
     ) -> PyResult<Shards> {
         let compression = parse_compression(compression)?;
         if threads == Some(0) {
@@ -78,7 +79,10 @@ impl Shards {
         let io = IoOptions::default();
         let (dataset, spec) = py
             .detach(|| -> crate::error::Result<_> {
-                let dataset = Dataset::discover(&paths, io)?;
+                let mut dataset = Dataset::discover(&paths, io)?;
+                if let Some(generations) = &generations {
+                    dataset.only_generations(generations)?;
+                }
                 let record_type = dataset.record_type();
                 let spec = crate::records::feature_spec(&dataset, compression, record_type)?;
                 Ok((dataset, spec))

@@ -301,6 +301,9 @@ fn convert_options(
         .with_append(o.flag("append")?)
         .with_index(o.flag("index")?)
         .with_seed(o.get::<u64>("seed")?.unwrap_or(0));
+    if let Some(n) = o.get::<u32>("retain")? {
+        b = b.with_retain(n);
+    }
     let shuffle_memory = o.size("shuffle_memory")?;
     if o.flag("shuffle")? {
         b = b.with_shuffle(shuffle_memory.unwrap_or(crate::convert::DEFAULT_SHUFFLE_MEMORY));

@@ -228,17 +228,19 @@ fn appends_refuse_what_they_cannot_keep() {
         assert_eq!(code, 2, "{extra:?}: {err}");
         assert!(err.contains(needle), "{extra:?}: {err}");
     }
-    // Not yet for TFRecord inputs and image folders.
-    for kind in ["tfrecord", "images"] {
-        let input = match kind {
-            "tfrecord" => crate::root().join("testdata/tfrecord-in/spark"),
-            _ => crate::root().join("testdata/images"),
-        };
-        let target = scratch(&format!("append-usage-{kind}"));
-        let (code, _, err) = run(["convert", kind, s(&input), "-o", s(&target), "--append"]);
-        assert_eq!(code, 2, "{kind}: {err}");
-        assert!(err.contains("not yet"), "{kind}: {err}");
-    }
+    // Not yet for image folders.
+    let images = crate::root().join("testdata/images");
+    let target = scratch("append-usage-images");
+    let (code, _, err) = run([
+        "convert",
+        "images",
+        s(&images),
+        "-o",
+        s(&target),
+        "--append",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not yet"), "{err}");
     // Shards but no manifest: there is no set to append to.
     fs::remove_file(out.join("data.manifest.json")).unwrap();
     let (code, _, err) = convert(&t, &out, &["--append"]);
@@ -523,4 +525,177 @@ fn an_iceberg_table_appends_snapshot_by_snapshot() {
         let stdout = iceberg(&out, snapshots.len() - 1, &["--append"]);
         assert!(stdout.contains("up to date at snapshot"), "{stdout}");
     }
+}
+
+/// A killed `--append --resume` is completed by the same command: the same generation,
+/// byte for byte, as an append never killed.
+#[test]
+fn a_killed_append_resumes() {
+    let t = table("append-resume", 3);
+    let reference = scratch("append-resume-ref");
+    assert_eq!(convert(&t, &reference, &[]).0, 0);
+    let base = listed(&reference);
+    let base_manifest = read_manifest(&reference, "data");
+    add_day(&t, 4, 4000);
+    add_day(&t, 5, 5000);
+    settle();
+    assert_eq!(convert(&t, &reference, &["--append"]).0, 0);
+    let want = listed(&reference);
+    let out = scratch("append-resume-out");
+    for (f, bytes) in &base {
+        fs::write(out.join(f), bytes).unwrap();
+    }
+    fs::write(
+        out.join("data.manifest.json"),
+        serde_json::to_vec_pretty(&base_manifest).unwrap(),
+    )
+    .unwrap();
+    let mut args = vec![
+        "convert",
+        "parquet",
+        s(&t),
+        "-o",
+        s(&out),
+        "--append",
+        "--resume",
+    ];
+    args.extend_from_slice(&SHARDS);
+    let code = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(&args)
+        .env("TFSHARD_FAILPOINTS", "shard:journaled=exit")
+        .status()
+        .unwrap()
+        .code();
+    assert_eq!(code, Some(137));
+    assert_eq!(
+        read_manifest(&out, "data"),
+        base_manifest,
+        "the old set is live"
+    );
+    let (code, stdout, err) = run(args.iter().copied().chain(["--json"]));
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["reused"]["shards"], 1, "{summary}");
+    assert_eq!(listed(&out), want, "the same generation");
+}
+
+/// TFRecord files: a new file is read into the next generation; a changed one retires
+/// every shard holding its records (its records are known once read: it is read again
+/// whole).
+#[test]
+fn tfrecord_files_append() {
+    let spark = crate::root().join("testdata/tfrecord-in/spark");
+    let mut files: Vec<PathBuf> = fs::read_dir(&spark)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tfrecord"))
+        .collect();
+    files.sort();
+    let dir = scratch("append-tfrecord-in");
+    for f in &files[..2] {
+        fs::copy(f, dir.join(f.file_name().unwrap())).unwrap();
+    }
+    settle();
+    let out = scratch("append-tfrecord-out");
+    let tfrecord = |out: &Path, extra: &[&str]| {
+        let mut args = vec!["convert", "tfrecord", s(&dir), "-o", s(out)];
+        args.extend_from_slice(&["--max-records-per-shard", "50"]);
+        args.extend_from_slice(extra);
+        run(args)
+    };
+    let same_as_full = |what: &str| {
+        let full = scratch("append-tfrecord-full");
+        let (code, _, err) = tfrecord(&full, &["--overwrite"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(payloads(&out), payloads(&full), "{what}");
+        let (code, stdout, err) = run(["verify", s(&out), "--deep"]);
+        assert_eq!(code, 0, "{what}: {stdout}{err}");
+    };
+    assert_eq!(tfrecord(&out, &[]).0, 0);
+    let before = listed(&out);
+    fs::copy(&files[2], dir.join(files[2].file_name().unwrap())).unwrap();
+    settle();
+    let (code, stdout, err) = tfrecord(&out, &["--append", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (summary["generation"].as_u64(), summary["retired"].as_u64()),
+        (Some(1), Some(0))
+    );
+    let now = listed(&out);
+    for (f, bytes) in &before {
+        assert_eq!(now.get(f), Some(bytes), "{f} stays");
+    }
+    same_as_full("a new file");
+    // The first file, cut to half its records: changed.
+    let first = dir.join(files[0].file_name().unwrap());
+    let bytes = fs::read(&first).unwrap();
+    let (mut at, mut n) = (0, 0);
+    while at < bytes.len() {
+        let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+        at += 16 + len;
+        n += 1;
+        if n == 40 {
+            break;
+        }
+    }
+    fs::write(&first, &bytes[..at]).unwrap();
+    settle();
+    let (code, stdout, err) = tfrecord(&out, &["--append", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(summary["retired"].as_u64().unwrap() > 0, "{summary}");
+    same_as_full("a changed file");
+}
+
+/// `--retain 2`: a retired shard stays while a pinned manifest of the last two
+/// generations lists it (a training run that pinned it reads it whole), and goes when
+/// that generation falls out; `verify` counts it as listed meanwhile.
+#[test]
+fn retain_keeps_the_last_generations_pinned_sets() {
+    let t = table("append-retain", 2);
+    let out = scratch("append-retain-out");
+    assert_eq!(convert(&t, &out, &[]).0, 0);
+    let g0 = listed(&out);
+    // Generation 1: a new day. Generation 2: day 1 replaced (retires its shards).
+    add_day(&t, 3, 3000);
+    settle();
+    assert_eq!(convert(&t, &out, &["--append", "--retain", "2"]).0, 0);
+    write_table(&t.join("day=1/part-0.parquet"), 100, 70_000, 100);
+    settle();
+    let (code, stdout, err) = convert(&t, &out, &["--append", "--retain", "2", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(summary["retired"].as_u64().unwrap() > 0, "{summary}");
+    let pinned1 = out.join("data.manifest-g00001.json");
+    assert!(pinned1.exists(), "generation 1's pinned manifest is kept");
+    for f in g0.keys() {
+        assert!(out.join(f).exists(), "{f}: generation 1's set lists it");
+    }
+    let (code, stdout, err) = run(["verify", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let (code, stdout, err) = run(["verify", s(&pinned1)]);
+    assert_eq!(code, 0, "the pinned set reads whole: {stdout}{err}");
+    // Generation 3 and 4: generation 1 falls out of the last two, and what only it
+    // listed goes.
+    for day in [4, 5] {
+        add_day(&t, day, day * 1000);
+        settle();
+        assert_eq!(convert(&t, &out, &["--append", "--retain", "2"]).0, 0);
+    }
+    assert!(!pinned1.exists());
+    let m = read_manifest(&out, "data");
+    for f in g0.keys() {
+        let live = m["shards"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["file"] == f.as_str());
+        assert_eq!(out.join(f).exists(), live, "{f}");
+    }
+    let (code, stdout, err) = run(["verify", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    same_as_full(&t, &out, "retain");
+    let (code, _, err) = convert(&t, &out, &["--retain", "2", "--overwrite"]);
+    assert_eq!(code, 2, "--retain without --append: {err}");
 }

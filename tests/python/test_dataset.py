@@ -277,3 +277,37 @@ def test_batches_equal_tensorflow_parse_example(small_shards, tf_python, tmp_pat
                 np.testing.assert_array_equal(value, expected[f"{i}/{name}"])
             compared += 1
     assert compared == 8 * len(ds.spec)
+
+
+def test_append_and_reading_some_generations(tmp_path):
+    """convert(..., append=True) adds a generation; Dataset(generations=[...]) reads only
+    its shards, and a pinned manifest reads the set as it was."""
+    import shutil
+    import time
+
+    from conftest import SMALL
+
+    table = tmp_path / "table"
+    (table / "day=1").mkdir(parents=True)
+    shutil.copy(SMALL, table / "day=1" / "part.parquet")
+    time.sleep(1.1)  # a file modified in the second its set was published counts as changed
+    out = tmp_path / "out"
+    first = tfshard.convert(table, out, target_shard_size="100KB", append=True)
+    assert first["records"] == 2000 and "up_to_date" not in first
+    (table / "day=2").mkdir()
+    shutil.copy(SMALL, table / "day=2" / "part.parquet")
+    second = tfshard.convert(table, out, target_shard_size="100KB", append=True)
+    assert (second["generation"], second["retired"], second["records"]) == (1, 0, 2000)
+    again = tfshard.convert(table, out, target_shard_size="100KB", append=True)
+    assert again["up_to_date"] is True
+    def rows(ds):
+        return sum(len(b["y"]) for b in ds)
+    assert rows(tfshard.Dataset(out, batch_size=500, shuffle_buffer=0)) == 4000
+    newest = tfshard.Dataset(out, batch_size=500, shuffle_buffer=0, generations=[1])
+    assert all("-g00001-" in f for f in newest.files)
+    assert rows(newest) == 2000
+    assert rows(tfshard.Dataset(out, batch_size=500, shuffle_buffer=0, generations=[0, 1])) == 4000
+    pinned = tfshard.Dataset(out / "data.manifest-g00001.json", batch_size=500, shuffle_buffer=0)
+    assert rows(pinned) == 4000
+    with pytest.raises(ValueError, match="generations"):
+        tfshard.Dataset(out, generations=[7])

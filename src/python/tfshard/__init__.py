@@ -93,6 +93,7 @@ def convert(
     overwrite: bool = False,
     resume: bool = False,
     append: bool = False,
+    retain: Optional[int] = None,
     index: bool = False,
     shuffle: bool = False,
     seed: int = 0,
@@ -307,7 +308,10 @@ class Dataset:
     ``columns`` (a subset of the features), ``cache`` (``True``: what the first epoch
     parsed is kept in memory for the next ones; a path: in that local file, also for later
     runs), ``cycle_length`` (files read at once; default: up to 8), ``threads``,
-    ``compression`` as ``tfshard bench`` takes them.
+    ``compression`` as ``tfshard bench`` takes them. ``generations`` (a set that grew
+    with ``--append``): only the live shards those generations wrote, for training on the
+    newest data; a generation's pinned manifest (``data.manifest-g00003.json``) as
+    ``paths`` reads the set as it was then.
 
     ``num_shards``/``shard_index`` give this rank a contiguous share of the records (as
     even as records allow); inside a PyTorch DataLoader worker the rank's share is split
@@ -350,6 +354,7 @@ class Dataset:
         threads: Optional[int] = None,
         compression: str = "auto",
         state: Optional[Dict[str, Any]] = None,
+        generations: Optional[Sequence[int]] = None,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
@@ -365,7 +370,13 @@ class Dataset:
             cache = None
         elif cache is not None:
             cache = os.fsdecode(cache)
-        self._args = (_paths(paths), None if columns is None else list(columns), compression, threads)
+        self._args = (
+            _paths(paths),
+            None if columns is None else list(columns),
+            compression,
+            threads,
+            None if generations is None else [int(g) for g in generations],
+        )
         self._shards = _Shards(*self._args)
         self.batch_size = batch_size
         self.shuffle_buffer = shuffle_buffer

@@ -45,6 +45,7 @@ class Shards:
         columns: Optional[List[str]] = None,
         compression: str = "auto",
         threads: Optional[int] = None,
+        generations: Optional[List[int]] = None,
     ) -> None: ...
     def counts(self) -> List[int]: ...
     def batches(
