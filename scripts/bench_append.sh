@@ -49,7 +49,12 @@ EOF
 
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 size=(--target-shard-size 16MiB --quiet)
-seconds() { /usr/bin/time -f "%e" -o "$data/time.txt" "$@"; cat "$data/time.txt"; }
+# Wall seconds of a command, to the millisecond.
+seconds() {
+  local t0=$EPOCHREALTIME
+  "$@"
+  echo "$EPOCHREALTIME - $t0" | bc -l | awk '{printf "%.3f\n", $1}'
+}
 # The set at version $1, converted once.
 "$bin" convert delta "$table" -o "$data/append-v0" --version 0 --overwrite "${size[@]}"
 "$bin" convert delta "$table" -o "$data/append-v1" --version 1 --overwrite "${size[@]}"

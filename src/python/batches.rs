@@ -109,6 +109,11 @@ impl Shards {
             .iter()
             .map(|f| entries.get(f).map(|s| s.records))
             .collect();
+        // Some generations: the pipeline reads those files, not the folders given.
+        let paths = match generations {
+            Some(_) => dataset.shards.clone(),
+            None => paths,
+        };
         Ok(Shards {
             paths,
             files: dataset.shards,

@@ -296,6 +296,7 @@ def test_append_and_reading_some_generations(tmp_path):
     assert first["records"] == 2000 and "up_to_date" not in first
     (table / "day=2").mkdir()
     shutil.copy(SMALL, table / "day=2" / "part.parquet")
+    time.sleep(1.1)
     second = tfshard.convert(table, out, target_shard_size="100KB", append=True)
     assert (second["generation"], second["retired"], second["records"]) == (1, 0, 2000)
     again = tfshard.convert(table, out, target_shard_size="100KB", append=True)
