@@ -2473,7 +2473,10 @@ fn a_killed_append_in_a_bucket_is_completed_by_a_rerun() {
         std::fs::create_dir_all(&part).unwrap();
         crate::convert::write_table(&part.join("part-0.parquet"), 300, day * 1000, 100);
     }
-    client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "table"]);
+    client(
+        &s.endpoint,
+        &["put-dir", table.to_str().unwrap(), &b, "table"],
+    );
     let src = format!("s3://{b}/table");
     let shards = ["--max-records-per-shard", "250"];
     let reference = scratch("s3-append-killed-ref");
@@ -2482,17 +2485,31 @@ fn a_killed_append_in_a_bucket_is_completed_by_a_rerun() {
     let part = table.join("day=3");
     std::fs::create_dir_all(&part).unwrap();
     crate::convert::write_table(&part.join("part-0.parquet"), 300, 3000, 100);
-    for (i, point) in ["store:uploaded", "publish:placed", "publish:pinned", "publish:published"]
-        .into_iter()
-        .enumerate()
+    for (i, point) in [
+        "store:uploaded",
+        "publish:placed",
+        "publish:pinned",
+        "publish:published",
+    ]
+    .into_iter()
+    .enumerate()
     {
         let out = format!("s3://{b}/out{i}");
         client(&s.endpoint, &["rm", &b, "table/day=3"]);
-        let (code, _, err) =
-            tfshard_at(&s.endpoint, &[&["convert", "parquet", &src, "-o", &out][..], &shards].concat());
+        let (code, _, err) = tfshard_at(
+            &s.endpoint,
+            &[&["convert", "parquet", &src, "-o", &out][..], &shards].concat(),
+        );
         assert_eq!(code, 0, "{err}");
-        client(&s.endpoint, &["put-dir", table.to_str().unwrap(), &b, "table"]);
-        let args = [&["convert", "parquet", &src, "-o", &out, "--append"][..], &shards].concat();
+        client(
+            &s.endpoint,
+            &["put-dir", table.to_str().unwrap(), &b, "table"],
+        );
+        let args = [
+            &["convert", "parquet", &src, "-o", &out, "--append"][..],
+            &shards,
+        ]
+        .concat();
         let mut envs = env(&s.endpoint);
         envs.push(("TFSHARD_FAILPOINTS", format!("{point}=exit")));
         let (code, _, _) = tfshard_env(&envs, &args);
@@ -2500,16 +2517,27 @@ fn a_killed_append_in_a_bucket_is_completed_by_a_rerun() {
         let (code, _, err) = tfshard_at(&s.endpoint, &args);
         assert_eq!(code, 0, "{point}: {err}");
         let got = scratch(&format!("s3-append-killed-get-{i}"));
-        client(&s.endpoint, &["get-dir", &b, &format!("out{i}"), got.to_str().unwrap()]);
+        client(
+            &s.endpoint,
+            &["get-dir", &b, &format!("out{i}"), got.to_str().unwrap()],
+        );
         let full = scratch("s3-append-killed-full");
         let (code, _, err) =
             crate::convert_parquet(&table, &full, &[&shards[..], &["--overwrite"]].concat());
         assert_eq!(code, 0, "{err}");
-        assert_eq!(crate::append::payloads(&got), crate::append::payloads(&full), "{point}");
+        assert_eq!(
+            crate::append::payloads(&got),
+            crate::append::payloads(&full),
+            "{point}"
+        );
         let m: serde_json::Value =
             serde_json::from_slice(&std::fs::read(got.join("data.manifest.json")).unwrap())
                 .unwrap();
-        assert_eq!(m["generations"].as_array().unwrap().len(), 2, "{point}: one generation");
+        assert_eq!(
+            m["generations"].as_array().unwrap().len(),
+            2,
+            "{point}: one generation"
+        );
         let mut keys: Vec<String> = client(&s.endpoint, &["ls", &b, &format!("out{i}")])
             .lines()
             .map(|k| k.rsplit('/').next().unwrap().to_owned())
@@ -2517,7 +2545,10 @@ fn a_killed_append_in_a_bucket_is_completed_by_a_rerun() {
         keys.sort();
         let mut want: Vec<String> = (m["shards"].as_array().unwrap().iter())
             .map(|sh| sh["file"].as_str().unwrap().to_owned())
-            .chain(["data.manifest.json".into(), "data.manifest-g00001.json".into()])
+            .chain([
+                "data.manifest.json".into(),
+                "data.manifest-g00001.json".into(),
+            ])
             .collect();
         want.sort();
         assert_eq!(keys, want, "{point}: the set and nothing else");
