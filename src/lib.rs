@@ -75,6 +75,7 @@ pub mod bench;
 #[doc(hidden)]
 #[allow(missing_docs)]
 pub mod cli;
+pub mod compact;
 pub mod convert;
 pub mod dataset;
 pub mod error;

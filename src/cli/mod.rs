@@ -3,6 +3,7 @@
 //! options, and `run()`: one library call plus the human or `--json` summary.
 
 pub mod bench;
+pub mod compact;
 pub mod convert;
 pub mod finalize;
 pub mod inspect;
@@ -139,6 +140,11 @@ pub enum Command {
         after_help = "Example:\n  for i in 0 1 2; do tfshard convert parquet t/ -o out/ --num-workers 3 --worker-index $i; done\n  tfshard finalize out/"
     )]
     Finalize(finalize::FinalizeArgs),
+    /// Rewrite the small generations that appends left as one generation of full-size shards.
+    #[command(
+        after_help = "Example:\n  tfshard convert delta t/ -o out/ --append   # every hour\n  tfshard compact out/                        # every night"
+    )]
+    Compact(compact::CompactArgs),
 }
 
 /// Flags every command takes.
@@ -379,6 +385,10 @@ pub fn run_command(command: Command) -> CliResult {
             args.run()
         }
         Command::Finalize(args) => {
+            args.common.setup_io()?;
+            args.run()
+        }
+        Command::Compact(args) => {
             args.common.setup_io()?;
             args.run()
         }

@@ -543,6 +543,38 @@ pub(crate) fn schema(
     )
 }
 
+/// `tfshard.compact`: the `compact --json` summary.
+#[pyfunction]
+#[pyo3(signature = (output, options))]
+pub(crate) fn compact(
+    py: Python<'_>,
+    output: PathBuf,
+    options: Bound<'_, PyDict>,
+) -> PyResult<Py<PyAny>> {
+    let o = Options::new(options, "compact");
+    let mut c = crate::compact::CompactOptions::new(output);
+    if let Some(prefix) = o.get::<String>("prefix")? {
+        c.prefix = prefix;
+    }
+    c.target_bytes = o.size("target_shard_size")?;
+    if let Some(n) = o.get::<u32>("retain")? {
+        if n == 0 {
+            return Err(PyValueError::new_err(
+                "retain must keep at least 1 generation",
+            ));
+        }
+        c.retain = Some(n);
+    }
+    c.io = o.io()?;
+    o.threads()?;
+    o.progress()?;
+    o.finish()?;
+    let summary = py
+        .detach(|| crate::compact::compact(&c))
+        .map_err(to_py_err)?;
+    to_python(py, &summary.to_json())
+}
+
 /// `tfshard.finalize`: the `finalize --json` report.
 #[pyfunction]
 #[pyo3(signature = (output, options))]

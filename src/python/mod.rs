@@ -129,6 +129,7 @@ fn tfshard_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(commands::verify, m)?)?;
     m.add_function(wrap_pyfunction!(commands::schema, m)?)?;
     m.add_function(wrap_pyfunction!(commands::finalize, m)?)?;
+    m.add_function(wrap_pyfunction!(commands::compact, m)?)?;
     m.add_class::<commands::Inspect>()?;
     m.add_class::<batches::Shards>()?;
     m.add_class::<batches::Batches>()?;

@@ -699,3 +699,99 @@ fn retain_keeps_the_last_generations_pinned_sets() {
     let (code, _, err) = convert(&t, &out, &["--retain", "2", "--overwrite"]);
     assert_eq!(code, 2, "--retain without --append: {err}");
 }
+
+/// The payloads of the set in `dir`, in the manifest's order.
+fn payloads_in_order(dir: &Path) -> Vec<Vec<u8>> {
+    let m = read_manifest(dir, "data");
+    let mut out = Vec::new();
+    for shard in m["shards"].as_array().unwrap() {
+        let bytes = fs::read(dir.join(shard["file"].as_str().unwrap())).unwrap();
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            out.push(bytes[at + 12..at + 12 + len].to_vec());
+            at += 16 + len;
+        }
+    }
+    out
+}
+
+/// `compact`: small appends' generations rewritten as one generation of full-size
+/// shards, the same records in the same order; what they replaced goes; a later append
+/// still retires by the sources; a second compact has nothing to do.
+#[test]
+fn compact_rewrites_small_generations_as_full_shards() {
+    let t = table("compact", 2);
+    let out = scratch("compact-out");
+    let size = ["--target-shard-size", "64KiB"];
+    let conv = |extra: &[&str]| {
+        let mut args = vec!["convert", "parquet", s(&t), "-o", s(&out)];
+        args.extend_from_slice(&size);
+        args.extend_from_slice(extra);
+        let (code, _, err) = run(args);
+        assert_eq!(code, 0, "{err}");
+    };
+    conv(&[]);
+    for day in 3..=5 {
+        add_day(&t, day, day * 1000);
+        settle();
+        conv(&["--append"]);
+    }
+    let before = read_manifest(&out, "data");
+    assert_eq!(
+        before["shards"].as_array().unwrap().len(),
+        4,
+        "one small shard a generation"
+    );
+    let order = payloads_in_order(&out);
+    let (code, stdout, err) = run(["compact", s(&out), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["compacted"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(summary["generation"], 4);
+    assert_eq!(summary["replaced"], 4);
+    let m = read_manifest(&out, "data");
+    let shards = m["shards"].as_array().unwrap();
+    assert_eq!(shards.len() as u64, summary["shards"].as_u64().unwrap());
+    assert!(shards.len() < 4, "{m}");
+    assert!(shards.iter().all(|s| s["generation"] == 4));
+    assert_eq!(
+        payloads_in_order(&out),
+        order,
+        "the same records in the same order"
+    );
+    for old in before["shards"].as_array().unwrap() {
+        assert!(!out.join(old["file"].as_str().unwrap()).exists(), "{old}");
+    }
+    for g in 1..=3 {
+        assert!(!out.join(format!("data.manifest-g{g:05}.json")).exists());
+    }
+    same_as_full_at(&t, &out, &size, "compacted");
+    let (code, stdout, err) = run(["compact", s(&out)]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("nothing to compact"), "{stdout}");
+    // A later change retires the compacted shards holding its file, by their sources.
+    write_table(&t.join("day=1/part-0.parquet"), 50, 80_000, 100);
+    settle();
+    conv(&["--append"]);
+    same_as_full_at(&t, &out, &size, "after compact");
+}
+
+/// [`same_as_full`] with other shard flags.
+fn same_as_full_at(table: &Path, out: &Path, flags: &[&str], name: &str) {
+    let full = scratch(&format!("append-full-{name}"));
+    let mut args = vec![
+        "convert",
+        "parquet",
+        s(table),
+        "-o",
+        s(&full),
+        "--overwrite",
+    ];
+    args.extend_from_slice(flags);
+    let (code, _, err) = run(args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(payloads(out), payloads(&full), "{name}: the live records");
+    let (code, stdout, err) = run(["verify", s(out), "--deep"]);
+    assert_eq!(code, 0, "{name}: {stdout}{err}");
+}

@@ -169,7 +169,7 @@ def test_the_signatures_defaults_are_the_flags_defaults(tfshard_bin):
 
     commands = ["convert parquet", "convert delta", "convert iceberg", "convert images", "convert tfrecord"]
     checked = 0
-    for command, function in [(c, tfshard.convert) for c in commands] + [("verify", tfshard.verify), ("schema", tfshard.schema), ("finalize", tfshard.finalize), ("inspect", tfshard.inspect)]:
+    for command, function in [(c, tfshard.convert) for c in commands] + [("verify", tfshard.verify), ("schema", tfshard.schema), ("finalize", tfshard.finalize), ("compact", tfshard.compact), ("inspect", tfshard.inspect)]:
         help_text = cli(tfshard_bin, *command.split(), "--help").stdout
         for name, param in inspect.signature(function).parameters.items():
             # (None: the format's own default; progress: nothing is drawn unless asked.)

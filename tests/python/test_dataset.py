@@ -312,3 +312,8 @@ def test_append_and_reading_some_generations(tmp_path):
     assert rows(pinned) == 4000
     with pytest.raises(ValueError, match="generations"):
         tfshard.Dataset(out, generations=[7])
+    # Two generations of one small shard each: compacted into one, the same records.
+    done = tfshard.compact(out, target_shard_size="10MB")
+    assert (done["compacted"], done["generation"], done["shards"]) == ([0, 1], 2, 1)
+    assert rows(tfshard.Dataset(out, batch_size=500, shuffle_buffer=0)) == 4000
+    assert tfshard.verify(out, deep=True)["ok"]

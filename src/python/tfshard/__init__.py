@@ -44,6 +44,7 @@ __all__ = [
     "Interrupted",
     "SchemaMismatchError",
     "StoreError",
+    "compact",
     "convert",
     "finalize",
     "inspect",
@@ -241,6 +242,23 @@ def finalize(
     options = _given(finalize, dict(locals()))
     report: Dict[str, Any] = _tfshard.finalize(os.fsdecode(output), options)
     return report
+
+
+def compact(
+    output: PathLike,
+    *,
+    prefix: str = "data",
+    target_shard_size: Union[int, str, None] = None,
+    retain: Optional[int] = None,
+    io_concurrency: int = 16,
+    io_timeout: Union[str, float] = "5m",
+) -> Dict[str, Any]:
+    """Rewrites the small generations that ``convert(..., append=True)`` left in
+    ``output`` as one generation of full-size shards (the same records in the same
+    order); returns the keys of ``tfshard compact --json``."""
+    options = _given(compact, dict(locals()))
+    summary: Dict[str, Any] = _tfshard.compact(os.fsdecode(output), options)
+    return summary
 
 
 def _mix(seed: int, epoch: int) -> int:

@@ -1,0 +1,339 @@
+//! `tfshard compact OUT`: the generations that small appends left (each smaller than
+//! one shard of the target size) rewritten as one generation of full-size shards, the
+//! same records in the same order, published as an append is ([`crate::store::publish`]):
+//! the new shards placed, the generation's pinned manifest and the manifest written, then
+//! the shards it replaced deleted.
+//!
+//! Records are copied frame by frame (decompressed and compressed again where the set
+//! is compressed). Each new shard names, as its `sources`, the sources of every shard it
+//! took records from: a later append retires it when any of them changes.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::convert::append::{Appending, Plan};
+use crate::error::{Error, ErrorKind, Result};
+use crate::manifest::{Manifest, ShardInfo, ShardSource};
+use crate::shard::name;
+use crate::shard::writer::{Plan as Cut, ShardOptions, ShardWriter};
+use crate::store::destination::{Publication, StagePlan, StagedOutput};
+use crate::store::IoOptions;
+use crate::tfrecord::frame;
+
+/// What `compact` did (`compact --json`).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct CompactSummary {
+    /// The set's manifest.
+    pub manifest: PathBuf,
+    /// The generations rewritten (none: nothing to compact).
+    pub compacted: Vec<u32>,
+    /// The generation written (the set's newest when nothing was compacted).
+    pub generation: u32,
+    /// Shards replaced.
+    pub replaced: u64,
+    /// Shards written, their records and bytes.
+    pub shards: u64,
+    /// Records in the shards written.
+    pub records: u64,
+    /// Bytes on disk of the shards written.
+    pub bytes: u64,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+impl CompactSummary {
+    /// The `compact --json` object.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "manifest": self.manifest,
+            "compacted": self.compacted,
+            "generation": self.generation,
+            "replaced": self.replaced,
+            "shards": self.shards,
+            "records": self.records,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+        })
+    }
+}
+
+/// `compact`'s options.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CompactOptions {
+    /// The output folder (or URL) holding the set.
+    pub output: PathBuf,
+    /// The set's prefix.
+    pub prefix: String,
+    /// The shards' target size (default: the set's `target_shard_size`).
+    pub target_bytes: Option<u64>,
+    /// `--retain N`: see [`crate::ConvertOptions::retain`].
+    pub retain: Option<u32>,
+    /// Store settings.
+    pub io: IoOptions,
+}
+
+impl CompactOptions {
+    /// Compacts the `data` set in `output`.
+    pub fn new(output: impl Into<PathBuf>) -> CompactOptions {
+        CompactOptions {
+            output: output.into(),
+            prefix: crate::convert::DEFAULT_PREFIX.into(),
+            target_bytes: None,
+            retain: None,
+            io: IoOptions::default(),
+        }
+    }
+}
+
+/// The generations to rewrite: each whose live shards hold less than `target` bytes,
+/// when two or more shards are theirs (one alone gains nothing).
+fn small_generations(m: &Manifest, target: u64) -> Vec<u32> {
+    let mut small = Vec::new();
+    for g in m.generations_or_first() {
+        let live = m
+            .shards
+            .iter()
+            .filter(|s| s.generation.unwrap_or(0) == g.generation);
+        let (count, bytes) = live.fold((0, 0), |(n, b), s| (n + 1, b + s.bytes));
+        if count > 0 && bytes < target {
+            small.push(g.generation);
+        }
+    }
+    let shards = (m.shards.iter())
+        .filter(|s| small.contains(&s.generation.unwrap_or(0)))
+        .count();
+    if shards < 2 {
+        small.clear();
+    }
+    small
+}
+
+/// The sources of a shard holding the set's records `[start, end)` (counted over
+/// `old`, in order): every source of each old shard it takes records from.
+fn sources_of(old: &[&ShardInfo], start: u64, end: u64) -> Vec<ShardSource> {
+    let mut out: Vec<ShardSource> = Vec::new();
+    let mut at = 0;
+    for s in old {
+        let (first, last) = (at, at + s.records);
+        at = last;
+        if first >= end || last <= start {
+            continue;
+        }
+        for src in &s.sources {
+            match out.last_mut() {
+                Some(prev) if prev.input == src.input && prev.rows[1] == src.rows[0] => {
+                    prev.rows[1] = src.rows[1];
+                }
+                _ => out.push(src.clone()),
+            }
+        }
+    }
+    out
+}
+
+/// Compacts the set (see the module docs).
+///
+/// # Errors
+///
+/// No set in the output; another run holds it; a shard that cannot be read (named);
+/// an I/O or store error. Nothing is published then.
+pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
+    let started = Instant::now();
+    let prefixes = vec![options.prefix.clone()];
+    let destination = crate::store::destination_of(&options.output, options.io)?;
+    let manifest_path = destination.display(&name::manifest_name(&options.prefix));
+    let Some(mut appending) = Appending::open(&destination, &prefixes)? else {
+        return Err(Error::new(ErrorKind::NoShards).with_file(&manifest_path));
+    };
+    let m = appending.manifests[0].clone();
+    let target = options
+        .target_bytes
+        .or_else(|| m.options.get("target_shard_size").and_then(|v| v.as_u64()))
+        .unwrap_or(crate::convert::DEFAULT_TARGET_BYTES);
+    let small = small_generations(&m, target);
+    let mut summary = CompactSummary {
+        manifest: manifest_path,
+        compacted: small.clone(),
+        generation: m.generation(),
+        replaced: 0,
+        shards: 0,
+        records: 0,
+        bytes: 0,
+        seconds: 0.0,
+    };
+    if small.is_empty() {
+        summary.seconds = started.elapsed().as_secs_f64();
+        return Ok(summary);
+    }
+    let old: Vec<&ShardInfo> = (m.shards.iter())
+        .filter(|s| small.contains(&s.generation.unwrap_or(0)))
+        .collect();
+    // As many shards again (records per shard capped): nothing to gain.
+    let max_records = m
+        .options
+        .get("max_records_per_shard")
+        .and_then(|v| v.as_u64());
+    let bytes: u64 = old.iter().map(|s| s.bytes).sum();
+    let records: u64 = old.iter().map(|s| s.records).sum();
+    let fewest = bytes
+        .div_ceil(target.max(1))
+        .max(max_records.map_or(1, |n| records.div_ceil(n.max(1))));
+    if fewest >= old.len() as u64 {
+        summary.compacted.clear();
+        summary.seconds = started.elapsed().as_secs_f64();
+        return Ok(summary);
+    }
+    let compression = m.compression().unwrap_or_default();
+    let mut staging = destination.stage(StagePlan {
+        outputs: vec![StagedOutput {
+            dir: String::new(),
+            tmp: name::tmp_dir_name(&options.prefix),
+        }],
+        hidden: Vec::new(),
+        overwrite: false,
+        append: true,
+        resume: false,
+        part: false,
+        staging_dir: None,
+    })?;
+    let mut writer = ShardWriter::new(ShardOptions {
+        tmp_dir: staging.folder(0).to_path_buf(),
+        compression,
+        target_bytes: target,
+        max_records,
+        index: m.options.get("index").and_then(|v| v.as_bool()) == Some(true),
+        plan: Cut::Fill,
+        events: staging.hook(0),
+        expected_records: Some(old.iter().map(|s| s.records).sum()),
+        deflate: None,
+    });
+    let dir = options.output.clone();
+    let mut framed = Vec::new();
+    for s in &old {
+        let path = shard_path(&dir, &s.file);
+        let mut reader = crate::records::open(&path, Some(compression), options.io)?;
+        let mut records = 0;
+        while let Some(payload) = reader.read_record()? {
+            framed.clear();
+            frame::append_record(&mut framed, payload);
+            writer.write(&framed)?;
+            records += 1;
+        }
+        if records != s.records {
+            return Err(Error::new(ErrorKind::RowCountMismatch {
+                expected: s.records,
+                found: records,
+                detail: "the records the manifest lists for the shard, and those in it",
+            })
+            .with_file(&path));
+        }
+    }
+    let closed = writer.finish()?;
+    let generation = appending.generation;
+    let names: Vec<String> = (0..closed.len())
+        .map(|i| {
+            name::generation_shard_name(&options.prefix, generation, i, closed.len(), compression)
+        })
+        .collect();
+    let mut at = 0;
+    let written: Vec<ShardInfo> = closed
+        .iter()
+        .zip(&names)
+        .map(|(c, file)| {
+            let sources = sources_of(&old, at, at + c.records);
+            at += c.records;
+            let mut info: ShardInfo = serde_json::from_value(serde_json::json!({
+                "file": file, "records": c.records, "bytes": c.bytes,
+                "crc32c": format!("{:08x}", c.crc32c),
+            }))
+            .expect("a shard entry");
+            info.sources = sources;
+            info
+        })
+        .collect();
+    appending.plan = Plan {
+        reads: Vec::new(),
+        retired: vec![old.iter().map(|s| s.file.clone()).collect::<BTreeSet<_>>()],
+        changed: false,
+        whole: BTreeSet::new(),
+    };
+    let mut described = m.clone();
+    described.created = crate::manifest::now_rfc3339();
+    let new = appending.manifest(0, described, written)?;
+    let append = appending.publish_set(0, &*destination, &options.prefix, &new, options.retain)?;
+    summary.generation = generation;
+    summary.replaced = old.len() as u64;
+    summary.shards = closed.len() as u64;
+    summary.records = closed.iter().map(|c| c.records).sum();
+    summary.bytes = closed.iter().map(|c| c.bytes).sum();
+    let publication = Publication {
+        shards: closed,
+        names,
+        manifest: (name::manifest_name(&options.prefix), new.to_json()?),
+        own: name::is_own_shard,
+        prefix: options.prefix.clone(),
+        append: Some(append),
+    };
+    if appending.is_lost() {
+        return Err(Error::new(ErrorKind::AppendClaimed).with_file(&options.output));
+    }
+    staging.commit(vec![publication], &crate::progress::CancelToken::new())?;
+    drop(staging);
+    drop(appending);
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// A shard of the set in `dir` (a folder or a URL).
+fn shard_path(dir: &Path, file: &str) -> PathBuf {
+    let shown = dir.to_string_lossy();
+    if shown.contains("://") {
+        PathBuf::from(format!("{}/{file}", shown.trim_end_matches('/')))
+    } else {
+        dir.join(file)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(
+        file: &str,
+        records: u64,
+        bytes: u64,
+        g: u32,
+        sources: &[(&str, [u64; 2])],
+    ) -> ShardInfo {
+        let mut s: ShardInfo = serde_json::from_value(serde_json::json!({
+            "file": file, "records": records, "bytes": bytes, "crc32c": "00000000",
+        }))
+        .unwrap();
+        s.generation = Some(g);
+        s.sources = sources
+            .iter()
+            .map(|(i, r)| ShardSource::new(*i, *r))
+            .collect();
+        s
+    }
+
+    #[test]
+    fn a_new_shard_names_the_sources_of_every_shard_it_took_records_from() {
+        let a = shard("a", 10, 1, 1, &[("x", [0, 10])]);
+        let b = shard("b", 10, 1, 2, &[("x", [10, 20]), ("y", [0, 5])]);
+        let c = shard("c", 10, 1, 3, &[("z", [0, 10])]);
+        let old = [&a, &b, &c];
+        let src = |start, end| -> Vec<(String, [u64; 2])> {
+            sources_of(&old, start, end)
+                .into_iter()
+                .map(|s| (s.input, s.rows))
+                .collect()
+        };
+        assert_eq!(src(0, 10), [("x".into(), [0, 10])]);
+        assert_eq!(src(5, 15), [("x".into(), [0, 20]), ("y".into(), [0, 5])]);
+        assert_eq!(src(20, 30), [("z".into(), [0, 10])]);
+    }
+}
