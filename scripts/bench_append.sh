@@ -93,3 +93,36 @@ from deltalake import DeltaTable
 t = time.perf_counter(); dt = DeltaTable(sys.argv[1]); n = len(dt.file_uris())
 print('%.3f' % (time.perf_counter() - t))" "$table")
 echo "nothing new: --append ${ns} s (goal <= 0.3 s); deltalake's load of the table ${theirs} s"
+
+# compact of 20 small generations (20 appends of 25,000 rows of the standard table, one
+# or two shards each) beside `cat` of the same shard files into one file + sync (goal
+# <= 1.2x).
+parts="$data/compact-parts"; grow="$data/compact-table"; set20="$data/compact-20"
+if [ ! -f "$parts/part-19.parquet" ]; then
+  rm -rf "$parts"; mkdir -p "$parts"
+  "$python" - "$data/standard-2000000" "$parts" <<'PY'
+import sys
+from pathlib import Path
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+table = ds.dataset(sys.argv[1], format="parquet").head(500_000)
+for i in range(20):
+    pq.write_table(table.slice(i * 25_000, 25_000), Path(sys.argv[2]) / f"part-{i:02d}.parquet")
+PY
+fi
+rm -rf "$grow" "$set20"; mkdir -p "$grow"
+for i in $(seq -w 0 19); do
+  cp "$parts/part-$i.parquet" "$grow/"
+  sleep 1 # a file written in the second its set was published counts as changed
+  "$bin" convert parquet "$grow" -o "$set20" --append --quiet --target-shard-size 64MiB
+done
+c=(); k=()
+for _ in $(seq "$runs"); do
+  rm -rf "$data/compact-run" "$data/cat.out"; cp -r "$set20" "$data/compact-run"; sync
+  c+=("$(seconds "$bin" compact "$data/compact-run" --quiet)")
+  rm -rf "$data/compact-run"; cp -r "$set20" "$data/compact-run"; sync
+  k+=("$(seconds sh -c "cat $data/compact-run/*.tfrecord > $data/cat.out && sync")")
+done
+cs=$(printf '%s\n' "${c[@]}" | median); ks=$(printf '%s\n' "${k[@]}" | median)
+mb=$(du -cm "$set20"/*.tfrecord | tail -1 | cut -f1)
+echo "compact of 20 generations ($(ls "$set20"/*.tfrecord | wc -l) shards, $mb MB): ${cs} s; cat + sync ${ks} s: ratio $(echo "$cs / $ks" | bc -l | cut -c1-4) (goal <= 1.2)"

@@ -20,6 +20,8 @@ use crate::shard::writer::{Plan as Cut, ShardOptions, ShardWriter};
 use crate::store::destination::{Publication, StagePlan, StagedOutput};
 use crate::store::IoOptions;
 use crate::tfrecord::frame;
+use crate::tfrecord::mapped::MappedRecords;
+use crate::tfrecord::Compression;
 
 /// What `compact` did (`compact --json`).
 #[derive(Debug, Clone, PartialEq)]
@@ -214,14 +216,24 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
     let mut framed = Vec::new();
     for s in &old {
         let path = shard_path(&dir, &s.file);
-        let mut reader = crate::records::open(&path, Some(compression), options.io)?;
-        let mut records = 0;
-        while let Some(payload) = reader.read_record()? {
-            framed.clear();
-            frame::append_record(&mut framed, payload);
-            writer.write(&framed)?;
-            records += 1;
-        }
+        let local = match compression {
+            Compression::None => crate::store::paths::local_path(&path, options.io)?,
+            _ => None,
+        };
+        let records = match local {
+            Some(local) => copy_mapped(&local, &path, &mut writer)?,
+            None => {
+                let mut reader = crate::records::open(&path, Some(compression), options.io)?;
+                let mut records = 0;
+                while let Some(payload) = reader.read_record()? {
+                    framed.clear();
+                    frame::append_record(&mut framed, payload);
+                    writer.write(&framed)?;
+                    records += 1;
+                }
+                records
+            }
+        };
         if records != s.records {
             return Err(Error::new(ErrorKind::RowCountMismatch {
                 expected: s.records,
@@ -285,6 +297,45 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
     drop(appending);
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// Copies the records of the plain shard at `local` (named `shown` in errors) to
+/// `writer` frame by frame, as they are on disk, each checked first (its length and
+/// data CRCs): the bytes are not framed again. Returns the records copied.
+fn copy_mapped(local: &Path, shown: &Path, writer: &mut ShardWriter) -> Result<u64> {
+    let mut walk = MappedRecords::open(local)?.named(shown);
+    let Some(map) = walk.map().cloned() else {
+        return Ok(0); // an empty file
+    };
+    let data: &[u8] = &map;
+    let (mut start, mut sizes, mut records) = (0usize, Vec::new(), 0);
+    let mut end = 0usize;
+    while let Some(r) = walk.next_record()? {
+        if frame::masked_crc32c(&data[r.range.clone()]) != r.stored_crc {
+            return Err(crate::tfrecord::reader::frame_error(
+                crate::error::FrameProblem::DataCrc,
+                crate::error::FrameDetail::DataCrc {
+                    len: r.range.len() as u64,
+                },
+                Some(shown),
+                r.index,
+                r.offset,
+            ));
+        }
+        end = r.range.end + frame::FOOTER_LEN;
+        sizes.push((end - r.offset as usize) as u64);
+        records += 1;
+        // In batches of about 4 MiB.
+        if end - start >= 4 << 20 {
+            writer.write_batch(&data[start..end], &sizes)?;
+            sizes.clear();
+            start = end;
+        }
+    }
+    if !sizes.is_empty() {
+        writer.write_batch(&data[start..end], &sizes)?;
+    }
+    Ok(records)
 }
 
 /// A shard of the set in `dir` (a folder or a URL).

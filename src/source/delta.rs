@@ -429,10 +429,12 @@ impl DeltaTable {
                     rows.dedup();
                     rows
                 });
+            let mut dv_file = None;
             if let Some(dv) = dv_paths.get(&file.path) {
                 if seen_dv.insert(dv.clone()) {
                     side.push(self.side_file(dv)?);
                 }
+                dv_file = Some(format!("{}/{}", self.shown, self.relative(dv.as_str())));
             }
             let input = self.input_file(&rel, &objects)?;
             out.push(DeltaFile {
@@ -441,6 +443,7 @@ impl DeltaTable {
                     shape: shape.clone(),
                     transform: file.transform.clone(),
                     deleted,
+                    dv_file,
                     evaluator: OnceLock::new(),
                 }),
             });
@@ -870,6 +873,8 @@ pub struct DeltaRead {
     transform: Option<ExpressionRef>,
     /// The rows its deletion vector removes, by position in the file, ascending.
     deleted: Option<Vec<u64>>,
+    /// Its deletion vector's file, as the manifest's `inputs` name it (none inline).
+    dv_file: Option<String>,
     evaluator: OnceLock<std::result::Result<Arc<dyn ExpressionEvaluator>, String>>,
 }
 
@@ -995,6 +1000,12 @@ impl DeltaRead {
 impl TableFileRead for DeltaColumns {
     fn table_schema(&self) -> &arrow_schema::SchemaRef {
         &self.table
+    }
+
+    /// Its deletion vector's file: `--append` finds a new vector by it (an inline one by
+    /// the rows it keeps).
+    fn delete_files(&self) -> Vec<String> {
+        self.read.dv_file.iter().cloned().collect()
     }
 
     fn projection(&self, _file: &ArrowReaderMetadata) -> ProjectionMask {

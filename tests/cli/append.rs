@@ -795,3 +795,97 @@ fn same_as_full_at(table: &Path, out: &Path, flags: &[&str], name: &str) {
     let (code, stdout, err) = run(["verify", s(out), "--deep"]);
     assert_eq!(code, 0, "{name}: {stdout}{err}");
 }
+
+/// The payloads of split `name`'s set in `dir`, sorted.
+fn split_payloads(dir: &Path, name: &str) -> Vec<Vec<u8>> {
+    let m = read_manifest(dir, name);
+    let mut out = Vec::new();
+    for shard in m["shards"].as_array().unwrap() {
+        let bytes = fs::read(dir.join(shard["file"].as_str().unwrap())).unwrap();
+        let mut at = 0;
+        while at < bytes.len() {
+            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+            out.push(bytes[at + 12..at + 12 + len].to_vec());
+            at += 16 + len;
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `--split` by key appends: every record stays in its split across generations, and
+/// after a new partition and a replaced file each split holds what a full conversion's
+/// does.
+#[test]
+fn splits_by_key_append_and_stay_stable() {
+    let t = table("append-split", 3);
+    let out = scratch("append-split-out");
+    let split = ["--split", "train=0.7,test=0.3", "--split-key", "id"];
+    let go = |dir: &Path, extra: &[&str]| {
+        let mut args = vec!["convert", "parquet", s(&t), "-o", s(dir)];
+        args.extend_from_slice(&SHARDS);
+        args.extend_from_slice(&split);
+        args.extend_from_slice(extra);
+        let (code, stdout, err) = run(args);
+        assert_eq!(code, 0, "{err}");
+        stdout
+    };
+    go(&out, &[]);
+    let check = |what: &str| {
+        let full = scratch("append-split-full");
+        go(&full, &["--overwrite"]);
+        for name in ["train", "test"] {
+            assert_eq!(
+                split_payloads(&out, name),
+                split_payloads(&full, name),
+                "{what}: {name}"
+            );
+        }
+        let (code, stdout, err) = run(["verify", s(&out)]);
+        assert_eq!(code, 0, "{what}: {stdout}{err}");
+    };
+    add_day(&t, 4, 4000);
+    settle();
+    let summary: serde_json::Value =
+        serde_json::from_str(&go(&out, &["--append", "--json"])).unwrap();
+    assert_eq!(summary["retired"], 0, "{summary}");
+    check("a new partition");
+    write_table(&t.join("day=2/part-0.parquet"), 120, 52_000, 100);
+    settle();
+    let summary: serde_json::Value =
+        serde_json::from_str(&go(&out, &["--append", "--json"])).unwrap();
+    assert!(summary["retired"].as_u64().unwrap() > 0, "{summary}");
+    check("a replaced file");
+}
+
+/// A shard whose bytes do not match their CRC stops `compact`: exit 1 naming it,
+/// nothing published.
+#[test]
+fn compact_refuses_a_corrupt_shard() {
+    let t = table("compact-corrupt", 1);
+    let out = scratch("compact-corrupt-out");
+    let size = ["--target-shard-size", "64KiB"];
+    for day in 2..=3 {
+        let mut args = vec!["convert", "parquet", s(&t), "-o", s(&out)];
+        args.extend_from_slice(&size);
+        if day > 2 {
+            args.push("--append");
+        }
+        assert_eq!(run(args).0, 0);
+        add_day(&t, day, day * 1000);
+        settle();
+    }
+    let m = read_manifest(&out, "data");
+    let victim = out.join(m["shards"][1]["file"].as_str().unwrap());
+    let mut bytes = fs::read(&victim).unwrap();
+    bytes[20] ^= 0x40; // inside the first payload
+    fs::write(&victim, &bytes).unwrap();
+    let (code, _, err) = run(["compact", s(&out)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(victim.file_name().unwrap().to_str().unwrap()),
+        "{err}"
+    );
+    assert!(err.contains("CRC"), "{err}");
+    assert_eq!(read_manifest(&out, "data"), m, "nothing published");
+}
