@@ -434,6 +434,24 @@ fn a_delta_table_appends_version_by_version() {
             "{stdout}"
         );
     }
+    // Columns that the schema change left alone keep appending: the new column `score`
+    // (version 3) is not among them.
+    let path = dir.join("events");
+    let out = scratch("append-delta-columns");
+    let cols = ["--columns", "id,value,name"];
+    delta(&path, &out, 2, &cols);
+    let stdout = delta(
+        &path,
+        &out,
+        3,
+        &[&cols[..], &["--append", "--json"]].concat(),
+    );
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(summary.get("reconverted").is_none(), "{summary}");
+    assert_eq!(summary["retired"], 0, "{summary}");
+    let full = scratch("append-delta-columns-full");
+    delta(&path, &full, 3, &[&cols[..], &["--overwrite"]].concat());
+    assert_eq!(payloads(&out), payloads(&full));
 }
 
 /// A deletion vector added to a file (`table-with-dv-small` gains its vector at version

@@ -2554,3 +2554,75 @@ fn a_killed_append_in_a_bucket_is_completed_by_a_rerun() {
         assert_eq!(keys, want, "{point}: the set and nothing else");
     }
 }
+
+/// `--append` into Azure Blob storage (Azurite), through the same code as S3 and disk:
+/// a new partition becomes generation 1 and the set in the container holds a full
+/// conversion's records. Azure gives a blob written again a new ETag: a file uploaded
+/// again, even unchanged, counts as changed (its shards retired, its records converted
+/// again), and the set still holds a full conversion's records. Then up to date.
+#[test]
+fn appends_in_azure_as_on_disk() {
+    let Some(s) = azurite() else {
+        eprintln!("skipped: no Azurite (run scripts/azurite.sh to install it)");
+        return;
+    };
+    az_client(&s.endpoint, &["mb", "grow"]);
+    let table = scratch("az-append-table");
+    let add = |day: usize| {
+        let part = table.join(format!("day={day}"));
+        std::fs::create_dir_all(&part).unwrap();
+        crate::convert::write_table(&part.join("part-0.parquet"), 300, day * 1000, 100);
+    };
+    let put = |day: usize| {
+        let part = table.join(format!("day={day}"));
+        let to = format!("t/day={day}");
+        az_client(
+            &s.endpoint,
+            &["put-dir", part.to_str().unwrap(), "grow", &to],
+        );
+    };
+    let shards = ["--max-records-per-shard", "250"];
+    let convert = |extra: &[&str]| {
+        let args = ["convert", "parquet", "az://grow/t", "-o", "az://grow/out"];
+        let (code, stdout, err) = tfshard_az(&s.endpoint, &[&args[..], &shards, extra].concat());
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        stdout
+    };
+    let same_as_full = |what: &str| {
+        let got = scratch("az-append-got");
+        az_client(
+            &s.endpoint,
+            &["get-dir", "grow", "out", got.to_str().unwrap()],
+        );
+        let full = scratch("az-append-full");
+        let flags = [&shards[..], &["--overwrite"]].concat();
+        let (code, _, err) = crate::convert_parquet(&table, &full, &flags);
+        assert_eq!(code, 0, "{err}");
+        let (a, b) = (
+            crate::append::payloads(&got),
+            crate::append::payloads(&full),
+        );
+        assert_eq!(a, b, "{what}");
+    };
+    for day in 1..=2 {
+        add(day);
+        put(day);
+    }
+    convert(&[]);
+    add(3);
+    put(3);
+    let summary: serde_json::Value =
+        serde_json::from_str(&convert(&["--append", "--json"])).unwrap();
+    let done = (summary["generation"].as_u64(), summary["retired"].as_u64());
+    assert_eq!(done, (Some(1), Some(0)), "{summary}");
+    same_as_full("a new partition");
+    put(1);
+    let summary: serde_json::Value =
+        serde_json::from_str(&convert(&["--append", "--json"])).unwrap();
+    assert_eq!(summary["generation"], 2);
+    assert!(summary["retired"].as_u64().unwrap() > 0, "{summary}");
+    same_as_full("a file uploaded again");
+    let summary: serde_json::Value =
+        serde_json::from_str(&convert(&["--append", "--json"])).unwrap();
+    assert_eq!(summary["up_to_date"], true);
+}
