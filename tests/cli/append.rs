@@ -268,6 +268,9 @@ fn a_manifest_edited_by_hand_stops_an_append() {
     assert!(err.contains("listed twice"), "{err}");
     assert!(err.contains("data.manifest.json"), "{err}");
     assert_eq!(read_manifest(&out, "data"), m, "nothing published");
+    let (code, _, err) = run(["verify", s(&out)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("listed twice"), "{err}");
 }
 
 /// Killed at each step of its publish, an append leaves the previous set live (or, past
