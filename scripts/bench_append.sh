@@ -14,12 +14,8 @@ set -euo pipefail
 source "$(dirname "$0")/bench_data.sh"
 runs=${RUNS:-3}
 delta_python=$(scripts/delta_venv.sh)/bin/python
-[ -d "$data/standard-2000000" ] || "$python" scripts/make_standard_table.py "$data/standard-2000000"
+standard_delta
 base="$data/standard-delta"
-if [ ! -d "$base/_delta_log" ]; then
-  rm -rf "$base"
-  "$delta_python" scripts/make_standard_delta.py "$data/standard-2000000" "$base"
-fi
 # A copy of the table that gains v1 (1% more rows) and v2 (1% of one file's rows deleted).
 table="$data/append-delta"
 rm -rf "$table"; cp -r "$base" "$table"

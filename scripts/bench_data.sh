@@ -16,6 +16,16 @@ standard_shards() {
   fi
 }
 
+# The standard table written by deltalake (about six data files) as $data/standard-delta,
+# made once ($delta_python: the deltalake venv's python).
+standard_delta() {
+  [ -d "$data/standard-2000000" ] || "$python" scripts/make_standard_table.py "$data/standard-2000000"
+  if [ ! -d "$data/standard-delta/_delta_log" ]; then
+    rm -rf "$data/standard-delta"
+    "$delta_python" scripts/make_standard_delta.py "$data/standard-2000000" "$data/standard-delta"
+  fi
+}
+
 # 6,000 JPEGs of ~90 KB in 10 class folders.
 jpeg_folder() {
   [ -d "$data/jpegs" ] || "$python" scripts/make_jpegs.py "$data/jpegs" "${COUNT:-6000}"

@@ -14,12 +14,8 @@ set -euo pipefail
 source "$(dirname "$0")/bench_data.sh"
 runs=${RUNS:-3}
 delta_python=$(scripts/delta_venv.sh)/bin/python
-[ -d "$data/standard-2000000" ] || "$python" scripts/make_standard_table.py "$data/standard-2000000"
+standard_delta
 table="$data/standard-delta"
-if [ ! -d "$table/_delta_log" ]; then
-  rm -rf "$table"
-  "$delta_python" scripts/make_standard_delta.py "$data/standard-2000000" "$table"
-fi
 # The same data files, as a plain folder `convert parquet` takes.
 plain="$data/standard-delta-plain"
 rm -rf "$plain"; mkdir -p "$plain"

@@ -12,9 +12,10 @@ use std::process::Command;
 use crate::convert::write_table;
 use crate::{read_manifest, run, s, scratch, wait_for_failpoint};
 
-/// Every record payload the manifest in `dir` lists, sorted (a multiset).
-pub(crate) fn payloads(dir: &Path) -> Vec<Vec<u8>> {
-    let m = read_manifest(dir, "data");
+/// Every record payload the manifest `{prefix}.manifest.json` in `dir` lists, in its
+/// order.
+fn records_of(dir: &Path, prefix: &str) -> Vec<Vec<u8>> {
+    let m = read_manifest(dir, prefix);
     let mut out = Vec::new();
     for shard in m["shards"].as_array().unwrap() {
         let bytes = fs::read(dir.join(shard["file"].as_str().unwrap())).unwrap();
@@ -25,6 +26,12 @@ pub(crate) fn payloads(dir: &Path) -> Vec<Vec<u8>> {
             at += 16 + len;
         }
     }
+    out
+}
+
+/// Every record payload the manifest in `dir` lists, sorted (a multiset).
+pub(crate) fn payloads(dir: &Path) -> Vec<Vec<u8>> {
+    let mut out = records_of(dir, "data");
     out.sort();
     out
 }
@@ -273,6 +280,15 @@ fn a_manifest_edited_by_hand_stops_an_append() {
     assert!(err.contains("listed twice"), "{err}");
 }
 
+/// Writes a set's shard files and its manifest into `out`.
+fn restore(out: &Path, shards: &BTreeMap<String, Vec<u8>>, manifest: &serde_json::Value) {
+    for (f, bytes) in shards {
+        fs::write(out.join(f), bytes).unwrap();
+    }
+    let json = serde_json::to_vec_pretty(manifest).unwrap();
+    fs::write(out.join("data.manifest.json"), json).unwrap();
+}
+
 /// Killed at each step of its publish, an append leaves the previous set live (or, past
 /// the manifest, the new one); a rerun publishes the same generation as an append that
 /// was never killed.
@@ -295,14 +311,7 @@ fn a_killed_append_leaves_a_live_set_and_a_rerun_completes_it() {
         "publish:published",
     ] {
         let out = scratch(&format!("append-killed-{}", point.replace(':', "-")));
-        for (f, bytes) in &base {
-            fs::write(out.join(f), bytes).unwrap();
-        }
-        fs::write(
-            out.join("data.manifest.json"),
-            serde_json::to_vec_pretty(&base_manifest).unwrap(),
-        )
-        .unwrap();
+        restore(&out, &base, &base_manifest);
         let mut args = vec!["convert", "parquet", s(&t), "-o", s(&out), "--append"];
         args.extend_from_slice(&SHARDS);
         let code = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
@@ -563,14 +572,7 @@ fn a_killed_append_resumes() {
     assert_eq!(convert(&t, &reference, &["--append"]).0, 0);
     let want = listed(&reference);
     let out = scratch("append-resume-out");
-    for (f, bytes) in &base {
-        fs::write(out.join(f), bytes).unwrap();
-    }
-    fs::write(
-        out.join("data.manifest.json"),
-        serde_json::to_vec_pretty(&base_manifest).unwrap(),
-    )
-    .unwrap();
+    restore(&out, &base, &base_manifest);
     let mut args = vec![
         "convert",
         "parquet",
@@ -721,22 +723,6 @@ fn retain_keeps_the_last_generations_pinned_sets() {
     assert_eq!(code, 2, "--retain without --append: {err}");
 }
 
-/// The payloads of the set in `dir`, in the manifest's order.
-fn payloads_in_order(dir: &Path) -> Vec<Vec<u8>> {
-    let m = read_manifest(dir, "data");
-    let mut out = Vec::new();
-    for shard in m["shards"].as_array().unwrap() {
-        let bytes = fs::read(dir.join(shard["file"].as_str().unwrap())).unwrap();
-        let mut at = 0;
-        while at < bytes.len() {
-            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-            out.push(bytes[at + 12..at + 12 + len].to_vec());
-            at += 16 + len;
-        }
-    }
-    out
-}
-
 /// `compact`: small appends' generations rewritten as one generation of full-size
 /// shards, the same records in the same order; what they replaced goes; a later append
 /// still retires by the sources; a second compact has nothing to do.
@@ -764,7 +750,7 @@ fn compact_rewrites_small_generations_as_full_shards() {
         4,
         "one small shard a generation"
     );
-    let order = payloads_in_order(&out);
+    let order = records_of(&out, "data");
     let (code, stdout, err) = run(["compact", s(&out), "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -777,7 +763,7 @@ fn compact_rewrites_small_generations_as_full_shards() {
     assert!(shards.len() < 4, "{m}");
     assert!(shards.iter().all(|s| s["generation"] == 4));
     assert_eq!(
-        payloads_in_order(&out),
+        records_of(&out, "data"),
         order,
         "the same records in the same order"
     );
@@ -819,17 +805,7 @@ fn same_as_full_at(table: &Path, out: &Path, flags: &[&str], name: &str) {
 
 /// The payloads of split `name`'s set in `dir`, sorted.
 fn split_payloads(dir: &Path, name: &str) -> Vec<Vec<u8>> {
-    let m = read_manifest(dir, name);
-    let mut out = Vec::new();
-    for shard in m["shards"].as_array().unwrap() {
-        let bytes = fs::read(dir.join(shard["file"].as_str().unwrap())).unwrap();
-        let mut at = 0;
-        while at < bytes.len() {
-            let len = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-            out.push(bytes[at + 12..at + 12 + len].to_vec());
-            at += 16 + len;
-        }
-    }
+    let mut out = records_of(dir, name);
     out.sort();
     out
 }
