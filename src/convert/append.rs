@@ -28,8 +28,7 @@ use crate::manifest::{
 };
 use crate::shard::name;
 use crate::store::claim::{Claims, Held};
-use crate::store::destination::Destination;
-use crate::store::publish::AppendSet;
+use crate::store::destination::{AppendSet, Destination};
 
 /// All the records of an input.
 pub(crate) const ALL: [u64; 2] = [0, u64::MAX];

@@ -177,6 +177,19 @@ pub(crate) trait Staging {
     fn commit(&mut self, outputs: Vec<Publication>, cancel: &CancelToken) -> Result<Vec<PathBuf>>;
 }
 
+/// What an append publishes beside its staged files (names in the set's folder).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AppendSet {
+    /// The files step 2 leaves: the live set's shards (retired ones too, until the new
+    /// manifest is written) and the pinned manifests kept, with their shards.
+    pub keep: Vec<String>,
+    /// The generation's pinned manifest: name and bytes, written before the manifest.
+    pub pinned: (String, Vec<u8>),
+    /// Deleted once the manifest is written: the retired shards, and the pinned
+    /// manifests that list them.
+    pub after: Vec<String>,
+}
+
 /// What [`Staging::commit`] publishes for one output.
 pub(crate) struct Publication {
     /// The closed shards, in order.
@@ -191,7 +204,7 @@ pub(crate) struct Publication {
     /// The prefix `own` is asked about.
     pub prefix: String,
     /// An append's: what stays, its pinned manifest, and what goes after the manifest.
-    pub append: Option<super::publish::AppendSet>,
+    pub append: Option<AppendSet>,
 }
 
 impl Publication {

@@ -33,7 +33,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::destination::{Destination, Publication};
+use super::destination::{AppendSet, Destination, Publication};
 use crate::error::{Error, ErrorKind, Result};
 use crate::progress::CancelToken;
 
@@ -55,19 +55,6 @@ pub(crate) struct Set<F> {
     pub records: String,
     /// An append's: what stays and what goes once its manifest is written.
     pub append: Option<AppendSet>,
-}
-
-/// What an append publishes beside its staged files (names in the set's folder).
-#[derive(Debug, Clone, Default)]
-pub(crate) struct AppendSet {
-    /// The files step 2 leaves: the live set's shards (retired ones too, until the new
-    /// manifest is written) and the pinned manifests kept, with their shards.
-    pub keep: Vec<String>,
-    /// The generation's pinned manifest: name and bytes, written before the manifest.
-    pub pinned: (String, Vec<u8>),
-    /// Deleted once the manifest is written: the retired shards, and the pinned
-    /// manifests that list them.
-    pub after: Vec<String>,
 }
 
 /// How [`publish`] treats what the output holds.
