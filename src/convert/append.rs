@@ -359,12 +359,20 @@ impl Appending {
                  --overwrite",
             ));
         }
-        let generation = manifests
+        let newest = manifests
             .iter()
             .map(Manifest::generation)
             .max()
-            .unwrap_or(0)
-            + 1;
+            .unwrap_or(0);
+        let Some(generation) = newest.checked_add(1) else {
+            let path = out.display(&name::manifest_name(&prefixes[0]));
+            return Err(
+                Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
+                    format!("generations: no generation can follow generation {newest}"),
+                )))
+                .with_file(path),
+            );
+        };
         Ok(Some(Appending {
             manifests,
             generation,
@@ -559,7 +567,8 @@ impl Appending {
             if m.generations.is_none() {
                 continue;
             }
-            let (_, after) = retire(out, prefix, m, m.generation() + 1, retain)?;
+            let next = m.generation().saturating_add(1);
+            let (_, after) = retire(out, prefix, m, next, retain)?;
             for n in after.iter().filter(|n| name::is_own_shard(prefix, n)) {
                 out.delete(n)?;
             }
@@ -606,7 +615,7 @@ fn retire(
             .read(n)
             .ok()
             .and_then(|b| Manifest::from_json(&b, &out.display(n)).ok());
-        let recent = retain.is_some_and(|r| g + r > generation);
+        let recent = retain.is_some_and(|r| g.saturating_add(r) > generation);
         match listed {
             Some(m)
                 if recent
