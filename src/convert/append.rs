@@ -394,6 +394,31 @@ impl Appending {
         whole_generations: bool,
     ) -> Result<()> {
         let first = &self.manifests[0];
+        // What changes the records or where they go must be the set's (the shard size may
+        // change: it only cuts).
+        const CUT: [&str; 3] = ["target_shard_size", "max_records_per_shard", "min_shards"];
+        let keys: BTreeSet<&String> = first
+            .options
+            .keys()
+            .chain(described.options.keys())
+            .collect();
+        for key in keys.into_iter().filter(|k| !CUT.contains(&k.as_str())) {
+            let (then, now) = (first.options.get(key), described.options.get(key));
+            if then != now {
+                let shown = |v: Option<&serde_json::Value>| {
+                    v.map_or_else(|| "nothing".to_owned(), |v| v.to_string())
+                };
+                return Err(Error::invalid_option(
+                    "append",
+                    format!(
+                        "the set was converted with {key} {}, this run has {}: append with \
+                         the set's options, or convert again with --overwrite",
+                        shown(then),
+                        shown(now)
+                    ),
+                ));
+            }
+        }
         if let (Some(then), Some(table)) = (&first.table, &described.table) {
             if then.format != table.format {
                 return Err(Error::invalid_option(

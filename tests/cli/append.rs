@@ -248,6 +248,22 @@ fn appends_refuse_what_they_cannot_keep() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("not yet"), "{err}");
+    // Options that change the records must be the set's; the shard size may change.
+    for (extra, needle) in [
+        (&["--append", "--compression", "gzip"][..], "compression"),
+        (&["--append", "--columns", "id,y"], "columns"),
+        (&["--append", "--shuffle"], "shuffle"),
+    ] {
+        let (code, _, err) = convert(&t, &out, extra);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(
+            err.contains(needle) && err.contains("--overwrite"),
+            "{extra:?}: {err}"
+        );
+    }
+    let (code, stdout, err) = convert(&t, &out, &["--append", "--target-shard-size", "1MiB"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("up to date"), "{stdout}");
     // Shards but no manifest: there is no set to append to.
     fs::remove_file(out.join("data.manifest.json")).unwrap();
     let (code, _, err) = convert(&t, &out, &["--append"]);
