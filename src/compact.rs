@@ -1,6 +1,6 @@
 //! `tfshard compact OUT`: the generations that small appends left (each smaller than
 //! one shard of the target size) rewritten as one generation of full-size shards, the
-//! same records in the same order, published as an append is ([`crate::store::publish`]):
+//! same records in the same order, published as an append is (the publish protocol):
 //! the new shards placed, the generation's pinned manifest and the manifest written, then
 //! the shards it replaced deleted.
 //!

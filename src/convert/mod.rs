@@ -177,7 +177,7 @@ pub struct ConvertOptions {
     /// this run's finished shards and journal if it fails or is interrupted.
     pub resume: bool,
     /// `--append`: convert only what the inputs gained (or changed) since the set the
-    /// output holds, as a new generation of it ([`append`]).
+    /// output holds, as a new generation of it.
     pub append: bool,
     /// `--retain N` (with `--append`): the last N generations' pinned manifests, and the
     /// shards they list, are kept when shards are retired.
