@@ -1460,7 +1460,7 @@ fn run(
             .map(|i| json!({"path": i.path, "bytes": i.bytes, "etag": i.etag}))
             .collect();
         for (i, out) in outs.iter_mut().enumerate() {
-            let header = json!({
+            let mut header = json!({
                 "table": described.table,
                 "prefix": out.prefix(),
                 "options": described.options,
@@ -1468,12 +1468,16 @@ fn run(
                 "compression": described.compression,
                 "inputs": inputs,
                 "tfshard_version": env!("CARGO_PKG_VERSION"),
-                "append": appending.as_ref().map(|a| json!({
+            });
+            // An append's generation and plan: a rerun resumes only the same one. (A
+            // plain run's header is as before, so its journals still match.)
+            if let Some(a) = &appending {
+                header["append"] = json!({
                     "generation": a.generation,
                     "reads": a.plan.reads,
                     "retired": a.plan.retired,
-                })),
-            });
+                });
+            }
             let finished = staging.resume(i, header.clone())?;
             // One output: the source restarts after the last checkpoint the reused
             // shards hold, instead of producing their records again.
