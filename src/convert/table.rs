@@ -454,20 +454,24 @@ impl TableSource {
             |unit, emit: &mut Emit<'_, Encoded>| {
                 // With `--append`, only some of the unit's records: each batch's records
                 // are counted from the unit's first, and the kept ones encoded.
+                // A file whose records are known before reading numbers each batch's
+                // first from the unit's (a unit read whole may follow one read in part).
+                let exact = inputs[unit.input].exact_rows();
                 let mut at = 0u64;
                 inputs[unit.input].read_unit(
                     unit.unit,
                     plan.roots(),
                     unit.first_row,
                     &mut |batch, _| {
+                        let (first, rows) = (at, batch.num_rows() as u64);
+                        at += rows;
                         let Some(keep) = &unit.keep else {
                             let mut encoded = emit.buffer();
                             let mut stats = plan.new_stats();
                             plan.encode_batch(&batch, &mut encoded, &mut stats)?;
-                            return emit.send(encoded, (stats, None));
+                            let record = exact.then_some(unit.first_record + first);
+                            return emit.send(encoded, (stats, record));
                         };
-                        let (first, rows) = (at, batch.num_rows() as u64);
-                        at += rows;
                         for r in keep.iter().filter(|r| r[0] < first + rows && first < r[1]) {
                             let [start, end] = [r[0].max(first), r[1].min(first + rows)];
                             let piece =
@@ -490,8 +494,8 @@ impl TableSource {
     }
 }
 
-/// An encoded batch's statistics, and (reading only some of a unit's records) the index
-/// among its file's records of its first one.
+/// An encoded batch's statistics, and the index among its file's records of its first
+/// one (`None` for a file whose records are known only once read: counted as written).
 type Encoded = (EncodeStats, Option<u64>);
 
 /// Writes a pass's batches in unit order, from `pass` (which starts after `skip` units

@@ -213,6 +213,38 @@ fn a_growing_folder_appends_what_changed_and_keeps_one_snapshot() {
     }
 }
 
+/// The sources of a shard re-converted from the middle of a file, across a row group
+/// read in part and one read whole, name the file's rows it holds: a later change to
+/// that file retires exactly what holds them.
+#[test]
+fn records_read_again_from_inside_a_file_keep_their_rows() {
+    let t = table("append-inside", 5);
+    let out = scratch("append-inside-out");
+    let (code, _, err) = convert(&t, &out, &[]);
+    assert_eq!(code, 0, "{err}");
+    // Shard 3 holds day 3's [150, 300) (its second row group in part, its third whole)
+    // and day 4's [0, 100): day 4 replaced, it is read again.
+    write_table(&t.join("day=4/part-0.parquet"), 300, 44_000, 100);
+    settle();
+    let (code, _, err) = convert(&t, &out, &["--append"]);
+    assert_eq!(code, 0, "{err}");
+    let m = read_manifest(&out, "data");
+    let day3: Vec<&serde_json::Value> = (m["shards"].as_array().unwrap().iter())
+        .filter(|sh| sh["generation"] == 1)
+        .flat_map(|sh| sh["sources"].as_array().unwrap())
+        .filter(|src| src["input"].as_str().unwrap().contains("day=3"))
+        .map(|src| &src["rows"])
+        .collect();
+    assert_eq!(day3, [&serde_json::json!([150, 300])], "{m}");
+    same_as_full(&t, &out, "inside: day 4 replaced");
+    // Day 3 replaced: every shard holding its rows goes, and none of them twice.
+    write_table(&t.join("day=3/part-0.parquet"), 300, 33_000, 100);
+    settle();
+    let (code, _, err) = convert(&t, &out, &["--append"]);
+    assert_eq!(code, 0, "{err}");
+    same_as_full(&t, &out, "inside: day 3 replaced");
+}
+
 #[test]
 fn appends_refuse_what_they_cannot_keep() {
     let t = table("append-usage", 1);
