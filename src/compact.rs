@@ -147,7 +147,7 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
     let prefixes = vec![options.prefix.clone()];
     let destination = crate::store::destination_of(&options.output, options.io)?;
     let manifest_path = destination.display(&name::manifest_name(&options.prefix));
-    let Some(mut appending) = Appending::open(&destination, &prefixes)? else {
+    let Some(mut appending) = Appending::open(&destination, &prefixes, true)? else {
         return Err(Error::new(ErrorKind::NoShards).with_file(&manifest_path));
     };
     let m = appending.manifests[0].clone();

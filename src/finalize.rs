@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use crate::convert::append::{self, Appending, PartAppend};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::FeatureSpec;
 use crate::manifest::{self, InputInfo, Manifest, ShardInfo};
@@ -54,6 +55,9 @@ pub struct FinalizedSet {
     pub workers: u64,
     /// Another `finalize` had published this set; this run found it and did nothing.
     pub already_published: bool,
+    /// The parts were a generation of an append (`convert --append` workers): the
+    /// generation published and the shards it retired.
+    pub appended: Option<(u32, u64)>,
 }
 
 /// The claim object of `finalize` on `prefix`, in its parts folder.
@@ -67,6 +71,32 @@ struct Plan {
     /// Part shard (relative to the output) → final name.
     moves: Vec<(String, String)>,
     manifest: Manifest,
+    /// The parts are a generation of an append onto the set there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    append: Option<PartAppend>,
+}
+
+/// The append `part` onto `prefix`'s live set in `out`, checked to be the set the
+/// workers planned against.
+fn live_append(out: &dyn Destination, prefix: &str, part: &PartAppend) -> Result<Appending> {
+    let rel = name::manifest_name(prefix);
+    let path = out.display(&rel);
+    let live = match out.read(&rel) {
+        Ok(bytes) => Manifest::from_json(&bytes, &path)?,
+        Err(e) if is_not_found(&e) => {
+            return Err(Error::new(ErrorKind::PartsDisagree {
+                detail: format!(
+                    "the workers appended generation {} to a set that is gone: run the \
+                     workers again",
+                    part.generation
+                ),
+            })
+            .with_file(path))
+        }
+        Err(e) => return Err(e),
+    };
+    live.check_generations(&path)?;
+    Appending::of_part(live, part, &path)
 }
 
 /// Whether `prefix`'s set is published by a `finalize`: its manifest is there and is the
@@ -104,6 +134,7 @@ fn published_set(out: &dyn Destination, prefix: &str) -> Result<FinalizedSet> {
         bytes: manifest.bytes,
         workers: 0,
         already_published: true,
+        appended: None,
     })
 }
 
@@ -201,15 +232,22 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
         .ok_or_else(|| Error::new(ErrorKind::NoParts).with_file(out.display(&parts_dir)))?;
     let manifest_name = name::manifest_name(prefix);
     let mut parts: Vec<Manifest> = Vec::new();
+    let mut appends: Vec<Option<PartAppend>> = Vec::new();
     let mut missing = Vec::new();
     for i in 0..count {
         let rel = format!("{parts_dir}/{i:05}-of-{count:05}/{manifest_name}");
         match out.read(&rel) {
             Ok(bytes) => {
-                let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
-                    Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.display(&rel))
-                })?;
+                let invalid =
+                    |e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.display(&rel));
+                let m: Manifest = serde_json::from_slice(&bytes).map_err(invalid)?;
+                let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(invalid)?;
+                let part = match value.get(append::PART_KEY) {
+                    Some(v) => Some(serde_json::from_value(v.clone()).map_err(invalid)?),
+                    None => None,
+                };
                 parts.push(m);
+                appends.push(part);
             }
             Err(e) if is_not_found(&e) => missing.push(i),
             Err(e) => return Err(e),
@@ -230,6 +268,9 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
         };
         if m.worker.map(|w| (w.index, w.count)) != Some((i as u64, count)) {
             return disagree("worker index and count");
+        }
+        if appends[i] != appends[0] {
+            return disagree("appends (the set and generation they planned against)");
         }
         if m.tfshard_version != first.tfshard_version {
             return disagree("tfshard version");
@@ -323,25 +364,31 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
         ));
     }
     let total = sources.len();
+    let part = appends.swap_remove(0);
+    let generation = part.as_ref().map_or(0, |p| p.generation);
     let mut moves = Vec::with_capacity(total);
-    merged.shards.clear();
+    let mut written = Vec::with_capacity(total);
     for (i, (from, info)) in sources.into_iter().enumerate() {
-        let file = name::shard_name(prefix, i, total, compression);
-        merged.shards.push(ShardInfo {
+        let file = name::generation_shard_name(prefix, generation, i, total, compression);
+        written.push(ShardInfo {
             file: file.clone(),
             ..info.clone()
         });
         moves.push((from, file));
     }
-    merged.records = merged.shards.iter().map(|s| s.records).sum();
-    merged.bytes = merged.shards.iter().map(|s| s.bytes).sum();
     merged.created = manifest::now_rfc3339();
     merged.row_groups = None;
     merged.worker = Some(manifest::WorkerInfo { index: 0, count });
+    // An append's generation joins the live set's shards that stay.
+    match &part {
+        Some(part) => merged = live_append(out, prefix, part)?.manifest(0, merged, written)?,
+        None => merged.set_shards(written),
+    }
     Ok((
         Plan {
             moves,
             manifest: merged,
+            append: part,
         },
         count,
     ))
@@ -363,7 +410,8 @@ impl FinalizeReport {
     /// The report as `finalize --json` prints it (and the Python module returns it):
     /// `output`, `manifest` (null for several sets), `records`, `shards`, `bytes`,
     /// `seconds`, `workers`; `already_published` when another `finalize` had published
-    /// every set, and `splits` for several.
+    /// every set, `generation` and `retired` when the parts were an append's, and
+    /// `splits` for several.
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::json;
         let sets = &self.sets;
@@ -379,6 +427,15 @@ impl FinalizeReport {
         });
         if sets.iter().all(|s| s.already_published) {
             value["already_published"] = json!(true);
+        }
+        // An append's workers' generation: which, and the shards it retired.
+        if let Some((generation, _)) = sets.iter().find_map(|s| s.appended) {
+            value["generation"] = json!(generation);
+            value["retired"] = json!(sets
+                .iter()
+                .filter_map(|s| s.appended)
+                .map(|a| a.1)
+                .sum::<u64>());
         }
         if !single {
             value["splits"] = sets
@@ -556,6 +613,15 @@ fn finalize(
         return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
     }
     claims.keep_alive();
+    // An append's workers' generation is published as an append is: no other append
+    // may publish to the set meanwhile.
+    let mut append_claims = Claims::new(destination.clone());
+    for p in &prefixes {
+        if let Err(Held) = append_claims.claim(&append::claim_name(p))? {
+            return Err(Error::new(ErrorKind::AppendClaimed).with_file(output));
+        }
+    }
+    append_claims.keep_alive();
     // 1-2. Every prefix planned (and checked) before anything moves.
     let mut plans = Vec::with_capacity(prefixes.len());
     let mut published = Vec::new();
@@ -570,8 +636,17 @@ fn finalize(
             Err(e) => return Err(e),
         };
         let plan_file = format!("{}/finalize.json", name::parts_dir_name(p));
-        // Another set under the name (a rerun's plan may be an --overwrite run's).
-        if !overwrite && out.exists(&name::manifest_name(p))? && !is_published(out, p) {
+        // Another set under the name (a rerun's plan may be an --overwrite run's); an
+        // append's parts add a generation to it.
+        if plan.append.is_some() && overwrite {
+            return Err(Error::invalid_option(
+                "overwrite",
+                "the parts are a generation to append to the set there (their workers ran \
+                 with --append): finalize without --overwrite",
+            ));
+        }
+        let set_there = out.exists(&name::manifest_name(p))?;
+        if !overwrite && plan.append.is_none() && set_there && !is_published(out, p) {
             return Err(Error::new(ErrorKind::OutputExists).with_file(output));
         }
         if !out.exists(&plan_file)? {
@@ -612,10 +687,21 @@ fn finalize(
             bytes: manifest.bytes,
             workers: *workers,
             already_published: false,
+            appended: plan
+                .append
+                .as_ref()
+                .map(|a| (a.generation, a.retired.len() as u64)),
         });
         if is_published(out, p) {
             continue;
         }
+        let append = match &plan.append {
+            Some(part) => {
+                let appending = live_append(out, p, part)?;
+                Some(appending.publish_set(0, out, p, &manifest, part.retain)?)
+            }
+            None => None,
+        };
         to_publish.push(publish::Set {
             dir: String::new(),
             prefix: p.clone(),
@@ -623,16 +709,17 @@ fn finalize(
             moves: plan.moves.clone(),
             manifest: (name::manifest_name(p), manifest.to_json()?),
             records: format!("{parts_dir}/uploads"),
-            append: None,
+            append,
         });
     }
-    if claims.is_lost() {
+    if claims.is_lost() || append_claims.is_lost() {
         return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
     }
+    let appends = to_publish.iter().any(|set| set.append.is_some());
     publish::publish(
         &publish::Direct(out),
         &to_publish,
-        publish::Mode::of(overwrite, false),
+        publish::Mode::of(overwrite, appends),
         &crate::progress::CancelToken::new(),
     )?;
     crate::failpoint::hit("finalize:published")?;

@@ -42,10 +42,17 @@ impl FinalizeArgs {
             output::print_json(&report.to_json())?;
         } else if !self.common.quiet {
             for s in &report.sets {
-                let (what, workers) = if s.already_published {
-                    ("already published by another finalize:", String::new())
-                } else {
-                    ("finalized", format!(" from {} workers", s.workers))
+                let (what, workers) = match (s.already_published, s.appended) {
+                    (true, _) => ("already published by another finalize:", String::new()),
+                    (false, None) => ("finalized", format!(" from {} workers", s.workers)),
+                    (false, Some((g, retired))) => (
+                        "finalized",
+                        format!(
+                            " from {} workers, generation {g} ({retired} shard{} retired)",
+                            s.workers,
+                            if retired == 1 { "" } else { "s" }
+                        ),
+                    ),
                 };
                 eprintln!(
                     "{what} {} records in {} shard{} ({:.1} MB){workers}: {}",

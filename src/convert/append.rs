@@ -17,7 +17,9 @@
 //! snapshot, each once.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -293,8 +295,32 @@ pub(crate) fn claim_name(prefix: &str) -> String {
     format!(".{prefix}.tfshard-append")
 }
 
+/// What a worker of an append records in its part's manifest (key [`PART_KEY`]): the
+/// generation the workers planned and against which set, so that `finalize` publishes
+/// it (and refuses when the set changed since).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PartAppend {
+    /// The set's newest generation when the workers planned.
+    pub base_generation: u32,
+    /// Its manifest's `created`.
+    pub base_created: String,
+    /// The generation the parts are.
+    pub generation: u32,
+    /// The set's shards it retires.
+    pub retired: BTreeSet<String>,
+    /// See [`Plan::whole`].
+    pub whole: BTreeSet<String>,
+    /// See [`AppendSummary::reconverted`].
+    pub reconverted: Option<String>,
+    /// `--retain N`.
+    pub retain: Option<u32>,
+}
+
+/// The key of a worker part's manifest that holds its [`PartAppend`].
+pub(crate) const PART_KEY: &str = "append";
+
 /// An append under way: the sets it adds a generation to (one per prefix), claimed
-/// while it lives.
+/// while it lives (by the run; a worker's are claimed by `finalize`).
 pub(crate) struct Appending {
     pub manifests: Vec<Manifest>,
     /// The generation it writes.
@@ -302,7 +328,7 @@ pub(crate) struct Appending {
     pub plan: Plan,
     /// See [`AppendSummary::reconverted`].
     pub reconverted: Option<String>,
-    claims: Claims,
+    claims: Option<Claims>,
 }
 
 impl Appending {
@@ -317,14 +343,20 @@ impl Appending {
     pub(crate) fn open(
         out: &Arc<dyn Destination>,
         prefixes: &[String],
+        claim: bool,
     ) -> Result<Option<Appending>> {
-        let mut claims = Claims::new(out.clone());
-        for p in prefixes {
-            if let Err(Held) = claims.claim(&claim_name(p))? {
-                return Err(Error::new(ErrorKind::AppendClaimed).with_file(out.display("")));
+        let claims = if claim {
+            let mut claims = Claims::new(out.clone());
+            for p in prefixes {
+                if let Err(Held) = claims.claim(&claim_name(p))? {
+                    return Err(Error::new(ErrorKind::AppendClaimed).with_file(out.display("")));
+                }
             }
-        }
-        claims.keep_alive();
+            claims.keep_alive();
+            Some(claims)
+        } else {
+            None
+        };
         let names = out.names("")?;
         let mut manifests = Vec::new();
         for p in prefixes {
@@ -604,8 +636,76 @@ impl Appending {
     /// Whether another run took the claims over (this one was silent too long): it
     /// must not publish.
     pub(crate) fn is_lost(&self) -> bool {
-        self.claims.is_lost()
+        self.claims.as_ref().is_some_and(Claims::is_lost)
     }
+
+    /// What a worker records of set `i`'s append in its part (see [`PartAppend`]).
+    pub(crate) fn part(&self, i: usize, retain: Option<u32>) -> PartAppend {
+        let base = &self.manifests[i];
+        PartAppend {
+            base_generation: base.generation(),
+            base_created: base.created.clone(),
+            generation: self.generation,
+            retired: self.plan.retired[i].clone(),
+            whole: self.plan.whole.clone(),
+            reconverted: self.reconverted.clone(),
+            retain,
+        }
+    }
+
+    /// The append the workers' parts recorded (`part`) onto the set `live` (the one
+    /// set `finalize` publishes it to; claimed by `finalize`).
+    ///
+    /// # Errors
+    ///
+    /// The set is no longer the one the workers planned against (an append or
+    /// `finalize` published another generation since): nothing may be published.
+    pub(crate) fn of_part(live: Manifest, part: &PartAppend, path: &Path) -> Result<Appending> {
+        if live.generation() != part.base_generation || live.created != part.base_created {
+            let now = if live.generation() == part.generation && live.created != part.base_created {
+                "another run published that generation"
+            } else {
+                "another run published since"
+            };
+            return Err(Error::new(ErrorKind::PartsDisagree {
+                detail: format!(
+                    "the workers planned generation {} onto generation {} of the set ({}), \
+                     and it is at generation {} now ({now}): run the workers again",
+                    part.generation,
+                    part.base_generation,
+                    part.base_created,
+                    live.generation()
+                ),
+            })
+            .with_file(path));
+        }
+        Ok(Appending {
+            manifests: vec![live],
+            generation: part.generation,
+            plan: Plan {
+                reads: Vec::new(),
+                retired: vec![part.retired.clone()],
+                changed: !part.retired.is_empty(),
+                whole: part.whole.clone(),
+            },
+            reconverted: part.reconverted.clone(),
+            claims: None,
+        })
+    }
+}
+
+/// A worker part's manifest bytes: `manifest` with its append under [`PART_KEY`].
+///
+/// # Errors
+///
+/// The manifest cannot be serialized.
+pub(crate) fn part_manifest_json(manifest: &Manifest, part: &PartAppend) -> Result<Vec<u8>> {
+    let io = |e: serde_json::Error| Error::from(std::io::Error::other(e));
+    let mut value = serde_json::to_value(manifest).map_err(io)?;
+    value[PART_KEY] = serde_json::to_value(part).map_err(io)?;
+    let mut bytes = serde_json::to_vec_pretty(&value).map_err(io)?;
+    bytes.push(b'\n');
+    Ok(bytes)
 }
 
 fn with_idx(file: &str) -> [String; 2] {

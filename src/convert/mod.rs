@@ -392,10 +392,6 @@ impl ConvertOptions {
                      grow: split by a column (--split-key)",
                 ),
                 (
-                    self.worker.is_some(),
-                    "workers cannot append yet: append on one machine",
-                ),
-                (
                     self.min_shards.is_some(),
                     "--min-shards cuts one conversion evenly; a generation is cut by \
                      --target-shard-size",
@@ -722,8 +718,14 @@ pub(crate) trait Source: Send {
         None
     }
     /// `--append`: reads only the records `reads[i]` of input `i` (see
-    /// [`append::Plan::reads`]) from now on.
-    fn select(&mut self, _reads: &[Vec<[u64; 2]>]) {}
+    /// [`append::Plan::reads`]) from now on (a worker: its share of them).
+    ///
+    /// # Errors
+    ///
+    /// As cutting a worker's share when the source was opened.
+    fn select(&mut self, _reads: &[Vec<[u64; 2]>]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// How a source is opened: one implementation per kind of input (in its
@@ -1382,13 +1384,18 @@ fn run(
         .iter()
         .flat_map(|p| [name::tmp_dir_name(p), name::parts_dir_name(p)])
         .collect();
-    if options.worker.is_some() && destination.names("")?.iter().any(|n| !hidden.contains(n)) {
+    // (An append's workers add a generation to the set there: `finalize` checks that it
+    // is still the one they planned against.)
+    let worker_into_set = options.worker.is_some() && !options.append;
+    if worker_into_set && destination.names("")?.iter().any(|n| !hidden.contains(n)) {
         return Err(Error::new(ErrorKind::OutputExists).with_file(&options.output));
     }
     // `--append` onto a published set: claimed, planned, and only what changed read.
     let mut appending = None;
     if options.append {
-        appending = append::Appending::open(&destination, &prefixes)?;
+        // Workers do not claim the set: their `finalize` does.
+        let claim = options.worker.is_none();
+        appending = append::Appending::open(&destination, &prefixes, claim)?;
     }
     if let Some(a) = appending.as_mut() {
         let Some(now) = source.now_inputs() else {
@@ -1400,7 +1407,9 @@ fn run(
         };
         a.plan(&source.manifest(options, 0), now, options.shuffle.is_some())?;
         if a.plan.is_empty() {
-            a.finish_last(&*destination, &prefixes, options.retain)?;
+            if options.worker.is_none() {
+                a.finish_last(&*destination, &prefixes, options.retain)?;
+            }
             let manifest = &a.manifests[0];
             return Ok(ConvertSummary {
                 output: options.output.clone(),
@@ -1417,7 +1426,7 @@ fn run(
                 append: Some(a.summary()),
             });
         }
-        source.select(&a.plan.reads);
+        source.select(&a.plan.reads)?;
     }
     let outputs = prefixes
         .iter()
@@ -1433,7 +1442,8 @@ fn run(
         outputs,
         hidden,
         overwrite: options.overwrite,
-        append: appending.is_some(),
+        // (A worker's part is staged and published as any worker's.)
+        append: appending.is_some() && options.worker.is_none(),
         resume: options.resume,
         part: options.worker.is_some(),
         staging_dir: options.staging_dir.clone(),
@@ -1558,12 +1568,22 @@ fn run(
                     generation: None,
                 })
                 .collect();
+            // A worker's part holds its shards alone, and what `finalize` needs to
+            // publish them as the generation.
+            let part = (appending.as_ref())
+                .filter(|_| options.worker.is_some())
+                .map(|a| a.part(i, options.retain));
             match &appending {
-                Some(a) => *manifest = a.manifest(i, manifest.clone(), written)?,
-                None => manifest.set_shards(written),
+                Some(a) if part.is_none() => {
+                    *manifest = a.manifest(i, manifest.clone(), written)?
+                }
+                _ => manifest.set_shards(written),
             }
-            let bytes = manifest.to_json()?;
-            let append = match &appending {
+            let bytes = match &part {
+                Some(part) => append::part_manifest_json(manifest, part)?,
+                None => manifest.to_json()?,
+            };
+            let append = match appending.as_ref().filter(|_| part.is_none()) {
                 Some(a) => {
                     let p = out.prefix();
                     Some(a.publish_set(i, &*destination, p, manifest, options.retain)?)

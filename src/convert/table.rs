@@ -15,7 +15,7 @@
 
 use crate::convert::ordered::{self, Emit, InOrder};
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, Source};
+use crate::convert::{ConvertOptions, Source, WorkerShare};
 use crate::error::{Error, Result};
 use crate::example::encode::{EncodePlan, EncodeStats, EncodedBatch};
 use crate::manifest::{InputInfo, Manifest, TableInfo};
@@ -74,7 +74,14 @@ pub(crate) struct TableExtra {
 pub(crate) struct TableSource {
     inputs: Vec<Box<dyn TableFile>>,
     plan: EncodePlan,
+    /// Every unit of the run (with `--append`, those it reads), in order: the plan every
+    /// worker cuts its share from.
+    all: Vec<Unit>,
+    /// This run's units (a worker: its share of `all`).
     units: Vec<Unit>,
+    worker: Option<WorkerShare>,
+    /// A split by position: a worker's share must know the records before it.
+    split_by_position: bool,
     /// What the last pass saw (a second pass for `--min-shards` sees the same).
     pass: Option<Pass>,
     /// A worker's units, `[first, end)` in the run's order of every unit.
@@ -121,57 +128,69 @@ impl TableSource {
                 first_record += records;
             }
         }
-        let mut range = None;
-        let mut first_record = 0;
-        let mut first_records = vec![0; inputs.len()];
-        if let Some(worker) = options.worker {
-            // Every worker reads the same footers in the same order: one agreed plan.
-            let bytes: Vec<u64> = units
-                .iter()
-                .map(|u| inputs[u.input].selected_bytes(u.unit, plan.roots()))
-                .collect();
-            // A file whose records are known only once read (Iceberg delete files) goes
-            // to one worker whole: a share starting inside it could not count the
-            // records before it, which its shards' sources need.
-            let exact: Vec<bool> = inputs.iter().map(|i| i.exact_rows()).collect();
-            let [first, end] =
-                share_whole_inexact_files(&units, &bytes, &exact, |sizes| worker.share(sizes));
-            // A position split numbers records over the whole run: the records before
-            // this share must be known without reading them.
-            let before = &units[..first as usize];
-            if options.splits.is_some()
-                && options.encode.split_key.is_none()
-                && before.iter().any(|u| !inputs[u.input].exact_rows())
-            {
-                return Err(Error::invalid_option(
-                    "split",
-                    "the snapshot has delete files, so a worker cannot count the records \
-                     before its share: split by a column (--split-key) or convert on one machine",
-                ));
-            }
-            range = Some([first, end]);
-            first_record = units[..first as usize].iter().map(|u| u.records).sum();
-            // The share may start inside a file (never one whose records are known only
-            // once read): its records before the share.
-            if let Some(start) = units.get(first as usize) {
-                first_records[start.input] = (units[..first as usize].iter())
-                    .filter(|u| u.input == start.input)
-                    .map(|u| u.records)
-                    .sum();
-            }
-            units = units[first as usize..end as usize].to_vec();
-        }
-        Ok(TableSource {
+        let mut source = TableSource {
             inputs,
             plan,
-            units,
+            all: units,
+            units: Vec::new(),
+            worker: options.worker,
+            split_by_position: options.splits.is_some() && options.encode.split_key.is_none(),
             pass: None,
-            range,
-            first_record,
+            range: None,
+            first_record: 0,
             restart: None,
             table,
-            first_records,
-        })
+            first_records: Vec::new(),
+        };
+        source.cut_share()?;
+        Ok(source)
+    }
+
+    /// This run's units: all of them, or a worker's share of them.
+    ///
+    /// # Errors
+    ///
+    /// See [`TableSource::new`].
+    fn cut_share(&mut self) -> Result<()> {
+        let (inputs, units) = (&self.inputs, &self.all);
+        self.first_records = vec![0; inputs.len()];
+        let Some(worker) = self.worker else {
+            self.units = units.clone();
+            return Ok(());
+        };
+        // Every worker reads the same footers in the same order: one agreed plan.
+        let bytes: Vec<u64> = units
+            .iter()
+            .map(|u| inputs[u.input].selected_bytes(u.unit, self.plan.roots()))
+            .collect();
+        // A file whose records are known only once read (Iceberg delete files) goes
+        // to one worker whole: a share starting inside it could not count the
+        // records before it, which its shards' sources need.
+        let exact: Vec<bool> = inputs.iter().map(|i| i.exact_rows()).collect();
+        let [first, end] =
+            share_whole_inexact_files(units, &bytes, &exact, |sizes| worker.share(sizes));
+        // A position split numbers records over the whole run: the records before
+        // this share must be known without reading them.
+        let before = &units[..first as usize];
+        if self.split_by_position && before.iter().any(|u| !inputs[u.input].exact_rows()) {
+            return Err(Error::invalid_option(
+                "split",
+                "the snapshot has delete files, so a worker cannot count the records \
+                 before its share: split by a column (--split-key) or convert on one machine",
+            ));
+        }
+        self.range = Some([first, end]);
+        self.first_record = before.iter().map(|u| u.records).sum();
+        // The share may start inside a file (never one whose records are known only
+        // once read): its records before the share.
+        if let Some(start) = units.get(first as usize) {
+            self.first_records[start.input] = (before.iter())
+                .filter(|u| u.input == start.input)
+                .map(|u| u.records)
+                .sum();
+        }
+        self.units = units[first as usize..end as usize].to_vec();
+        Ok(())
     }
 }
 
@@ -186,7 +205,7 @@ impl TableSource {
                 bytes: input.bytes(),
                 etag: input.etag().map(str::to_owned),
                 records: input.exact_rows().then(|| {
-                    (self.units.iter())
+                    (self.all.iter())
                         .filter(|u| u.input == i)
                         .map(|u| u.records)
                         .sum()
@@ -200,9 +219,9 @@ impl TableSource {
     /// See [`Source::select`]: `reads[i]` are sorted, disjoint ranges of input `i`'s
     /// records (a file whose records are known only once read is read whole or not at
     /// all).
-    fn select_records(&mut self, reads: &[Vec<[u64; 2]>]) {
+    fn select_records(&mut self, reads: &[Vec<[u64; 2]>]) -> Result<()> {
         let inputs = &self.inputs;
-        self.units.retain_mut(|u| {
+        self.all.retain_mut(|u| {
             let ranges = &reads[u.input];
             if ranges.is_empty() {
                 return false;
@@ -225,6 +244,8 @@ impl TableSource {
             }
             true
         });
+        // Workers share what the append reads.
+        self.cut_share()
     }
 }
 
@@ -314,8 +335,8 @@ impl Source for TableSource {
         Some(self.inputs_now())
     }
 
-    fn select(&mut self, reads: &[Vec<[u64; 2]>]) {
-        self.select_records(reads);
+    fn select(&mut self, reads: &[Vec<[u64; 2]>]) -> Result<()> {
+        self.select_records(reads)
     }
 
     fn manifest(&self, options: &ConvertOptions, _records: u64) -> Manifest {

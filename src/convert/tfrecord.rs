@@ -21,7 +21,7 @@ use serde_json::json;
 
 use crate::convert::ordered::{self, Emit, InOrder};
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, Open, Source};
+use crate::convert::{ConvertOptions, Open, Source, WorkerShare};
 use crate::error::{Error, ErrorKind, FrameDetail, FrameProblem, Result};
 use crate::example::encode::EncodedBatch;
 use crate::example::proto::{self, Example, Feature, SequenceExample};
@@ -61,8 +61,28 @@ pub(crate) struct TfrecordSource {
     input_compression: Option<Compression>,
     /// The files this run reads (a worker's share), by index into `files`.
     units: Vec<usize>,
+    /// A worker's share, `[first, end)` of the files the run reads.
     range: Option<[u64; 2]>,
+    worker: Option<WorkerShare>,
     pass: Option<Pass>,
+}
+
+/// The files of `read` (indices into `files`) a run reads: all, or a worker's share;
+/// and the share as a range of `read`.
+fn share_files(
+    files: &[TfrecordInput],
+    read: Vec<usize>,
+    worker: Option<WorkerShare>,
+) -> (Vec<usize>, Option<[u64; 2]>) {
+    let Some(worker) = worker else {
+        return (read, None);
+    };
+    let sizes: Vec<u64> = read.iter().map(|&f| files[f].bytes).collect();
+    let [first, end] = worker.share(&sizes);
+    (
+        read[first as usize..end as usize].to_vec(),
+        Some([first, end]),
+    )
 }
 
 /// What a pass saw.
@@ -115,14 +135,8 @@ impl TfrecordSource {
                 ),
             ));
         }
-        let sizes: Vec<u64> = found.files.iter().map(|f| f.bytes).collect();
-        let (units, range) = match options.worker {
-            Some(worker) => {
-                let [first, end] = worker.share(&sizes);
-                ((first as usize..end as usize).collect(), Some([first, end]))
-            }
-            None => ((0..found.files.len()).collect(), None),
-        };
+        let every = (0..found.files.len()).collect();
+        let (units, range) = share_files(&found.files, every, options.worker);
         Ok(TfrecordSource {
             files: found.files,
             record_type,
@@ -130,6 +144,7 @@ impl TfrecordSource {
             input_compression: tfrecord.input_compression,
             units,
             range,
+            worker: options.worker,
             pass: None,
         })
     }
@@ -698,8 +713,13 @@ impl Source for TfrecordSource {
         )
     }
 
-    fn select(&mut self, reads: &[Vec<[u64; 2]>]) {
-        self.units.retain(|&f| !reads[f].is_empty());
+    fn select(&mut self, reads: &[Vec<[u64; 2]>]) -> Result<()> {
+        let read: Vec<usize> = (0..self.files.len())
+            .filter(|&f| !reads[f].is_empty())
+            .collect();
+        // Workers share the files the append reads.
+        (self.units, self.range) = share_files(&self.files, read, self.worker);
+        Ok(())
     }
 }
 

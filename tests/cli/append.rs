@@ -245,6 +245,86 @@ fn records_read_again_from_inside_a_file_keep_their_rows() {
     same_as_full(&t, &out, "inside: day 3 replaced");
 }
 
+/// `convert --append --num-workers N --worker-index I` for each I, then `finalize`.
+fn append_with_workers(t: &Path, out: &Path, n: u64) -> Vec<String> {
+    let mut said = Vec::new();
+    for i in 0..n {
+        let (n, i) = (n.to_string(), i.to_string());
+        let worker = ["--append", "--num-workers", &n, "--worker-index", &i];
+        let (code, stdout, err) = convert(t, out, &worker);
+        assert_eq!(code, 0, "worker {i}: {err}");
+        said.push(format!("{stdout}{err}"));
+    }
+    said
+}
+
+/// Workers of an append plan the same generation; `finalize` publishes it as one
+/// machine's append would: the same live records in the same order, the same shards
+/// retired. Workers after another run published refuse nothing, but their `finalize`
+/// does, and publishes nothing.
+#[test]
+fn workers_append_one_generation_that_finalize_publishes() {
+    let t = table("append-workers", 4);
+    let one = scratch("append-workers-one");
+    let many = scratch("append-workers-many");
+    for out in [&one, &many] {
+        let (code, _, err) = convert(&t, out, &[]);
+        assert_eq!(code, 0, "{err}");
+    }
+    add_day(&t, 5, 5000);
+    write_table(&t.join("day=2/part-0.parquet"), 200, 22_000, 100);
+    settle();
+    let (code, _, err) = convert(&t, &one, &["--append"]);
+    assert_eq!(code, 0, "{err}");
+    append_with_workers(&t, &many, 2);
+    let before = read_manifest(&many, "data");
+    assert_eq!(before["manifest_version"], 1, "workers publish nothing");
+    let (code, stdout, err) = run(["finalize", s(&many), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["generation"], 1, "{report}");
+    assert_eq!(report["workers"], 2);
+    let (a, b) = (read_manifest(&one, "data"), read_manifest(&many, "data"));
+    assert_eq!(
+        report["retired"],
+        a["generations"][1]["retired"].as_array().unwrap().len()
+    );
+    assert_eq!(
+        records_of(&many, "data"),
+        records_of(&one, "data"),
+        "records in order"
+    );
+    for key in ["records", "retired"] {
+        assert_eq!(a["generations"][1][key], b["generations"][1][key], "{key}");
+    }
+    assert_eq!(a["inputs"], b["inputs"]);
+    assert!(many.join("data.manifest-g00001.json").exists(), "pinned");
+    assert!(!many.join(".data.tfshard-parts").exists(), "parts gone");
+    assert!(!many.join(".data.tfshard-append").exists(), "claim gone");
+    same_as_full(&t, &many, "workers");
+
+    // Nothing new: each worker says so and writes nothing; finalize finds the set.
+    for said in append_with_workers(&t, &many, 2) {
+        assert!(said.contains("up to date"), "{said}");
+    }
+    let (code, _, err) = run(["finalize", s(&many)]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(read_manifest(&many, "data"), b, "nothing written");
+
+    // Another run publishes after the workers planned: finalize refuses their parts.
+    add_day(&t, 6, 6000);
+    settle();
+    append_with_workers(&t, &many, 2);
+    let (code, _, err) = convert(&t, &many, &["--append"]);
+    assert_eq!(code, 0, "{err}");
+    let live = read_manifest(&many, "data");
+    let (code, _, err) = run(["finalize", s(&many)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("run the workers again"), "{err}");
+    assert_eq!(read_manifest(&many, "data"), live, "nothing published");
+    same_as_full(&t, &many, "workers refused");
+}
+
 #[test]
 fn appends_refuse_what_they_cannot_keep() {
     let t = table("append-usage", 1);
@@ -258,10 +338,6 @@ fn appends_refuse_what_they_cannot_keep() {
             "--split-key",
         ),
         (&["--append", "--tfds", "ds"], "TFDS"),
-        (
-            &["--append", "--num-workers", "2", "--worker-index", "0"],
-            "one machine",
-        ),
     ] {
         let (code, _, err) = convert(&t, &out, extra);
         assert_eq!(code, 2, "{extra:?}: {err}");
