@@ -279,6 +279,18 @@ fn workers_append_one_generation_that_finalize_publishes() {
     append_with_workers(&t, &many, 2);
     let before = read_manifest(&many, "data");
     assert_eq!(before["manifest_version"], 1, "workers publish nothing");
+    // A finalize killed at any point leaves the set as it was; the next completes it.
+    for failpoint in ["finalize:planned", "publish:moved", "publish:pinned"] {
+        let status = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+            .args(["finalize", s(&many)])
+            .env("TFSHARD_FAILPOINTS", format!("{failpoint}=exit"))
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(137), "{failpoint}");
+        assert_eq!(read_manifest(&many, "data"), before, "{failpoint}: still live");
+        let (code, stdout, err) = run(["verify", s(&many)]);
+        assert!(code == 0 || stdout.contains("unlisted"), "{failpoint}: {stdout}{err}");
+    }
     let (code, stdout, err) = run(["finalize", s(&many), "--json"]);
     assert_eq!(code, 0, "{err}");
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
