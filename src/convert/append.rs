@@ -51,6 +51,28 @@ pub(crate) struct NowInput {
     pub modified: Option<SystemTime>,
     /// The delete files that apply to it (Iceberg), as `inputs` names them.
     pub delete_files: Vec<String>,
+    /// An input whose ETag is a digest of a listing (an image folder's images): the
+    /// digest of its first k + 1 entries at k. An input whose first `rows` entries are
+    /// the manifest's, with its ETag, only **grew**: its entries from `rows` on are
+    /// read, and no shard retired.
+    pub growth: Option<Arc<Vec<u64>>>,
+}
+
+/// The ETag of a listing input whose entries' running digest is `digest`.
+pub(crate) fn listing_etag(digest: u64) -> String {
+    format!("listing-{digest:016x}")
+}
+
+/// Whether `now` holds `then`'s entries first, and more after them (see
+/// [`NowInput::growth`]).
+fn grew(now: &NowInput, then: &InputInfo) -> bool {
+    let Some(growth) = &now.growth else {
+        return false;
+    };
+    let before = then.rows as usize;
+    before > 0
+        && growth.len() > before
+        && then.etag.as_deref() == Some(listing_etag(growth[before - 1]).as_str())
 }
 
 /// What an append reads and retires.
@@ -63,7 +85,8 @@ pub(crate) struct Plan {
     pub retired: Vec<BTreeSet<String>>,
     /// Whether an input was changed or removed (not only added).
     pub changed: bool,
-    /// The inputs read whole (new, changed, or known only once read), by name.
+    /// The inputs read whole (new, changed, or known only once read) or that grew,
+    /// by name: the manifest counts their rows anew.
     pub whole: BTreeSet<String>,
 }
 
@@ -167,9 +190,14 @@ pub(crate) fn plan(manifests: &[Manifest], now: &[NowInput], whole_generations: 
     // Inputs whose old records are all gone (changed or removed), by manifest name.
     let mut affected: BTreeSet<&str> = BTreeSet::new();
     let mut changed = false;
+    let mut grown: BTreeSet<String> = BTreeSet::new();
     for (i, n) in now.iter().enumerate() {
         match then.get(n.name.as_str()) {
             None => reads[i] = vec![ALL],
+            Some(t) if grew(n, t) => {
+                reads[i] = vec![[t.rows, u64::MAX]];
+                grown.insert(n.name.clone());
+            }
             Some(t) if differs(n, t, published, &then) => {
                 reads[i] = vec![ALL];
                 affected.insert(n.name.as_str());
@@ -262,10 +290,12 @@ pub(crate) fn plan(manifests: &[Manifest], now: &[NowInput], whole_generations: 
             break;
         }
     }
-    let whole = (now.iter().zip(&reads))
+    // (An input that grew counts its entries anew, as one read whole does.)
+    let mut whole: BTreeSet<String> = (now.iter().zip(&reads))
         .filter(|(_, r)| **r == [ALL])
         .map(|(n, _)| n.name.clone())
         .collect();
+    whole.extend(grown);
     Plan {
         reads,
         retired,
@@ -561,6 +591,13 @@ impl Appending {
                 }
             }
         }
+        // Images left out: this run's walk and reads, and what earlier generations'
+        // reads left out of the images this run did not read.
+        if let (Some(now), Some(then)) = (&mut new.skipped, &old.skipped) {
+            let seen: BTreeSet<String> = now.iter().map(|s| s.path.clone()).collect();
+            now.extend(then.iter().filter(|s| !seen.contains(&s.path)).cloned());
+            now.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+        }
         if kept_any && records == 0 {
             new.features = old.features.clone();
         } else if kept_any {
@@ -855,6 +892,7 @@ mod tests {
             records,
             modified: None,
             delete_files: Vec::new(),
+            growth: None,
         }
     }
 
@@ -1065,6 +1103,40 @@ mod tests {
             why.contains("\"y\" is float") && why.contains("int64"),
             "{why}"
         );
+    }
+
+    /// A listing input (an image folder) whose first entries are the set's grew: only
+    /// its new entries are read, nothing retired; one whose entries changed retires
+    /// the shards holding it.
+    #[test]
+    fn a_listing_that_grew_reads_its_new_entries() {
+        // c's 100 entries, then 2 more.
+        let digests: Vec<u64> = (0..102).map(|k| k * 10 + 1).collect();
+        let mut m = six();
+        m.inputs[2].etag = Some(listing_etag(digests[99]));
+        let mut now = all_now();
+        now[2].bytes = 150;
+        now[2].records = Some(102);
+        now[2].etag = Some(listing_etag(digests[101]));
+        now[2].growth = Some(Arc::new(digests.clone()));
+        let p = plan(std::slice::from_ref(&m), &now, false);
+        assert_eq!(p.reads[2], [[100, u64::MAX]]);
+        assert!(p
+            .reads
+            .iter()
+            .enumerate()
+            .all(|(i, r)| i == 2 || r.is_empty()));
+        assert!(p.retired[0].is_empty() && !p.changed);
+        assert!(p.whole.contains(&now[2].name), "its rows are counted anew");
+        // An entry before the set's last changed: the folder changed.
+        // (A running digest: every later one differs too.)
+        let other: Vec<u64> = (digests.iter().enumerate())
+            .map(|(k, &d)| if k < 50 { d } else { d + 1 })
+            .collect();
+        now[2].growth = Some(Arc::new(other));
+        let p = plan(std::slice::from_ref(&m), &now, false);
+        assert_eq!(p.reads[2], [ALL]);
+        assert!(p.changed && !p.retired[0].is_empty());
     }
 
     #[test]

@@ -2,20 +2,22 @@
 //! `tf.train.Example` records, in path order. Files are read in parallel chunks on the
 //! run's pool and written in order.
 
-use std::path::PathBuf;
+use std::collections::HashMap;
+use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde_json::json;
 
 use crate::convert::route::Router;
-use crate::convert::{ConvertOptions, Open, Source};
+use crate::convert::{append, ConvertOptions, Open, Source};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::encode::{EncodeOptions, EncodedBatch};
 use crate::example::image;
 use crate::example::RecordType;
+use crate::hash::stable_hash;
 use crate::manifest::{InputInfo, Manifest, Skipped};
 use crate::progress::Progress;
-use crate::source::images::{self, ImageData, ImagePlan, Labels, OnError};
+use crate::source::images::{self, ImageData, ImageFile, ImagePlan, Labels, OnError};
 
 /// Files read in parallel per step; their bytes are held until written in order.
 const IMAGE_CHUNK: usize = 64;
@@ -74,12 +76,73 @@ impl ImageOptions {
 
 /// An image folder, walked and planned, ready to be converted.
 pub(crate) struct ImageSource {
-    dir: PathBuf,
     images: ImageOptions,
     plan: ImagePlan,
-    /// Files left out by the last pass (`--on-error skip`), and the bytes it read.
+    /// The folders the images are in: the manifest's inputs.
+    folders: Vec<Folder>,
+    /// Per image of the plan: its folder's index, and its index among that folder's
+    /// images (what shards' `sources` count).
+    at: Vec<(u32, u64)>,
+    /// Files left out by the last pass (`--on-error skip`).
     skipped: Vec<Skipped>,
-    bytes_read: u64,
+}
+
+/// A folder of images, as the manifest lists it among the inputs: its images' bytes and
+/// count, and as its ETag a digest of their names, sizes, modification times and labels,
+/// so that an append tells a folder that only gained images after its last one from one
+/// whose images changed.
+struct Folder {
+    name: String,
+    bytes: u64,
+    /// The running digest after each of its images.
+    digests: Vec<u64>,
+}
+
+/// The folders of `files` (each image's parent, relative to `dir`), in order of their
+/// first image, and each image's place in its folder.
+fn folders_of(dir: &std::path::Path, files: &[ImageFile]) -> (Vec<Folder>, Vec<(u32, u64)>) {
+    let mut index: HashMap<&str, u32> = HashMap::new();
+    let mut folders: Vec<Folder> = Vec::new();
+    let mut at = Vec::with_capacity(files.len());
+    for file in files {
+        let parent = file.rel.rsplit_once('/').map_or("", |(d, _)| d);
+        let f = *index.entry(parent).or_insert_with(|| {
+            let name = if parent.is_empty() {
+                dir.to_path_buf()
+            } else {
+                dir.join(parent)
+            };
+            folders.push(Folder {
+                name: name.display().to_string(),
+                bytes: 0,
+                digests: Vec::new(),
+            });
+            (folders.len() - 1) as u32
+        });
+        let folder = &mut folders[f as usize];
+        at.push((f, folder.digests.len() as u64));
+        folder.bytes += file.bytes;
+        let before = folder.digests.last().copied().unwrap_or(0);
+        folder.digests.push(image_digest(before, file));
+    }
+    (folders, at)
+}
+
+/// The running digest of a folder's images after `file`.
+fn image_digest(before: u64, file: &ImageFile) -> u64 {
+    let mut bytes = before.to_le_bytes().to_vec();
+    bytes.extend_from_slice(file.rel.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(&file.bytes.to_le_bytes());
+    let modified = (file.modified)
+        .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(u128::MAX, |d| d.as_nanos());
+    bytes.extend_from_slice(&modified.to_le_bytes());
+    if let Some((value, text)) = &file.label {
+        bytes.extend_from_slice(&value.to_le_bytes());
+        bytes.extend_from_slice(text.as_bytes());
+    }
+    stable_hash(b'I', &bytes)
 }
 
 impl ImageSource {
@@ -92,12 +155,13 @@ impl ImageSource {
     pub(crate) fn open(options: &ConvertOptions, images: &ImageOptions) -> Result<ImageSource> {
         let dir = options.inputs.first().cloned().unwrap_or_default();
         let plan = images::plan(&dir, &images.labels, &images.extensions, images.on_error)?;
+        let (folders, at) = folders_of(&dir, &plan.files);
         Ok(ImageSource {
-            dir,
             images: images.clone(),
             plan,
+            folders,
+            at,
             skipped: Vec::new(),
-            bytes_read: 0,
         })
     }
 
@@ -127,12 +191,7 @@ impl Source for ImageSource {
     }
 
     fn estimated_bytes(&self) -> u64 {
-        self.plan
-            .files
-            .iter()
-            .filter_map(|f| std::fs::symlink_metadata(&f.path).ok())
-            .map(|m| m.len())
-            .sum()
+        self.plan.files.iter().map(|f| f.bytes).sum()
     }
 
     fn produce(
@@ -142,18 +201,17 @@ impl Source for ImageSource {
         progress: &dyn Progress,
     ) -> Result<()> {
         let mut skipped = Vec::new();
-        let mut bytes_read = 0u64;
         let mut batch = EncodedBatch::default();
-        // One input, the folder: its records are its images in the plan's order.
-        router.origin(0, 0);
-        for chunk in self.plan.files.chunks(IMAGE_CHUNK) {
+        // Each folder is an input: an image's record is its index among the folder's
+        // images. The batch holds a run of consecutive ones.
+        let mut next: Option<(u32, u64)> = None;
+        for (chunk, at) in (self.plan.files.chunks(IMAGE_CHUNK)).zip(self.at.chunks(IMAGE_CHUNK)) {
             // The work is I/O and syscalls: read a chunk in parallel, write it in order.
             let read: Vec<Result<ImageData>> = chunk
                 .par_iter()
                 .map(|f| images::read_image(&f.path))
                 .collect();
-            batch.clear();
-            for (file, image) in chunk.iter().zip(read) {
+            for ((file, image), &(folder, index)) in chunk.iter().zip(read).zip(at) {
                 let image = image.and_then(|image| match image.format {
                     // TFDS's Image feature decodes these with a frame dimension.
                     format @ ("gif" | "webp") if options.tfds.is_some() => {
@@ -163,7 +221,14 @@ impl Source for ImageSource {
                 });
                 match image {
                     Ok(image) => {
-                        bytes_read += image.bytes.len() as u64;
+                        if next != Some((folder, index)) {
+                            if !batch.sizes.is_empty() {
+                                router.put_batch(&batch)?;
+                                batch.clear();
+                            }
+                            router.origin(folder, index);
+                        }
+                        next = Some((folder, index + 1));
                         batch.push_record(&image::encode(file, image));
                     }
                     Err(e) if self.images.on_error == OnError::Skip => skipped.push(Skipped {
@@ -173,24 +238,27 @@ impl Source for ImageSource {
                     Err(e) => return Err(e),
                 }
             }
-            router.put_batch(&batch)?;
+            if !batch.sizes.is_empty() {
+                router.put_batch(&batch)?;
+                batch.clear();
+            }
             progress.advance(chunk.len() as u64, router.bytes_written());
             options.cancel.check()?;
         }
         self.skipped = skipped;
-        self.bytes_read = bytes_read;
         Ok(())
     }
 
     fn manifest(&self, options: &ConvertOptions, records: u64) -> Manifest {
         let images = &self.images;
-        let total: u64 = self.plan.files.len() as u64 - self.skipped.len() as u64;
-        let inputs = vec![InputInfo {
-            path: self.dir.display().to_string(),
-            bytes: self.bytes_read,
-            rows: total,
-            etag: None,
-        }];
+        let inputs = (self.folders.iter())
+            .map(|f| InputInfo {
+                path: f.name.clone(),
+                bytes: f.bytes,
+                rows: f.digests.len() as u64,
+                etag: f.digests.last().map(|&d| append::listing_etag(d)),
+            })
+            .collect();
         let labels = images.labels != Labels::None;
         let labels_option = match &images.labels {
             Labels::DirName => "dirname".to_owned(),
@@ -218,5 +286,33 @@ impl Source for ImageSource {
 
     fn skipped(&self) -> u64 {
         (self.plan.skipped.len() + self.skipped.len()) as u64
+    }
+
+    /// Each folder's images by name, size, modification time and label.
+    fn now_inputs(&self) -> Option<Vec<append::NowInput>> {
+        Some(
+            (self.folders.iter())
+                .map(|f| append::NowInput {
+                    name: f.name.clone(),
+                    bytes: f.bytes,
+                    etag: f.digests.last().map(|&d| append::listing_etag(d)),
+                    records: Some(f.digests.len() as u64),
+                    modified: None,
+                    delete_files: Vec::new(),
+                    growth: Some(Arc::new(f.digests.clone())),
+                })
+                .collect(),
+        )
+    }
+
+    fn select(&mut self, reads: &[Vec<[u64; 2]>]) -> Result<()> {
+        let read = |&(folder, index): &(u32, u64)| {
+            (reads[folder as usize].iter()).any(|r| r[0] <= index && index < r[1])
+        };
+        let keep: Vec<bool> = self.at.iter().map(read).collect();
+        let mut k = keep.iter();
+        self.plan.files.retain(|_| *k.next().unwrap_or(&false));
+        self.at.retain(read);
+        Ok(())
     }
 }

@@ -1250,13 +1250,6 @@ impl ConverterBuilder {
             images.validate(&options)?;
         }
         let tfrecord = matches!(input, Input::Tfrecord(_));
-        if options.append && matches!(input, Input::Images(_)) {
-            return Err(Error::invalid_option(
-                "append",
-                "not yet for image folders (Parquet and TFRecord files and Delta and Iceberg \
-                 tables append): convert again with --overwrite",
-            ));
-        }
         if options.encode.record_type == RecordType::Bytes && !tfrecord {
             return Err(Error::invalid_option(
                 "record-type",
@@ -1401,7 +1394,7 @@ fn run(
         let Some(now) = source.now_inputs() else {
             return Err(Error::invalid_option(
                 "append",
-                "not for this input: it applies to Parquet and TFRecord files and Delta or \
+                "not for this input: it applies to Parquet and TFRecord files, image folders and Delta or \
                  Iceberg tables; convert again with --overwrite",
             ));
         };

@@ -212,6 +212,7 @@ impl TableSource {
                 }),
                 modified: input.modified(),
                 delete_files: input.delete_files(),
+                growth: None,
             })
             .collect()
     }

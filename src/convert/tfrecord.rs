@@ -708,6 +708,7 @@ impl Source for TfrecordSource {
                     records: None,
                     modified: f.blob.object().modified,
                     delete_files: Vec::new(),
+                    growth: None,
                 })
                 .collect(),
         )

@@ -47,6 +47,10 @@ pub struct ImageFile {
     pub path: PathBuf,
     /// Label and class text.
     pub label: Option<(i64, String)>,
+    /// Its size when the folder was walked.
+    pub bytes: u64,
+    /// When it was last modified, where the file system says.
+    pub modified: Option<std::time::SystemTime>,
 }
 
 /// The walk's result.
@@ -89,7 +93,7 @@ pub fn plan(
         return Err(bad(ImageProblem::NotAFolder, dir));
     }
     let mut out = ImagePlan::default();
-    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    let mut found: Vec<ImageFile> = Vec::new();
     let mut classes: BTreeSet<String> = BTreeSet::new();
     let rel_of = |p: &Path| -> String {
         let rel = p.strip_prefix(dir).unwrap_or(p);
@@ -150,23 +154,21 @@ pub fn plan(
         if entry.depth() == 1 && *labels == Labels::DirName {
             return Err(Error::new(ErrorKind::UnlabeledImage).with_file(entry.path()));
         }
-        found.push((rel, entry.path().to_path_buf()));
+        let meta = entry.metadata().ok();
+        found.push(ImageFile {
+            rel,
+            path: entry.path().to_path_buf(),
+            label: None,
+            bytes: meta.as_ref().map_or(0, std::fs::Metadata::len),
+            modified: meta.and_then(|m| m.modified().ok()),
+        });
     }
     // Byte order of the relative path, as Python's sorted().
-    found.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    found.sort_by(|a, b| a.rel.as_bytes().cmp(b.rel.as_bytes()));
     out.skipped
         .sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
     match labels {
-        Labels::None => {
-            out.files = found
-                .into_iter()
-                .map(|(rel, path)| ImageFile {
-                    rel,
-                    path,
-                    label: None,
-                })
-                .collect();
-        }
+        Labels::None => out.files = found,
         Labels::DirName => {
             let names: Vec<String> = classes.into_iter().collect();
             let index: BTreeMap<&str, i64> = names
@@ -176,13 +178,12 @@ pub fn plan(
                 .collect();
             out.files = found
                 .into_iter()
-                .map(|(rel, path)| {
-                    let class = rel.split('/').next().unwrap_or_default().to_owned();
+                .map(|file| {
+                    let class = file.rel.split('/').next().unwrap_or_default().to_owned();
                     let label = index.get(class.as_str()).copied().unwrap_or(0);
                     ImageFile {
-                        rel,
-                        path,
                         label: Some((label, class)),
+                        ..file
                     }
                 })
                 .collect();
@@ -218,7 +219,7 @@ fn read_csv(csv: &Path) -> Result<Vec<(String, String)>> {
 
 fn label_from_csv(
     csv: &Path,
-    found: Vec<(String, PathBuf)>,
+    found: Vec<ImageFile>,
     on_error: OnError,
     out: &mut ImagePlan,
 ) -> Result<()> {
@@ -237,9 +238,10 @@ fn label_from_csv(
         .enumerate()
         .map(|(i, n)| (n.as_str(), i as i64))
         .collect();
-    let present: BTreeSet<&str> = found.iter().map(|(r, _)| r.as_str()).collect();
+    let present: BTreeSet<&str> = found.iter().map(|f| f.rel.as_str()).collect();
     let mut problems = Vec::new();
-    for (rel, path) in &found {
+    for file in &found {
+        let rel = &file.rel;
         match by_name.get(rel.as_str()) {
             Some(label) => {
                 let value = if integers {
@@ -248,9 +250,8 @@ fn label_from_csv(
                     index[label]
                 };
                 out.files.push(ImageFile {
-                    rel: rel.clone(),
-                    path: path.clone(),
                     label: Some((value, (*label).to_owned())),
+                    ..file.clone()
                 });
             }
             None => problems.push(Skipped {

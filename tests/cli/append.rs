@@ -287,9 +287,16 @@ fn workers_append_one_generation_that_finalize_publishes() {
             .status()
             .unwrap();
         assert_eq!(status.code(), Some(137), "{failpoint}");
-        assert_eq!(read_manifest(&many, "data"), before, "{failpoint}: still live");
+        assert_eq!(
+            read_manifest(&many, "data"),
+            before,
+            "{failpoint}: still live"
+        );
         let (code, stdout, err) = run(["verify", s(&many)]);
-        assert!(code == 0 || stdout.contains("unlisted"), "{failpoint}: {stdout}{err}");
+        assert!(
+            code == 0 || stdout.contains("unlisted"),
+            "{failpoint}: {stdout}{err}"
+        );
     }
     let (code, stdout, err) = run(["finalize", s(&many), "--json"]);
     assert_eq!(code, 0, "{err}");
@@ -337,6 +344,88 @@ fn workers_append_one_generation_that_finalize_publishes() {
     same_as_full(&t, &many, "workers refused");
 }
 
+/// `convert images` of `dir` into `out` (2 records a shard), with `extra`.
+fn convert_images(dir: &Path, out: &Path, extra: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["convert", "images", s(dir), "-o", s(out)];
+    args.extend_from_slice(&["--max-records-per-shard", "2"]);
+    args.extend_from_slice(extra);
+    run(args)
+}
+
+/// An image folder's sub-folders are its inputs: a folder that gained images after
+/// its last one, or a new one, is read alone; one whose images changed (replaced,
+/// removed) retires the shards holding its records. After each step the live records
+/// equal a full conversion.
+#[test]
+fn an_image_folder_appends_its_new_images() {
+    let dir = crate::copy_tree(&crate::root().join("testdata/images"), "append-images");
+    let out = scratch("append-images-out");
+    let full = scratch("append-images-full");
+    let same_as_full = |step: &str| {
+        let (code, _, err) = convert_images(&dir, &full, &["--overwrite"]);
+        assert_eq!(code, 0, "{err}");
+        let (a, b) = (records_of(&out, "data"), records_of(&full, "data"));
+        let sorted = |mut v: Vec<Vec<u8>>| {
+            v.sort();
+            v
+        };
+        assert_eq!(sorted(a), sorted(b), "{step}: the live records");
+        let (code, stdout, err) = run(["verify", s(&out)]);
+        assert_eq!(code, 0, "{step}: {stdout}{err}");
+    };
+    let (code, _, err) = convert_images(&dir, &out, &[]);
+    assert_eq!(code, 0, "{err}");
+    let before = listed(&out);
+    settle();
+    // dogs/ gains an image after its last (G.JPEG, d.gif, e.bmp, f-really-png.jpg);
+    // zebras/, empty, gains its first.
+    let png = dir.join("cats/nested/deep/b.png");
+    fs::copy(&png, dir.join("dogs/h.png")).unwrap();
+    fs::copy(&png, dir.join("zebras/z.png")).unwrap();
+    settle();
+    let (code, stdout, err) = convert_images(&dir, &out, &["--append", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(summary["records"], 2, "only the new images: {summary}");
+    assert_eq!(summary["retired"], 0, "{summary}");
+    let now = listed(&out);
+    for (f, bytes) in &before {
+        assert_eq!(now.get(f), Some(bytes), "{f} stays as it was");
+    }
+    same_as_full("new images");
+    let (code, stdout, _) = convert_images(&dir, &out, &["--append"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("up to date"), "{stdout}");
+
+    // An image replaced, one removed: their folders' shards go.
+    fs::copy(dir.join("dogs/e.bmp"), dir.join("cats/a.jpg")).unwrap();
+    settle();
+    let (code, stdout, err) = convert_images(&dir, &out, &["--append", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(summary["retired"].as_u64().unwrap() > 0, "{summary}");
+    same_as_full("replaced image");
+    fs::remove_file(dir.join("dogs/d.gif")).unwrap();
+    let (code, _, err) = convert_images(&dir, &out, &["--append"]);
+    assert_eq!(code, 0, "{err}");
+    same_as_full("removed image");
+
+    // A new class folder sorting first renumbers every label: every folder changed.
+    fs::create_dir(dir.join("ants")).unwrap();
+    fs::copy(&png, dir.join("ants/x.png")).unwrap();
+    let (code, stdout, err) = convert_images(&dir, &out, &["--append", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let m = read_manifest(&out, "data");
+    let last = m["generations"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        summary["records"], m["records"],
+        "all read again: {summary}"
+    );
+    assert!(!last["retired"].as_array().unwrap().is_empty());
+    same_as_full("new class");
+}
+
 #[test]
 fn appends_refuse_what_they_cannot_keep() {
     let t = table("append-usage", 1);
@@ -355,19 +444,6 @@ fn appends_refuse_what_they_cannot_keep() {
         assert_eq!(code, 2, "{extra:?}: {err}");
         assert!(err.contains(needle), "{extra:?}: {err}");
     }
-    // Not yet for image folders.
-    let images = crate::root().join("testdata/images");
-    let target = scratch("append-usage-images");
-    let (code, _, err) = run([
-        "convert",
-        "images",
-        s(&images),
-        "-o",
-        s(&target),
-        "--append",
-    ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("not yet"), "{err}");
     // Options that change the records must be the set's; the shard size may change.
     for (extra, needle) in [
         (&["--append", "--compression", "gzip"][..], "compression"),
