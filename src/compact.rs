@@ -114,9 +114,17 @@ fn small_generations(m: &Manifest, target: u64) -> Vec<u32> {
 }
 
 /// The sources of a shard holding the set's records `[start, end)` (counted over
-/// `old`, in order): every source of each old shard it takes records from.
+/// `old`, in order): of each old shard it takes records from, the rows of those
+/// records where its ranges count its records one by one, else all its sources (a
+/// split's shard, whose ranges also span records of other splits).
 fn sources_of(old: &[&ShardInfo], start: u64, end: u64) -> Vec<ShardSource> {
     let mut out: Vec<ShardSource> = Vec::new();
+    let mut add = |src: ShardSource| match out.last_mut() {
+        Some(prev) if prev.input == src.input && prev.rows[1] == src.rows[0] => {
+            prev.rows[1] = src.rows[1];
+        }
+        _ => out.push(src),
+    };
     let mut at = 0;
     for s in old {
         let (first, last) = (at, at + s.records);
@@ -124,13 +132,22 @@ fn sources_of(old: &[&ShardInfo], start: u64, end: u64) -> Vec<ShardSource> {
         if first >= end || last <= start {
             continue;
         }
+        let exact = s.sources.iter().map(|r| r.rows[1] - r.rows[0]).sum::<u64>() == s.records;
+        if !exact {
+            s.sources.iter().cloned().for_each(&mut add);
+            continue;
+        }
+        // The shard's records [from, to), mapped through its ranges in order.
+        let (from, to) = (start.max(first) - first, end.min(last) - first);
+        let mut k = 0;
         for src in &s.sources {
-            match out.last_mut() {
-                Some(prev) if prev.input == src.input && prev.rows[1] == src.rows[0] => {
-                    prev.rows[1] = src.rows[1];
-                }
-                _ => out.push(src.clone()),
+            let len = src.rows[1] - src.rows[0];
+            let (a, b) = (from.max(k), to.min(k + len));
+            if a < b {
+                let rows = [src.rows[0] + (a - k), src.rows[0] + (b - k)];
+                add(ShardSource::new(src.input.clone(), rows));
             }
+            k += len;
         }
     }
     out
@@ -384,7 +401,23 @@ mod tests {
                 .collect()
         };
         assert_eq!(src(0, 10), [("x".into(), [0, 10])]);
-        assert_eq!(src(5, 15), [("x".into(), [0, 20]), ("y".into(), [0, 5])]);
+        // b's ranges hold 15 rows for its 10 records (a split's shard): all of them.
+        assert_eq!(src(5, 15), [("x".into(), [5, 20]), ("y".into(), [0, 5])]);
         assert_eq!(src(20, 30), [("z".into(), [0, 10])]);
+        assert_eq!(src(22, 25), [("z".into(), [2, 5])]);
+        let d = shard("d", 10, 1, 3, &[("x", [20, 26]), ("y", [5, 9])]);
+        let old = [&a, &d];
+        let cut: Vec<(String, [u64; 2])> = sources_of(&old, 5, 17)
+            .into_iter()
+            .map(|s| (s.input, s.rows))
+            .collect();
+        assert_eq!(
+            cut,
+            [
+                ("x".into(), [5, 10]),
+                ("x".into(), [20, 26]),
+                ("y".into(), [5, 6])
+            ]
+        );
     }
 }

@@ -81,6 +81,12 @@ pub enum ProblemKind {
     SchemaMismatch,
     /// The file cannot be opened or read.
     Unreadable,
+    /// A shard's `sources` that its manifest's `inputs` cannot hold (an input not
+    /// listed, rows past its end, rows two shards both claim), or (`--deep`) an input
+    /// that is no longer as the manifest lists it.
+    SourceMismatch,
+    /// A shard whose name is not of the generation the manifest gives it.
+    GenerationMismatch,
 }
 
 impl ProblemKind {
@@ -101,6 +107,8 @@ impl ProblemKind {
             ProblemKind::DecodeError => "decode error",
             ProblemKind::SchemaMismatch => "schema mismatch",
             ProblemKind::Unreadable => "cannot read",
+            ProblemKind::SourceMismatch => "source mismatch",
+            ProblemKind::GenerationMismatch => "generation mismatch",
         }
     }
 
@@ -122,6 +130,8 @@ impl ProblemKind {
             ProblemKind::DecodeError => "decode_error",
             ProblemKind::SchemaMismatch => "schema_mismatch",
             ProblemKind::Unreadable => "unreadable",
+            ProblemKind::SourceMismatch => "source_mismatch",
+            ProblemKind::GenerationMismatch => "generation_mismatch",
         }
     }
 
@@ -645,6 +655,7 @@ fn plan_manifest(
             ));
         }
     }
+    check_sources(path, m, options, problems);
     let records: u64 = m.shards.iter().map(|s| s.records).sum();
     let bytes: u64 = m.shards.iter().map(|s| s.bytes).sum();
     if records != m.records {
@@ -669,6 +680,148 @@ fn plan_manifest(
         ));
     }
     Ok(())
+}
+
+fn is_listing_etag(etag: &str) -> bool {
+    etag.starts_with(crate::convert::append::LISTING_ETAG)
+}
+
+/// The generation a shard's name gives it: `g` for `…-g{g:05}-{i:05}-of-{n:05}…`, else
+/// 0 (no prefix may end like a generation, so the name alone says).
+fn named_generation(name: &str) -> u32 {
+    let digits = |t: &str| t.len() >= 5 && t.bytes().all(|b| b.is_ascii_digit());
+    let Some((head, _)) = name.rsplit_once("-of-") else {
+        return 0;
+    };
+    let Some((head, index)) = head.rsplit_once('-') else {
+        return 0;
+    };
+    match head.rsplit_once('-') {
+        Some((_, g)) if digits(index) => match g.strip_prefix('g') {
+            Some(g) if digits(g) => g.parse().unwrap_or(0),
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// Checks each shard's generation against its name, and its `sources` against the
+/// manifest's `inputs`: each names a listed input, within its rows; without
+/// `--shuffle`, a shard's ranges hold at least its records, and (without `--split`)
+/// no two shards claim the same rows of an input. With `--deep`, each input that can still be read is as
+/// the manifest lists it (size, and ETag where it has one); one that cannot be read
+/// (vacuumed, expired, moved) is not a problem.
+fn check_sources(path: &Path, m: &Manifest, options: &VerifyOptions, problems: &mut Vec<Problem>) {
+    let mut report = |kind, detail: String| problems.push(problem(path, None, None, kind, detail));
+    let inputs: BTreeMap<&str, &manifest::InputInfo> =
+        m.inputs.iter().map(|i| (i.path.as_str(), i)).collect();
+    let shuffled = m.options.get("shuffle").is_some_and(|v| v == true);
+    // A split's shard's ranges span records of other splits: `compact` gives each of two
+    // shards cut from one such shard all of its ranges.
+    let split = m.options.get("split").is_some_and(|v| !v.is_null());
+    // Per input, the rows claimed and by which shard.
+    let mut claimed: BTreeMap<&str, Vec<([u64; 2], &str)>> = BTreeMap::new();
+    for shard in &m.shards {
+        let g = shard.generation.unwrap_or(0);
+        let named = named_generation(&shard.file);
+        if named != g {
+            report(
+                ProblemKind::GenerationMismatch,
+                format!(
+                    "{} is named as generation {named}, the manifest gives it generation {g}",
+                    shard.file
+                ),
+            );
+        }
+        let mut held = 0u64;
+        for source in &shard.sources {
+            let [start, end] = source.rows;
+            let Some(input) = inputs.get(source.input.as_str()) else {
+                report(
+                    ProblemKind::SourceMismatch,
+                    format!(
+                        "{} holds records of {}, which inputs does not list",
+                        shard.file, source.input
+                    ),
+                );
+                continue;
+            };
+            if start > end || end > input.rows {
+                report(
+                    ProblemKind::SourceMismatch,
+                    format!(
+                        "{} holds rows [{start}, {end}) of {}, which has {} rows",
+                        shard.file, source.input, input.rows
+                    ),
+                );
+                continue;
+            }
+            held += end - start;
+            claimed
+                .entry(source.input.as_str())
+                .or_default()
+                .push(([start, end], shard.file.as_str()));
+        }
+        if !shuffled && !shard.sources.is_empty() && held < shard.records {
+            report(
+                ProblemKind::SourceMismatch,
+                format!(
+                    "{} holds {} records, its sources name {held} rows",
+                    shard.file, shard.records
+                ),
+            );
+        }
+    }
+    if !shuffled && !split {
+        for (input, ranges) in &mut claimed {
+            ranges.sort_unstable();
+            for pair in ranges.windows(2) {
+                let ([_, end], a) = pair[0];
+                let ([start, _], b) = pair[1];
+                if start < end {
+                    report(
+                        ProblemKind::SourceMismatch,
+                        format!("{a} and {b} both hold rows from {start} of {input}"),
+                    );
+                }
+            }
+        }
+    }
+    if !options.deep {
+        return;
+    }
+    // (An image folder's inputs are folders, their ETag a digest of a listing: `convert
+    // --append` tells whether they changed.)
+    let files = (m.inputs.iter()).filter(|i| !i.etag.as_deref().is_some_and(is_listing_etag));
+    for input in files {
+        let at = Path::new(&input.path);
+        let Ok(blob) = crate::store::storage::Blob::head(at, options.io) else {
+            continue;
+        };
+        let now = blob.object();
+        let file_etag = input.etag.as_deref();
+        let etag_differs = file_etag.is_some() && now.etag.as_deref() != file_etag;
+        if now.size != input.bytes || etag_differs {
+            report(
+                ProblemKind::SourceMismatch,
+                format!(
+                    "input {} is {} bytes{} now, {} bytes{} when converted: the shards \
+                     holding its records may be out of date (convert --append brings \
+                     the set up to date)",
+                    input.path,
+                    now.size,
+                    now.etag
+                        .as_deref()
+                        .map(|e| format!(" (ETag {e})"))
+                        .unwrap_or_default(),
+                    input.bytes,
+                    file_etag
+                        .map(|e| format!(" (ETag {e})"))
+                        .unwrap_or_default(),
+                ),
+            );
+        }
+    }
 }
 
 /// Bytes per range of [`file_crc32c`]: large sequential reads.
@@ -1048,6 +1201,18 @@ impl SchemaCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shard_name_says_its_generation() {
+        assert_eq!(named_generation("data-00000-of-00004.tfrecord"), 0);
+        assert_eq!(
+            named_generation("data-g00012-00003-of-00004.tfrecord.gz"),
+            12
+        );
+        assert_eq!(named_generation("train-g00001-00000-of-00001.tfrecord"), 1);
+        assert_eq!(named_generation("my-gpu-00000-of-00001.tfrecord"), 0);
+        assert_eq!(named_generation("ds-train.tfrecord-00000-of-00001"), 0);
+    }
 
     /// Problems are typed (kind and place); their text is their `Display`.
     #[test]

@@ -58,9 +58,12 @@ pub(crate) struct NowInput {
     pub growth: Option<Arc<Vec<u64>>>,
 }
 
+/// What starts the ETag of a listing input (see [`listing_etag`]).
+pub(crate) const LISTING_ETAG: &str = "listing-";
+
 /// The ETag of a listing input whose entries' running digest is `digest`.
 pub(crate) fn listing_etag(digest: u64) -> String {
-    format!("listing-{digest:016x}")
+    format!("{LISTING_ETAG}{digest:016x}")
 }
 
 /// Whether `now` holds `then`'s entries first, and more after them (see

@@ -492,6 +492,79 @@ fn a_manifest_edited_by_hand_stops_an_append() {
     assert!(err.contains("listed twice"), "{err}");
 }
 
+/// `verify` checks each shard's generation and `sources` against the manifest's
+/// `inputs`; `verify --deep` also checks the inputs that can still be read against
+/// what the manifest says of them.
+#[test]
+fn verify_checks_sources_and_generations() {
+    let t = table("append-verify", 3);
+    let out = scratch("append-verify-out");
+    assert_eq!(convert(&t, &out, &[]).0, 0);
+    add_day(&t, 4, 4000);
+    settle();
+    assert_eq!(convert(&t, &out, &["--append"]).0, 0);
+    let (code, stdout, err) = run(["verify", "--deep", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let path = out.join("data.manifest.json");
+    let good = read_manifest(&out, "data");
+    type Edit = fn(&mut serde_json::Value);
+    let edits: [(&str, Edit); 5] = [
+        ("which inputs does not list", |m| {
+            m["shards"][0]["sources"][0]["input"] = "elsewhere.parquet".into()
+        }),
+        ("which has 300 rows", |m| {
+            m["shards"][0]["sources"][0]["rows"] = serde_json::json!([0, 301])
+        }),
+        ("both hold rows from", |m| {
+            m["shards"][1]["sources"][0]["rows"] = serde_json::json!([200, 300])
+        }),
+        ("its sources name", |m| {
+            m["shards"][0]["sources"][0]["rows"] = serde_json::json!([0, 10])
+        }),
+        ("the manifest gives it generation 1", |m| {
+            m["shards"][0]["generation"] = 1.into()
+        }),
+    ];
+    for (needle, edit) in edits {
+        let mut m = good.clone();
+        edit(&mut m);
+        if needle.contains("generation 1") {
+            // (Generation 1 wrote more shards than it has live: still adds up.)
+            m["generations"][1]["shards"] = 9.into();
+        }
+        fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        let (code, stdout, err) = run(["verify", s(&out)]);
+        assert_eq!(code, 1, "{needle}: {stdout}{err}");
+        assert!(
+            format!("{stdout}{err}").contains(needle),
+            "{needle}: {stdout}{err}"
+        );
+    }
+    fs::write(&path, serde_json::to_vec(&good).unwrap()).unwrap();
+    // An input replaced since: --deep names it; the set is fine as shards.
+    write_table(&t.join("day=2/part-0.parquet"), 200, 22_000, 100);
+    let (code, stdout, err) = run(["verify", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let (code, stdout, err) = run(["verify", "--deep", "--json", s(&out)]);
+    assert_eq!(code, 1, "{stdout}{err}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let problems = report["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{report}");
+    assert_eq!(problems[0]["kind"], "source_mismatch");
+    assert!(
+        problems[0]["problem"].as_str().unwrap().contains("day=2"),
+        "{report}"
+    );
+    // After an append the set is as the inputs are; an input gone is not a problem.
+    settle();
+    assert_eq!(convert(&t, &out, &["--append"]).0, 0);
+    let (code, stdout, err) = run(["verify", "--deep", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    fs::remove_dir_all(t.join("day=4")).unwrap();
+    let (code, stdout, err) = run(["verify", "--deep", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+}
+
 /// Writes a set's shard files and its manifest into `out`.
 fn restore(out: &Path, shards: &BTreeMap<String, Vec<u8>>, manifest: &serde_json::Value) {
     for (f, bytes) in shards {
