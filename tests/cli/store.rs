@@ -2458,6 +2458,28 @@ fn appends_in_a_bucket_as_on_disk() {
     let summary: serde_json::Value =
         serde_json::from_str(&convert(&["--append", "--json"])).unwrap();
     assert_eq!(summary["up_to_date"], true);
+    // Two workers and a finalize append one generation.
+    let part = table.join("day=5");
+    std::fs::create_dir_all(&part).unwrap();
+    crate::convert::write_table(&part.join("part-0.parquet"), 300, 5000, 100);
+    put();
+    for i in ["0", "1"] {
+        convert(&["--append", "--num-workers", "2", "--worker-index", i]);
+    }
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &["finalize", &out, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["generation"], 3, "{report}");
+    let got = fetch("g3");
+    assert_eq!(
+        crate::append::payloads(&got),
+        crate::append::payloads(&full("g3"))
+    );
+    let keys = client(&s.endpoint, &["ls", &b, "out"]);
+    assert!(
+        keys.lines().all(|k| !k.starts_with("out/.")),
+        "no parts or claims left: {keys}"
+    );
 }
 
 /// An append into a bucket killed at each step of its publish leaves a live set (the
