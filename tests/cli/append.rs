@@ -956,6 +956,47 @@ fn tfrecord_files_append() {
     same_as_full("a changed file");
 }
 
+/// TFRecord files whose features are known once read: a new file holding a feature of
+/// the set under another kind cannot join it; the append exits 1 naming the feature
+/// and publishes nothing.
+#[test]
+fn tfrecord_files_of_another_kind_stop_an_append() {
+    let t = table("append-kinds-table", 1);
+    let dir = scratch("append-kinds-in");
+    let out = scratch("append-kinds-out");
+    let part = t.join("day=1/part-0.parquet");
+    // The same rows as TFRecords twice: `y` an int64, then `y` the bytes of `id`.
+    for (name, extra) in [
+        ("a", &[][..]),
+        ("b", &["--exclude", "y", "--rename", "id=y"][..]),
+    ] {
+        let tmp = scratch(&format!("append-kinds-{name}"));
+        let mut args = vec!["convert", "parquet", s(&part), "-o", s(&tmp)];
+        args.extend_from_slice(extra);
+        assert_eq!(run(args).0, 0);
+        fs::copy(
+            tmp.join("data-00000-of-00001.tfrecord"),
+            dir.join(format!("{name}.tfrecord")),
+        )
+        .unwrap();
+        if name == "a" {
+            settle();
+            let (code, _, err) = run(["convert", "tfrecord", s(&dir), "-o", s(&out)]);
+            assert_eq!(code, 0, "{err}");
+        }
+    }
+    let before = read_manifest(&out, "data");
+    let (code, _, err) = run(["convert", "tfrecord", s(&dir), "-o", s(&out), "--append"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("\"y\"") && err.contains("--overwrite"),
+        "{err}"
+    );
+    assert_eq!(read_manifest(&out, "data"), before, "nothing published");
+    let (code, stdout, err) = run(["verify", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+}
+
 /// `--retain 2`: a retired shard stays while a pinned manifest of the last two
 /// generations lists it (a training run that pinned it reads it whole), and goes when
 /// that generation falls out; `verify` counts it as listed meanwhile.
