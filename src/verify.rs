@@ -800,7 +800,9 @@ fn check_sources(path: &Path, m: &Manifest, options: &VerifyOptions, problems: &
         };
         let now = blob.object();
         let file_etag = input.etag.as_deref();
-        let etag_differs = file_etag.is_some() && now.etag.as_deref() != file_etag;
+        // (A listing gives some stores' ETags bare, a HEAD quoted.)
+        let bare = |e: Option<&str>| e.map(|e| e.trim_matches('"').to_owned());
+        let etag_differs = file_etag.is_some() && bare(now.etag.as_deref()) != bare(file_etag);
         if now.size != input.bytes || etag_differs {
             report(
                 ProblemKind::SourceMismatch,

@@ -123,7 +123,11 @@ fn differs(
     published: Option<u64>,
     listed: &HashMap<&str, &InputInfo>,
 ) -> bool {
-    if now.bytes != then.bytes || now.etag != then.etag {
+    // (A listing gives some stores' ETags bare, a HEAD quoted.)
+    fn bare(e: &Option<String>) -> Option<&str> {
+        e.as_deref().map(|e| e.trim_matches('"'))
+    }
+    if now.bytes != then.bytes || bare(&now.etag) != bare(&then.etag) {
         return true;
     }
     // A delete file the set did not read applies to it now.

@@ -6,6 +6,7 @@ mod convert;
 mod delta;
 mod docs;
 mod encode;
+mod gcs;
 mod golden;
 mod hive;
 mod iceberg;

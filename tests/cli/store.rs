@@ -12,19 +12,29 @@ use std::time::{Duration, Instant};
 use crate::{root, scratch, wait_for_failpoint};
 
 /// The S3 test venv (moto, boto3): `TFSHARD_S3_VENV`, else `.venv-s3` in the repo.
-fn venv() -> Option<PathBuf> {
+pub(crate) fn venv() -> Option<PathBuf> {
     let dir = std::env::var_os("TFSHARD_S3_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join(".venv-s3"));
     dir.join("bin/moto_server").exists().then_some(dir)
 }
 
-struct Server {
-    endpoint: String,
+pub(crate) struct Server {
+    pub(crate) endpoint: String,
     _child: Child,
 }
 
-fn free_port() -> u16 {
+impl Server {
+    /// A started server at `endpoint`, stopped with `child`.
+    pub(crate) fn new(endpoint: String, child: Child) -> Server {
+        Server {
+            endpoint,
+            _child: child,
+        }
+    }
+}
+
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -36,7 +46,7 @@ fn free_port() -> u16 {
 /// kills it when its stdin, a pipe the spawned child holds, closes: when the `Server`
 /// is dropped or the test process ends. (A `Child` in a static is never dropped, and
 /// dropping one does not kill it: every `cargo test` left its servers running.)
-fn tied(program: &Path) -> Command {
+pub(crate) fn tied(program: &Path) -> Command {
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(
@@ -125,7 +135,7 @@ fn client(endpoint: &str, args: &[&str]) -> String {
 }
 
 /// Runs tfshard with `envs` (and a scratch TMPDIR); returns (exit code, stdout, stderr).
-fn tfshard_env(envs: &[(&str, String)], args: &[&str]) -> (i32, String, String) {
+pub(crate) fn tfshard_env(envs: &[(&str, String)], args: &[&str]) -> (i32, String, String) {
     let out = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
         .args(args)
         .env("TMPDIR", scratch_tmp())
