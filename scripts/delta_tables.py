@@ -13,6 +13,9 @@ Tables:
   overwritten v0 write, v1 overwrite: the folder holds both versions' files.
   nested      a struct column that gains a field in v1 (schema merge).
   ntz         a timestamp without time zone (reader feature timestampNtz).
+  compacted   v0 write, v1 and v2 appends (one small file each), v3 an optimize that
+              compacts the three files into one without changing a row (the append
+              tests vacuum a copy of it).
   embeddings  a pyarrow fixed_size_list<float>[32] column (Delta records array<float>;
               the files keep the fixed-size type in their Arrow schema): v0 write, v1
               append.
@@ -144,6 +147,15 @@ def main():
                             pa.list_(pa.float32(), 32))})
     commit(lambda: write_deltalake(str(embeddings), embedded(0, 6)))
     commit(lambda: write_deltalake(str(embeddings), embedded(6, 4), mode="append"))
+
+    # Small appends, then an optimize: the same rows, rewritten into one file.
+    compacted = out / "compacted"
+    plain = lambda first, n: rows(first, n).drop_columns(parts)
+    commit(lambda: write_deltalake(str(compacted), plain(0, 20)))
+    commit(lambda: write_deltalake(str(compacted), plain(20, 20), mode="append"))
+    commit(lambda: write_deltalake(str(compacted), plain(40, 20), mode="append"))
+    commit(lambda: DeltaTable(str(compacted)).optimize.compact())
+    assert len(DeltaTable(str(compacted)).file_uris()) == 1
 
     result = {
         "embeddings": [expected(embeddings, v) for v in range(2)],

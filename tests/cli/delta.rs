@@ -17,7 +17,7 @@ use crate::{
 };
 
 /// The deltalake venv's python: `TFSHARD_DELTA_VENV`, else `.venv-delta`.
-fn python() -> Option<PathBuf> {
+pub(crate) fn python() -> Option<PathBuf> {
     let dir = std::env::var_os("TFSHARD_DELTA_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| root().join(".venv-delta"));
