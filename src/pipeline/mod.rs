@@ -41,12 +41,14 @@
 //! # Ok::<(), tfshard::Error>(())
 //! ```
 
+pub mod access;
 pub(crate) mod batch;
 pub(crate) mod cache;
 pub(crate) mod chunk;
 pub(crate) mod interleave;
 pub(crate) mod memory;
 pub(crate) mod parse;
+pub mod permute;
 pub(crate) mod prefetch;
 pub(crate) mod shuffle;
 

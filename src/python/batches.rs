@@ -44,7 +44,7 @@ pub struct Shards {
     cache: Mutex<Option<([u64; 2], SharedCache)>>,
 }
 
-fn parse_compression(text: &str) -> PyResult<Option<Compression>> {
+pub(crate) fn parse_compression(text: &str) -> PyResult<Option<Compression>> {
     match (text, Compression::from_name(text)) {
         ("auto", _) => Ok(None),
         (_, Some(c)) => Ok(Some(c)),
@@ -77,32 +77,8 @@ impl Shards {
                 .unwrap_or(1)
         });
         let io = IoOptions::default();
-        let (dataset, spec) = py
-            .detach(|| -> crate::error::Result<_> {
-                let mut dataset = Dataset::discover(&paths, io)?;
-                if let Some(generations) = &generations {
-                    dataset.only_generations(generations)?;
-                }
-                let record_type = dataset.record_type();
-                let spec = crate::records::feature_spec(&dataset, compression, record_type)?;
-                Ok((dataset, spec))
-            })
-            .map_err(to_py_err)?;
-        let spec = match columns {
-            None => spec,
-            Some(columns) => {
-                let names: Vec<&str> = spec.iter().map(|f| f.name.as_str()).collect();
-                if let Some(missing) = columns.iter().find(|c| !names.contains(&c.as_str())) {
-                    return Err(PyValueError::new_err(format!(
-                        "no feature {missing:?} in the shards (they have: {})",
-                        names.join(", ")
-                    )));
-                }
-                spec.into_iter()
-                    .filter(|f| columns.contains(&f.name))
-                    .collect()
-            }
-        };
+        let (dataset, spec) =
+            open_set(py, &paths, columns, compression, generations.as_deref(), io)?;
         let entries = dataset.listed();
         let listed: Vec<Option<u64>> = dataset
             .shards
@@ -238,6 +214,45 @@ impl Shards {
     }
 }
 
+/// The shards of `paths` (only those of `generations`, if given) and the spec of
+/// their records, restricted to `columns`.
+pub(crate) fn open_set(
+    py: Python<'_>,
+    paths: &[PathBuf],
+    columns: Option<Vec<String>>,
+    compression: Option<Compression>,
+    generations: Option<&[u32]>,
+    io: IoOptions,
+) -> PyResult<(Dataset, Vec<FeatureSpec>)> {
+    let (dataset, spec) = py
+        .detach(|| -> crate::error::Result<_> {
+            let mut dataset = Dataset::discover(paths, io)?;
+            if let Some(generations) = generations {
+                dataset.only_generations(generations)?;
+            }
+            let record_type = dataset.record_type();
+            let spec = crate::records::feature_spec(&dataset, compression, record_type)?;
+            Ok((dataset, spec))
+        })
+        .map_err(to_py_err)?;
+    let spec = match columns {
+        None => spec,
+        Some(columns) => {
+            let names: Vec<&str> = spec.iter().map(|f| f.name.as_str()).collect();
+            if let Some(missing) = columns.iter().find(|c| !names.contains(&c.as_str())) {
+                return Err(PyValueError::new_err(format!(
+                    "no feature {missing:?} in the shards (they have: {})",
+                    names.join(", ")
+                )));
+            }
+            spec.into_iter()
+                .filter(|f| columns.contains(&f.name))
+                .collect()
+        }
+    };
+    Ok((dataset, spec))
+}
+
 impl Shards {
     fn counted(&self) -> crate::error::Result<Vec<u64>> {
         let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
@@ -335,7 +350,7 @@ fn splits_i64(splits: Vec<u64>) -> Vec<i64> {
 
 /// A column's values as a NumPy array: flat, or of shape `dims` (C order, a view of
 /// the same memory: reshaped by NumPy's C API, not a Python call).
-fn values_to_numpy<'py>(
+pub(crate) fn values_to_numpy<'py>(
     py: Python<'py>,
     values: Values,
     dims: Option<&[usize]>,
@@ -364,7 +379,7 @@ fn values_to_numpy<'py>(
 
 /// A batch as `{feature: array}`: fixed shapes `[rows, *shape]`, variable lengths
 /// `(values, row_splits)`, feature lists `(values, row_splits, step_splits)`.
-fn to_numpy(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyDict>> {
+pub(crate) fn to_numpy(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyDict>> {
     let out = PyDict::new(py);
     let rows = batch.rows;
     for column in batch.columns {

@@ -10,6 +10,7 @@
 
 mod batches;
 mod commands;
+mod records;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyException, PyValueError};
@@ -133,5 +134,6 @@ fn tfshard_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<commands::Inspect>()?;
     m.add_class::<batches::Shards>()?;
     m.add_class::<batches::Batches>()?;
+    m.add_class::<records::RecordsCore>()?;
     Ok(())
 }

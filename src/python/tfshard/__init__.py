@@ -22,6 +22,7 @@ subclass of its family (:class:`CorruptInputError`, :class:`SchemaMismatchError`
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -32,6 +33,7 @@ from ._tfshard import (
     Interrupted,
     SchemaMismatchError,
     StoreError,
+    RecordsCore as _RecordsCore,
     Shards as _Shards,
     __version__,
 )
@@ -42,6 +44,7 @@ __all__ = [
     "Dataset",
     "Error",
     "Interrupted",
+    "Records",
     "SchemaMismatchError",
     "StoreError",
     "compact",
@@ -564,3 +567,109 @@ class Dataset:
             f"shuffle_buffer={self.shuffle_buffer}, seed={self.seed}, epoch={self._epoch}, "
             f"shard {self.shard_index} of {self.num_shards})"
         )
+
+
+class Records:
+    """The records of uncompressed TFRecord shards by index: a map-style dataset for
+    PyTorch (``DataLoader``, ``DistributedSampler``) and a random-access data source for
+    JAX's Grain (``len``, ``[i]``).
+
+    ``paths``: shard files, folders or manifests (local or store URLs), in the order
+    ``Dataset`` reads them. ``records[i]`` is record ``i`` as a dict of NumPy values (a
+    fixed shape's array of that shape, a scalar's of shape ``()``, a variable length's
+    flat array, bytes as ``bytes`` in an object array), or with ``raw=True`` its bytes;
+    ``records[indices]`` (a list, a NumPy array or a slice) is one batch, a dict of arrays
+    shaped as ``Dataset`` batches (raw: a list of bytes); ``__getitems__`` (what a
+    DataLoader with a batch sampler calls) is the list of records its ``collate_fn``
+    takes. ``columns``: a subset of the features.
+
+    Each shard's record offsets come from its ``.idx`` file (``convert --index``) or
+    from one walk of its frames (``table_bytes`` reports the table; a walk that would
+    pass ``table_bound`` bytes is refused, saying what to do). Local shards are
+    memory-mapped; a store's are read with ranged requests. A pickled ``Records`` (a
+    DataLoader's spawn workers, Grain's processes) opens the shards once on the other
+    side. An index out of range is ``IndexError``; a corrupt record :class:`tfshard.Error`
+    naming its file, record and offset.
+    """
+
+    def __init__(
+        self,
+        paths: Any,
+        columns: Optional[Sequence[str]] = None,
+        raw: bool = False,
+        *,
+        compression: str = "auto",
+        generations: Optional[Sequence[int]] = None,
+        table_bound: Optional[int] = None,
+    ) -> None:
+        self._args = (
+            _paths(paths),
+            None if columns is None else list(columns),
+            bool(raw),
+            compression,
+            None if generations is None else [int(g) for g in generations],
+            table_bound,
+        )
+        self._core = _RecordsCore(*self._args)
+        self._len = len(self._core)
+
+    @property
+    def raw(self) -> bool:
+        """Whether records are their bytes."""
+        return self._args[2]
+
+    @property
+    def files(self) -> List[str]:
+        """The shard files, in index order."""
+        files: List[str] = self._core.files
+        return files
+
+    @property
+    def spec(self) -> List[Dict[str, Any]]:
+        """The features a record holds, as :func:`schema` gives them."""
+        spec: List[Dict[str, Any]] = self._core.spec
+        return spec
+
+    @property
+    def table_bytes(self) -> int:
+        """Bytes the offset tables hold (4 a record)."""
+        size: int = self._core.table_bytes
+        return size
+
+    def __len__(self) -> int:
+        return self._len
+
+    def _index(self, i: Any) -> int:
+        i = operator.index(i)
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError(f"record index {i} out of range for {self._len} records")
+        return i
+
+    def _indices(self, key: Any) -> List[int]:
+        if isinstance(key, slice):
+            return list(range(*key.indices(self._len)))
+        if hasattr(key, "tolist"):
+            key = key.tolist()
+        return [self._index(i) for i in key]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, int) or (hasattr(key, "__index__") and not hasattr(key, "__len__")):
+            return self._core.get(self._index(key))
+        return self._core.get_batch(self._indices(key))
+
+    def __getitems__(self, indices: Sequence[int]) -> List[Any]:
+        records: List[Any] = self._core.get_list(self._indices(indices))
+        return records
+
+    def __getstate__(self) -> Dict[str, Any]:
+        return {"args": self._args}
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self._args = tuple(state["args"])
+        self._core = _RecordsCore(*self._args)
+        self._len = len(self._core)
+
+    def __repr__(self) -> str:
+        return f"tfshard.Records({self._len} records in {len(self.files)} files{', raw' if self.raw else ''})"

@@ -1,0 +1,510 @@
+//! Records by index (`tfshard.Records`, and the global shuffle): record `i` of a set of
+//! uncompressed shards, read at its offset.
+//!
+//! Each shard's record offsets come from its DALI `.idx` file when one is beside it
+//! (`convert --index`), otherwise from one walk of its frames; the table holds 4 bytes a
+//! record (8 for a shard over 4 GiB), its size is [`RecordAccess::table_bytes`], and a
+//! walk that would make it larger than the bound given is refused, saying what to do
+//! instead. Local shards are memory-mapped and a record is a range of the map; a store's
+//! are read with ranged requests pinned to the ETag found, the records of one call that
+//! lie near each other in one request ([`COALESCE_GAP`]). Every record read is checked:
+//! its length against its CRC, its payload against its CRC; a bad one is an error naming
+//! file, record and offset.
+
+use std::path::{Path, PathBuf};
+
+use crate::dataset::Dataset;
+use crate::error::{Error, FrameDetail, FrameProblem, Result};
+use crate::example::columnar::Batch;
+use crate::example::FeatureSpec;
+use crate::pipeline::batch::{Origin, Payload, RawBatch, RawRecord};
+use crate::pipeline::parse::Parser;
+use crate::store::storage::Blob;
+use crate::store::IoOptions;
+use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN};
+use crate::tfrecord::mapped::{MappedRecords, SharedMap};
+use crate::tfrecord::reader::frame_error;
+use crate::tfrecord::Compression;
+
+/// Records of one call closer than this in a store's shard are read in one request.
+pub const COALESCE_GAP: u64 = 256 << 10;
+
+/// The default bound of an offset table built by walking frames: 1 GiB (268M records).
+pub const DEFAULT_TABLE_BOUND: u64 = 1 << 30;
+
+/// One shard's record offsets: each record's header, then the shard's length.
+#[derive(Debug, Clone)]
+enum Offsets {
+    Narrow(Vec<u32>),
+    Wide(Vec<u64>),
+}
+
+impl Offsets {
+    fn of(offsets: Vec<u64>) -> Offsets {
+        match offsets.last() {
+            Some(&end) if end <= u64::from(u32::MAX) => {
+                Offsets::Narrow(offsets.into_iter().map(|o| o as u32).collect())
+            }
+            _ => Offsets::Wide(offsets),
+        }
+    }
+
+    fn get(&self, k: usize) -> u64 {
+        match self {
+            Offsets::Narrow(v) => u64::from(v[k]),
+            Offsets::Wide(v) => v[k],
+        }
+    }
+
+    /// Records (entries but the end).
+    fn records(&self) -> u64 {
+        let n = match self {
+            Offsets::Narrow(v) => v.len(),
+            Offsets::Wide(v) => v.len(),
+        };
+        n.saturating_sub(1) as u64
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            Offsets::Narrow(v) => v.len() as u64 * 4,
+            Offsets::Wide(v) => v.len() as u64 * 8,
+        }
+    }
+}
+
+/// How a shard's bytes are reached.
+#[derive(Debug)]
+enum Bytes {
+    /// A local file, mapped (`None`: empty).
+    Mapped(Option<SharedMap>),
+    /// An object in a store.
+    Remote(Blob),
+}
+
+/// One record's place.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    file: usize,
+    record: u64,
+    offset: u64,
+    /// Header, payload and footer.
+    framed: u64,
+}
+
+/// The records of a set of shards, by index.
+#[derive(Debug)]
+pub struct RecordAccess {
+    files: Vec<PathBuf>,
+    /// `starts[f]`: the index of shard f's first record; then the total.
+    starts: Vec<u64>,
+    offsets: Vec<Offsets>,
+    bytes: Vec<Bytes>,
+    parser: Option<Parser>,
+}
+
+impl RecordAccess {
+    /// Opens the shards of `dataset`, finding each one's record offsets; `spec` is what
+    /// [`RecordAccess::batch`] decodes (`None`: raw records only). A walk of frames
+    /// stops when the table would pass `bound` bytes.
+    ///
+    /// # Errors
+    ///
+    /// A compressed shard (its records have no offsets); a table over the bound; a
+    /// shard that cannot be read or whose framing is broken (named, with the record and
+    /// offset).
+    pub fn open(
+        dataset: &Dataset,
+        spec: Option<&[FeatureSpec]>,
+        compression: Option<Compression>,
+        bound: u64,
+    ) -> Result<RecordAccess> {
+        let io = dataset.io;
+        let mut access = RecordAccess {
+            files: dataset.shards.clone(),
+            starts: vec![0],
+            offsets: Vec::with_capacity(dataset.shards.len()),
+            bytes: Vec::with_capacity(dataset.shards.len()),
+            parser: spec.map(Parser::new).transpose()?,
+        };
+        let mut table = 0u64;
+        for file in &dataset.shards {
+            let compressed = match compression {
+                Some(c) => c,
+                None => crate::records::detect_compression(file, io)?,
+            };
+            if compressed != Compression::None {
+                return Err(Error::invalid_option(
+                    "records",
+                    format!(
+                        "{} is {}-compressed: its records cannot be read by index (convert \
+                         with --compression none, or read it in order)",
+                        file.display(),
+                        compressed.name()
+                    ),
+                ));
+            }
+            let blob = Blob::head(file, io)?;
+            let bytes = match blob.mappable() {
+                Some(local) => Bytes::Mapped(MappedRecords::open(&local)?.map().cloned()),
+                None => Bytes::Remote(blob),
+            };
+            let offsets = match idx_offsets(file, io, size_of(&bytes))? {
+                Some(offsets) => offsets,
+                None => {
+                    let left = bound.saturating_sub(table);
+                    walk_offsets(file, &bytes, io, left)?
+                }
+            };
+            table += offsets.bytes();
+            let last = access.starts[access.starts.len() - 1];
+            access.starts.push(last + offsets.records());
+            access.offsets.push(offsets);
+            access.bytes.push(bytes);
+        }
+        Ok(access)
+    }
+
+    /// Records in all.
+    pub fn len(&self) -> u64 {
+        self.starts[self.starts.len() - 1]
+    }
+
+    /// Whether there is no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes the offset tables hold.
+    pub fn table_bytes(&self) -> u64 {
+        self.offsets.iter().map(Offsets::bytes).sum()
+    }
+
+    /// The shard files, in order.
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// Records per shard.
+    pub fn counts(&self) -> Vec<u64> {
+        self.starts.windows(2).map(|w| w[1] - w[0]).collect()
+    }
+
+    fn place(&self, i: u64) -> Place {
+        let file = self.starts.partition_point(|&s| s <= i) - 1;
+        let record = i - self.starts[file];
+        let offsets = &self.offsets[file];
+        let offset = offsets.get(record as usize);
+        let end = offsets.get(record as usize + 1);
+        Place {
+            file,
+            record,
+            offset,
+            framed: end - offset,
+        }
+    }
+
+    /// The payloads of records `indices` (each `< len()`), checked, in the order given.
+    ///
+    /// # Errors
+    ///
+    /// An index out of range; a record whose framing or CRCs are wrong (file, record,
+    /// offset); a store error.
+    pub fn raw(&self, indices: &[u64]) -> Result<Vec<Vec<u8>>> {
+        let records = self.records(indices)?;
+        Ok(records.into_iter().map(|(bytes, _)| bytes).collect())
+    }
+
+    /// Records `indices` decoded into one batch, in the order given.
+    ///
+    /// # Errors
+    ///
+    /// As [`RecordAccess::raw`]; a record that does not fit the spec; no spec given.
+    pub fn batch(&self, indices: &[u64]) -> Result<Batch> {
+        let records = self.records(indices)?;
+        self.parse(records)
+    }
+
+    /// Records `indices` decoded each into its own batch of one, in the order given
+    /// (read as [`RecordAccess::batch`] reads them).
+    ///
+    /// # Errors
+    ///
+    /// As [`RecordAccess::batch`].
+    pub fn each(&self, indices: &[u64]) -> Result<Vec<Batch>> {
+        let records = self.records(indices)?;
+        records.into_iter().map(|r| self.parse(vec![r])).collect()
+    }
+
+    fn parse(&self, records: Vec<(Vec<u8>, Place)>) -> Result<Batch> {
+        let Some(parser) = &self.parser else {
+            return Err(Error::invalid_option("records", "opened for raw records"));
+        };
+        let raw = RawBatch {
+            records: records
+                .into_iter()
+                .map(|(bytes, place)| RawRecord {
+                    crc: frame::masked_crc32c(&bytes),
+                    payload: Payload::Owned(bytes),
+                    origin: Origin {
+                        file: place.file,
+                        record: place.record,
+                        offset: place.offset,
+                    },
+                })
+                .collect(),
+            ..RawBatch::default()
+        };
+        parser.parse(raw, &self.files).0
+    }
+
+    /// Records `indices` with their places: local ones copied out of their maps, a
+    /// store's read with one request per run of near records.
+    fn records(&self, indices: &[u64]) -> Result<Vec<(Vec<u8>, Place)>> {
+        let n = self.len();
+        if let Some(&bad) = indices.iter().find(|&&i| i >= n) {
+            return Err(Error::invalid_option(
+                "index",
+                format!("record {bad} of a set of {n} records"),
+            ));
+        }
+        let places: Vec<Place> = indices.iter().map(|&i| self.place(i)).collect();
+        let mut out: Vec<Option<Vec<u8>>> = vec![None; places.len()];
+        // A store's records, by shard and offset, read in runs.
+        let mut remote: Vec<usize> = Vec::new();
+        for (k, p) in places.iter().enumerate() {
+            match &self.bytes[p.file] {
+                Bytes::Mapped(map) => {
+                    let data: &[u8] = map.as_deref().map_or(&[][..], |m| &m[..]);
+                    let end = (p.offset + p.framed) as usize;
+                    let framed = data.get(p.offset as usize..end).unwrap_or(&[]);
+                    out[k] = Some(self.payload(framed, p)?.to_vec());
+                }
+                Bytes::Remote(_) => remote.push(k),
+            }
+        }
+        remote.sort_by_key(|&k| (places[k].file, places[k].offset));
+        let mut at = 0;
+        while at < remote.len() {
+            let first = places[remote[at]];
+            let mut end = first.offset + first.framed;
+            let mut last = at + 1;
+            while let Some(&k) = remote.get(last) {
+                let p = places[k];
+                if p.file != first.file || p.offset > end + COALESCE_GAP {
+                    break;
+                }
+                end = end.max(p.offset + p.framed);
+                last += 1;
+            }
+            let Bytes::Remote(blob) = &self.bytes[first.file] else {
+                unreachable!("remote records are a store's");
+            };
+            let data = blob.read_range(first.offset..end)?;
+            for &k in &remote[at..last] {
+                let p = places[k];
+                let from = (p.offset - first.offset) as usize;
+                let framed = &data[from..from + p.framed as usize];
+                out[k] = Some(self.payload(framed, &p)?.to_vec());
+            }
+            at = last;
+        }
+        Ok(out
+            .into_iter()
+            .zip(places)
+            .map(|(bytes, p)| (bytes.unwrap_or_default(), p))
+            .collect())
+    }
+
+    /// The payload of record `p`'s framed bytes, its length and data CRCs checked.
+    fn payload<'a>(&self, framed: &'a [u8], p: &Place) -> Result<&'a [u8]> {
+        let path = Some(self.files[p.file].as_path());
+        let fail = |problem, detail| frame_error(problem, detail, path, p.record, p.offset);
+        let Some(header) = framed.get(..HEADER_LEN) else {
+            let available = framed.len() as u64;
+            return Err(fail(
+                FrameProblem::TruncatedLength,
+                FrameDetail::TruncatedHeader { available },
+            ));
+        };
+        let header: &[u8; HEADER_LEN] = header.try_into().expect("a header's length");
+        let Ok(len) = frame::decode_header(header) else {
+            return Err(fail(FrameProblem::LengthCrc, FrameDetail::LengthCrc));
+        };
+        let want = len.saturating_add((HEADER_LEN + FOOTER_LEN) as u64);
+        if want != framed.len() as u64 {
+            let left = framed.len() as u64;
+            return Err(fail(
+                FrameProblem::TruncatedData,
+                FrameDetail::TruncatedRecord { len, left },
+            ));
+        }
+        let data = &framed[HEADER_LEN..framed.len() - FOOTER_LEN];
+        let stored = u32::from_le_bytes(framed[framed.len() - FOOTER_LEN..].try_into().expect("4"));
+        if frame::masked_crc32c(data) != stored {
+            return Err(fail(FrameProblem::DataCrc, FrameDetail::DataCrc { len }));
+        }
+        Ok(data)
+    }
+}
+
+fn size_of(bytes: &Bytes) -> u64 {
+    match bytes {
+        Bytes::Mapped(map) => map.as_ref().map_or(0, |m| m.len() as u64),
+        Bytes::Remote(blob) => blob.size(),
+    }
+}
+
+/// The offsets a DALI index beside `file` gives (`{file}.idx`: "offset size" a line),
+/// checked to run through the file; `None` when there is none.
+fn idx_offsets(file: &Path, io: IoOptions, size: u64) -> Result<Option<Offsets>> {
+    let mut idx = file.as_os_str().to_owned();
+    idx.push(".idx");
+    let idx = PathBuf::from(idx);
+    let text = match crate::store::paths::read(&idx, io) {
+        Ok(text) => text,
+        Err(e) if crate::store::storage::is_not_found(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bad = |line: usize, why: &str| {
+        Error::invalid_option("records", format!("{} line {line}: {why}", idx.display()))
+    };
+    let mut offsets = Vec::new();
+    let mut next = 0u64;
+    for (n, line) in String::from_utf8_lossy(&text).lines().enumerate() {
+        let mut fields = line.split_ascii_whitespace().map(str::parse::<u64>);
+        let (Some(Ok(offset)), Some(Ok(framed))) = (fields.next(), fields.next()) else {
+            return Err(bad(n + 1, "not `offset size`"));
+        };
+        if offset != next {
+            return Err(bad(n + 1, "offsets that do not run through the shard"));
+        }
+        offsets.push(offset);
+        next = offset.saturating_add(framed);
+    }
+    if next != size {
+        return Err(bad(
+            offsets.len(),
+            "records that end before or after the shard",
+        ));
+    }
+    offsets.push(size);
+    Ok(Some(Offsets::of(offsets)))
+}
+
+/// The offsets of `file`'s records, from one walk of its frames (its lengths checked,
+/// not its payloads), as long as the table stays within `bound` bytes.
+fn walk_offsets(file: &Path, bytes: &Bytes, io: IoOptions, bound: u64) -> Result<Offsets> {
+    let mut offsets: Vec<u64> = Vec::new();
+    let over = |records: u64| {
+        Error::invalid_option(
+            "records",
+            format!(
+                "the offset table would pass its bound of {bound} bytes at {records} records of \
+                 {}: write the shards with --index (their .idx files give the offsets), or \
+                 read in blocks (shuffle=\"blocks\")",
+                file.display()
+            ),
+        )
+    };
+    let size = size_of(bytes);
+    match bytes {
+        Bytes::Mapped(_) => {
+            let mut walk = MappedRecords::open(file)?;
+            while let Some(record) = walk.next_record()? {
+                offsets.push(record.offset);
+                if offsets.len() as u64 * 4 > bound {
+                    return Err(over(offsets.len() as u64));
+                }
+            }
+        }
+        Bytes::Remote(_) => {
+            let mut reader =
+                crate::records::open(file, Some(Compression::None), io)?.with_check_data_crc(false);
+            loop {
+                let offset = reader.offset();
+                if reader.read_framed()?.is_none() {
+                    break;
+                }
+                offsets.push(offset);
+                if offsets.len() as u64 * 4 > bound {
+                    return Err(over(offsets.len() as u64));
+                }
+            }
+        }
+    }
+    offsets.push(size);
+    Ok(Offsets::of(offsets))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(dir: &Path, name: &str, payloads: &[&[u8]]) -> PathBuf {
+        let mut bytes = Vec::new();
+        for p in payloads {
+            frame::append_record(&mut bytes, p);
+        }
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn open(files: Vec<PathBuf>, bound: u64) -> Result<RecordAccess> {
+        let set = Dataset::discover(&files, IoOptions::default())?;
+        RecordAccess::open(&set, None, None, bound)
+    }
+
+    #[test]
+    fn records_by_index_across_shards() {
+        let dir = crate::test_dir("access-index");
+        let a = shard(&dir, "a.tfrecord", &[b"zero", b"one"]);
+        let b = shard(&dir, "b.tfrecord", &[]);
+        let c = shard(&dir, "c.tfrecord", &[b"two", b"three", b"four"]);
+        let access = open(vec![a, b, c], DEFAULT_TABLE_BOUND).unwrap();
+        assert_eq!(access.len(), 5);
+        assert_eq!(access.counts(), [2, 0, 3]);
+        let got = access.raw(&[4, 0, 2, 2]).unwrap();
+        assert_eq!(got, [&b"four"[..], b"zero", b"two", b"two"]);
+        assert_eq!(access.table_bytes(), (3 + 1 + 4) * 4);
+        assert!(access.raw(&[5]).is_err(), "out of range");
+    }
+
+    #[test]
+    fn a_dali_index_gives_the_offsets() {
+        let dir = crate::test_dir("access-idx");
+        let a = shard(&dir, "a.tfrecord", &[b"zero", b"one"]);
+        std::fs::write(dir.join("a.tfrecord.idx"), "0 20\n20 19\n").unwrap();
+        let access = open(vec![a.clone()], 0).unwrap();
+        assert_eq!(access.raw(&[1]).unwrap(), [b"one"]);
+        // One that does not run through the shard is refused.
+        std::fs::write(dir.join("a.tfrecord.idx"), "0 20\n21 18\n").unwrap();
+        let e = open(vec![a], 0).unwrap_err();
+        assert!(e.to_string().contains("a.tfrecord.idx line 2"), "{e}");
+    }
+
+    #[test]
+    fn a_walk_over_the_bound_says_what_to_do() {
+        let dir = crate::test_dir("access-bound");
+        let a = shard(&dir, "a.tfrecord", &[b"zero", b"one", b"two"]);
+        let e = open(vec![a], 8).unwrap_err().to_string();
+        assert!(e.contains("--index") && e.contains("blocks"), "{e}");
+    }
+
+    #[test]
+    fn a_corrupt_record_is_named() {
+        let dir = crate::test_dir("access-corrupt");
+        let a = shard(&dir, "a.tfrecord", &[b"zero", b"one"]);
+        let mut bytes = std::fs::read(&a).unwrap();
+        bytes[20 + 12] ^= 1;
+        std::fs::write(&a, bytes).unwrap();
+        let access = open(vec![a], DEFAULT_TABLE_BOUND).unwrap();
+        assert_eq!(access.raw(&[0]).unwrap(), [b"zero"]);
+        let e = access.raw(&[1]).unwrap_err().to_string();
+        assert!(
+            e.contains("a.tfrecord") && e.contains("record 1") && e.contains("offset 20"),
+            "{e}"
+        );
+    }
+}

@@ -1,0 +1,134 @@
+"""tfshard.Records: the records of shards by index, against what `inspect` and `Dataset`
+give for the same records, locally and from moto's S3 server."""
+
+import pickle
+import struct
+
+import numpy as np
+import pytest
+
+import tfshard
+
+from conftest import cli, corrupt_copy
+
+
+def _values(value):
+    """A Records value as inspect's list of values."""
+    array = np.asarray(value).reshape(-1)
+    return [v.decode() if isinstance(v, bytes) else v.item() for v in array]
+
+
+def _inspected(record):
+    """An inspect record's values by feature, as Python values."""
+    out = {}
+    for name, typed in record.items():
+        (kind, values), = typed.items()
+        out[name] = [v if kind != "float" else pytest.approx(v) for v in values]
+    return out
+
+
+def _payloads(folder):
+    """Every record's bytes, in the manifest's order, read from the framing itself."""
+    import json
+    manifest = json.loads((folder / "data.manifest.json").read_text())
+    out = []
+    for shard in manifest["shards"]:
+        data = (folder / shard["file"]).read_bytes()
+        at = 0
+        while at < len(data):
+            (n,) = struct.unpack_from("<Q", data, at)
+            out.append(data[at + 12 : at + 12 + n])
+            at += 16 + n
+    return out
+
+
+def test_every_record_by_index_is_inspects(small_shards):
+    records = tfshard.Records(small_shards)
+    inspected = list(tfshard.inspect(small_shards))
+    assert len(records) == len(inspected) == 2000
+    assert records.table_bytes == (2000 + len(records.files)) * 4  # 4 bytes a record, and each shard's end
+    for i, expected in enumerate(inspected):
+        got = records[i]
+        want = _inspected(expected)
+        # (inspect leaves out what a record does not hold; Records gives empty arrays.)
+        assert {k: _values(v) for k, v in got.items() if _values(v) or k in want} == want, i
+    assert _values(records[-1]["y"]) == _values(records[1999]["y"])
+
+
+def test_a_batch_of_indices_is_a_datasets_batch(small_shards):
+    records = tfshard.Records(small_shards, columns=["x", "y", "id"])
+    in_order = tfshard.Dataset(small_shards, batch_size=300, shuffle_buffer=0, cycle_length=1, columns=["x", "y", "id"])
+    first = next(iter(in_order))
+    for key in (list(range(300)), np.arange(300), slice(0, 300)):
+        batch = records[key]
+        assert set(batch) == {"x", "y", "id"}
+        for name in batch:
+            np.testing.assert_array_equal(batch[name], first[name])
+    picked = records[np.array([1999, 0, 7])]
+    np.testing.assert_array_equal(picked["y"], [records[1999]["y"], records[0]["y"], records[7]["y"]])
+    # What a DataLoader's batch sampler hands to collate_fn: a list of records.
+    listed = records.__getitems__([5, 6])
+    assert [r["y"] for r in listed] == [records[5]["y"], records[6]["y"]]
+
+
+def test_raw_records_are_the_payloads(small_shards):
+    raw = tfshard.Records(small_shards, raw=True)
+    payloads = _payloads(small_shards)
+    assert [raw[i] for i in range(len(raw))] == payloads
+    assert raw[[3, 1]] == [payloads[3], payloads[1]]
+
+
+def test_out_of_range_and_pickling(small_shards):
+    records = tfshard.Records(small_shards)
+    for bad in (2000, -2001):
+        with pytest.raises(IndexError):
+            records[bad]
+    with pytest.raises(IndexError):
+        records[[0, 2000]]
+    again = pickle.loads(pickle.dumps(records))
+    assert len(again) == 2000 and _values(again[42]["y"]) == _values(records[42]["y"])
+
+
+def test_a_corrupt_record_is_named(small_shards, tmp_path):
+    # A byte of the second shard's first payload (its header is 12 bytes).
+    path = corrupt_copy(small_shards, tmp_path / "bad", 1, at=lambda n: 17)
+    records = tfshard.Records(tmp_path / "bad")
+    counts = [len(tfshard.Records(p, raw=True)) for p in sorted((tmp_path / "bad").glob("*.tfrecord"))]
+    first = counts[0]
+    bad = None
+    for i in range(first, first + counts[1]):
+        try:
+            records[i]
+        except tfshard.Error as e:
+            bad = (i, str(e))
+            break
+    assert bad is not None, "the flipped byte is found"
+    assert path.name in bad[1] and f"record {bad[0] - first}" in bad[1] and "offset" in bad[1], bad
+
+
+def test_what_cannot_be_read_by_index_says_so(small_shards, tmp_path, tfshard_bin):
+    gz = tmp_path / "gz"
+    done = cli(tfshard_bin, "convert", "tfrecord", str(small_shards), "-o", str(gz), "--compression", "gzip", "--quiet")
+    assert done.returncode == 0, done.stderr
+    with pytest.raises(ValueError, match="compress"):
+        tfshard.Records(gz)
+    with pytest.raises(ValueError, match="--index"):
+        tfshard.Records(small_shards, table_bound=100)
+    # With .idx files the offsets come from them, whatever the bound.
+    idx = tmp_path / "idx"
+    done = cli(tfshard_bin, "convert", "tfrecord", str(small_shards), "-o", str(idx), "--index", "--quiet")
+    assert done.returncode == 0, done.stderr
+    records = tfshard.Records(idx, table_bound=100)
+    assert len(records) == 2000 and _values(records[1999]["y"]) == _values(tfshard.Records(small_shards)[1999]["y"])
+
+
+def test_records_in_a_bucket(s3, small_shards):
+    bucket = s3("pytest-records")
+    summary = tfshard.convert(small_shards, f"s3://{bucket}/small", format="tfrecord", target_shard_size="100KB")
+    assert summary["records"] == 2000
+    remote = tfshard.Records(f"s3://{bucket}/small", raw=True)
+    local = tfshard.Records(small_shards, raw=True)
+    assert len(remote) == 2000
+    order = np.random.default_rng(1).permutation(2000)[:300].tolist()
+    assert remote[order] == [local[i] for i in order]
+    assert [remote[i] for i in (0, 1999)] == [local[0], local[1999]]
