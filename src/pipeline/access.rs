@@ -180,6 +180,19 @@ impl RecordAccess {
         self.offsets.iter().map(Offsets::bytes).sum()
     }
 
+    /// Bytes of the shards (their records, framed).
+    pub fn data_bytes(&self) -> u64 {
+        (self.offsets.iter())
+            .map(|o| {
+                if o.records() == 0 && o.bytes() == 0 {
+                    0
+                } else {
+                    o.get(o.records() as usize)
+                }
+            })
+            .sum()
+    }
+
     /// The shard files, in order.
     pub fn files(&self) -> &[PathBuf] {
         &self.files

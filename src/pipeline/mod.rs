@@ -47,6 +47,7 @@ pub(crate) mod cache;
 pub(crate) mod chunk;
 pub(crate) mod interleave;
 pub(crate) mod memory;
+pub mod order;
 pub(crate) mod parse;
 pub mod permute;
 pub(crate) mod prefetch;

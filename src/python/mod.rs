@@ -135,5 +135,6 @@ fn tfshard_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<batches::Shards>()?;
     m.add_class::<batches::Batches>()?;
     m.add_class::<records::RecordsCore>()?;
+    m.add_class::<records::OrderedBatches>()?;
     Ok(())
 }

@@ -287,16 +287,40 @@ def _data_loader_worker() -> Tuple[int, int]:
     return info.id, info.num_workers
 
 
+def _dataset_states(state: Any) -> List[Dict[str, Any]]:
+    """The Dataset states in ``state``: itself, or those nested in a StatefulDataLoader's
+    state (one per worker)."""
+    if isinstance(state, dict):
+        if state.get("version") in (1, 2) and "epoch" in state and "batches" in state:
+            return [state]
+        found: List[Dict[str, Any]] = []
+        for value in state.values():
+            found.extend(_dataset_states(value))
+        return found
+    if isinstance(state, (list, tuple)):
+        return [s for v in state for s in _dataset_states(v)]
+    return []
+
+
 _STATE_KEYS = ("batch_size", "seed", "shuffle_buffer", "drop_remainder", "num_shards", "shard_index", "records", "cycle_length", "cache")
 
 _TORCH_CLASSES: Dict[int, type] = {}
 
 
 def _class_for(cls: type) -> type:
-    """`cls`, or with torch loaded a subclass of it and of torch's IterableDataset, which
-    a DataLoader needs to see to iterate it (rather than index it)."""
+    """`cls`, or where torch is installed a subclass of it and of torch's
+    IterableDataset, which a DataLoader needs to see to iterate it (rather than index
+    it). torch is imported here, when a Dataset is made, never by ``import tfshard``."""
+    if cls is not Dataset:
+        return cls
     torch = sys.modules.get("torch")
-    if torch is None or cls is not Dataset:
+    if torch is None:
+        import importlib.util
+
+        if importlib.util.find_spec("torch") is None:
+            return cls
+        import torch
+    if torch is None:
         return cls
     base = torch.utils.data.IterableDataset
     made = _TORCH_CLASSES.get(id(base))
@@ -340,16 +364,27 @@ class Dataset:
     per epoch over all ranks and workers. ``len()`` is the number of batches this rank
     yields per epoch (from the manifest's counts). Each pass is an epoch; its shuffle
     order depends on (seed, epoch), the epoch advancing with each complete pass or set by
-    :meth:`set_epoch`. :meth:`state` and ``Dataset(..., state=...)`` resume in the middle
-    of an epoch with the same remaining batches.
+    :meth:`set_epoch`.
+
+    ``shuffle``: ``"buffer"`` (the default: the pipeline's buffer of ``shuffle_buffer``
+    records), ``"global"`` (a keyed permutation of all records, no buffer: the epoch's
+    positions go to the ranks in whole batches, and inside a rank to DataLoader worker w
+    the steps w, w + W, ...) or ``"blocks"`` (the same over blocks of ``block_size``
+    records, default about 4 MiB of them, then shuffled within each ``window`` of
+    blocks). :meth:`state_dict` / :meth:`load_state_dict` (torchdata's names; also
+    :meth:`state` and ``Dataset(..., state=...)``) resume in the middle of an epoch: with
+    the buffer shuffle the same configuration and batches; with ``"global"`` and
+    ``"blocks"`` the epoch's global position, under any number of ranks, workers or
+    batch size (elastic).
 
     With ``drop_remainder=True`` every rank yields the same number of batches (what DDP
     needs): each rank's share is cut to whole batches of the smallest share, the records
     past it left out with the short batches. Without it every record is read, and ranks'
     counts may differ by one batch.
 
-    When torch is loaded, a Dataset is also a ``torch.utils.data.IterableDataset``: hand
-    it to a ``DataLoader`` with ``batch_size=None``.
+    Where torch is installed, a Dataset is also a ``torch.utils.data.IterableDataset``
+    (torch is imported when the Dataset is made, never by ``import tfshard``): hand it to
+    a ``DataLoader`` with ``batch_size=None``.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "Dataset":
@@ -363,7 +398,10 @@ class Dataset:
         paths: Any,
         batch_size: int = 64,
         *,
+        shuffle: str = "buffer",
         shuffle_buffer: int = 10_000,
+        block_size: Optional[int] = None,
+        window: int = 8,
         seed: int = 0,
         drop_remainder: bool = False,
         columns: Optional[Sequence[str]] = None,
@@ -379,12 +417,20 @@ class Dataset:
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
+        if shuffle not in ("buffer", "global", "blocks"):
+            raise ValueError(f'shuffle must be "buffer", "global" or "blocks", not {shuffle!r}')
         if shuffle_buffer < 0 or seed < 0:
             raise ValueError("shuffle_buffer and seed must not be negative")
+        if block_size is not None and (not isinstance(block_size, int) or block_size < 1):
+            raise ValueError(f"block_size must be a positive number of records, not {block_size!r}")
+        if not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive number of blocks, not {window!r}")
         if num_shards < 1 or not 0 <= shard_index < num_shards:
             raise ValueError(f"shard_index must be in [0, num_shards), got {shard_index} of {num_shards}")
         if format not in ("numpy", "arrow"):
             raise ValueError(f'format must be "numpy" or "arrow", not {format!r}')
+        if shuffle != "buffer" and (format != "numpy" or cache not in (None, False)):
+            raise ValueError(f'shuffle="{shuffle}" reads records by index into NumPy batches: format="arrow" and cache are for shuffle="buffer"')
         if cache is True:
             cache = "memory"
         elif cache is False:
@@ -399,20 +445,29 @@ class Dataset:
             None if generations is None else [int(g) for g in generations],
         )
         self._shards = _Shards(*self._args)
+        self._records_core: Any = None
         self.batch_size = batch_size
+        self.shuffle = shuffle
         self.shuffle_buffer = shuffle_buffer
+        self.block_size = block_size
+        self.window = window
         self.seed = seed
         self.drop_remainder = drop_remainder
         self.num_shards = num_shards
         self.shard_index = shard_index
         self.format = format
         self.cycle_length = cycle_length
+        self.threads = threads
         self._cache = cache
         self._epoch = 0
+        # Where this reader is: the epoch's global position it started from (global and
+        # blocks), the batches it yielded since, and a state loaded for the next pass.
+        self._start = 0
         self._position = 0
         self._resume = 0
+        self._loaded: Optional[Dict[str, Any]] = None
         if state is not None:
-            self._restore(state)
+            self.load_state_dict(state)
 
     @property
     def files(self) -> List[str]:
@@ -436,11 +491,26 @@ class Dataset:
         if epoch < 0:
             raise ValueError("epoch must not be negative")
         self._epoch = epoch
-        self._position = 0
-        self._resume = 0
+        self._start = self._position = self._resume = 0
+        self._loaded = None
 
     def _records(self) -> int:
         return sum(self._shards.counts())
+
+    def _core(self) -> Any:
+        """The shards by index (global and blocks), opened on first use."""
+        if self._records_core is None:
+            paths, columns, compression, _, generations = self._args
+            self._records_core = _RecordsCore(paths, columns, False, compression, generations, None)
+        return self._records_core
+
+    def _block(self) -> int:
+        """Records a block: ``block_size``, else those of about 4 MiB."""
+        if self.block_size is not None:
+            return self.block_size
+        core = self._core()
+        n = len(core)
+        return max(1, (4 << 20) * n // max(1, core.data_bytes)) if n else 1
 
     def _rank_range(self) -> Tuple[int, int]:
         n = self._records()
@@ -457,6 +527,12 @@ class Dataset:
         return -(-records // self.batch_size)
 
     def __len__(self) -> int:
+        if self.shuffle != "buffer":
+            n, span = self._records(), self.batch_size * self.num_shards
+            full, left = divmod(n, span)
+            r, ranks = self.shard_index, self.num_shards
+            mine = left * (r + 1) // ranks - left * r // ranks
+            return full + (1 if mine and not self.drop_remainder else 0)
         start, end = self._rank_range()
         return self._batches_of(end - start)
 
@@ -471,14 +547,41 @@ class Dataset:
             return start + first * self.batch_size, end
         return start + first * self.batch_size, start + last * self.batch_size
 
+    def state_dict(self) -> Dict[str, Any]:
+        """Where iteration is (torchdata's ``Stateful``): a small JSON-serializable dict for
+        :meth:`load_state_dict` or ``Dataset(..., state=)``. With ``shuffle="global"`` or
+        ``"blocks"`` it holds the epoch's global position, which a run with another
+        number of ranks, DataLoader workers or another batch size continues from (every
+        record still read once in the epoch). Inside a DataLoader worker it is that
+        worker's (what ``StatefulDataLoader.state_dict()`` gathers)."""
+        worker, workers = _data_loader_worker()
+        if self.shuffle == "buffer":
+            state = {"version": 1, "epoch": self._epoch, "batches": self._position}
+            state.update(self._config())
+            if workers > 1:
+                state.update(worker=worker, workers=workers)
+            return state
+        return {
+            "version": 2,
+            "tfshard": True,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "epoch": self._epoch,
+            "records": self._records(),
+            "block": self._block() if self.shuffle == "blocks" else None,
+            "window": self.window if self.shuffle == "blocks" else None,
+            "start": self._start,
+            "batch_size": self.batch_size,
+            "num_shards": self.num_shards,
+            "drop_remainder": self.drop_remainder,
+            "worker": worker,
+            "workers": workers,
+            "batches": self._position,
+        }
+
     def state(self) -> Dict[str, Any]:
-        """Where iteration is: a small JSON-serializable dict for ``Dataset(..., state=)``,
-        which then yields the rest of this epoch's batches, the same ones. (In a PyTorch
-        DataLoader with workers, each worker iterates its own copy: resume at epoch
-        boundaries there, with :meth:`set_epoch`.)"""
-        state = {"version": 1, "epoch": self._epoch, "batches": self._position}
-        state.update(self._config())
-        return state
+        """An alias of :meth:`state_dict`."""
+        return self.state_dict()
 
     def _config(self) -> Dict[str, Any]:
         return {
@@ -493,32 +596,123 @@ class Dataset:
             "cache": self._cache,
         }
 
-    def _restore(self, state: Dict[str, Any]) -> None:
-        if not isinstance(state, dict) or state.get("version") != 1:
-            raise ValueError("state must be a dict that Dataset.state() returned")
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from ``state``: one :meth:`state_dict` returned, or a
+        ``StatefulDataLoader``'s whole state (its workers' states are found in it). With
+        ``shuffle="global"`` or ``"blocks"`` the run may have another number of ranks,
+        workers or another batch size (elastic resume); with the buffer shuffle, only
+        the same configuration. A state of other shards (another record count) or of
+        another shuffle, seed or block size is refused (``ValueError``)."""
+        if not isinstance(state, dict):
+            raise ValueError("state must be a dict that Dataset.state_dict() returned")
+        found = _dataset_states(state)
+        if not found:
+            raise ValueError("no tfshard Dataset state in this dict")
+        if self.shuffle == "buffer":
+            self._load_buffer(found)
+        else:
+            self._load_global(found)
+
+    def _load_buffer(self, found: List[Dict[str, Any]]) -> None:
+        first = found[0]
+        if first.get("version") != 1:
+            raise ValueError(
+                f'the state was taken with shuffle="{first.get("shuffle")}", this dataset has shuffle="buffer"'
+            )
         config = self._config()
         for key in _STATE_KEYS:
-            if state.get(key) != config[key]:
+            if first.get(key) != config[key]:
                 raise ValueError(
-                    f"the state was taken with {key}={state.get(key)!r}, this dataset has {config[key]!r}: "
-                    "it would not give the same batches"
+                    f"the state was taken with {key}={first.get(key)!r}, this dataset has {config[key]!r}: "
+                    "it would not give the same batches (only shuffle=\"global\" or \"blocks\" resume "
+                    "under another configuration)"
                 )
-        self._epoch = int(state["epoch"])
-        self._resume = self._position = int(state["batches"])
-        if self._cache == "memory" and self._epoch >= 1 and self._resume > 0:
+        self._epoch = int(first["epoch"])
+        if len(found) > 1 or "workers" in first:
+            # Each DataLoader worker's own position, for the same workers.
+            self._loaded = {"per_worker": {int(f.get("worker", 0)): int(f["batches"]) for f in found},
+                            "workers": int(first.get("workers", 1))}
+            self._resume = self._position = 0
+        else:
+            self._resume = self._position = int(first["batches"])
+        if self._cache == "memory" and self._epoch >= 1 and (self._resume > 0 or self._loaded):
             raise ValueError(
                 "the epoch was read from a memory cache this process does not have: resume a cached "
                 "epoch with cache=PATH (a cache file), or from the epoch's start (set_epoch)"
             )
 
+    def _load_global(self, found: List[Dict[str, Any]]) -> None:
+        first = found[0]
+        if first.get("version") != 2:
+            raise ValueError(
+                f'the state was taken with shuffle="buffer", this dataset has shuffle="{self.shuffle}"'
+            )
+        mine = {
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "records": self._records(),
+            "block": self._block() if self.shuffle == "blocks" else None,
+            "window": self.window if self.shuffle == "blocks" else None,
+        }
+        for f in found:
+            for key, value in mine.items():
+                if f.get(key) != value:
+                    what = "other shards (a changed manifest)" if key == "records" else f"{key}={f.get(key)!r}"
+                    raise ValueError(
+                        f"the state was taken with {what}, this dataset has {key}={value!r}: it would not "
+                        "continue the same epoch"
+                    )
+            if (f["epoch"], f["start"], f["batch_size"], f["num_shards"], f["workers"]) != (
+                first["epoch"], first["start"], first["batch_size"], first["num_shards"], first["workers"]
+            ):
+                raise ValueError("the states found are of different runs")
+        workers = int(first["workers"])
+        got = {int(f["worker"]): int(f["batches"]) for f in found}
+        if len(got) == 1 and workers > 1:
+            # One DataLoader worker's own state (StatefulDataLoader hands each worker
+            # its own): that worker continues its steps.
+            self._epoch = int(first["epoch"])
+            self._loaded = {"start": int(first["start"]), "per_worker": got, "workers": workers, "one": True}
+            self._start = int(first["start"])
+            self._position = self._resume = 0
+            return
+        if sorted(got) != list(range(workers)):
+            raise ValueError(
+                f"the state holds workers {sorted(got)} of {workers}: load the whole StatefulDataLoader "
+                "state, or one taken in the main process"
+            )
+        # The loader yields its workers' batches in turn: steps 0 .. k-1 are done.
+        steps = sum(got.values())
+        span = int(first["batch_size"]) * int(first["num_shards"])
+        self._epoch = int(first["epoch"])
+        position = min(int(first["start"]) + steps * span, mine["records"])
+        same = (int(first["batch_size"]), int(first["num_shards"])) == (self.batch_size, self.num_shards)
+        # The same run's workers each continue their own steps; any other run from the
+        # global position.
+        self._loaded = {"start": int(first["start"]), "per_worker": got, "workers": workers} if same and workers > 1 else None
+        self._start = int(first["start"]) if self._loaded else position
+        self._position = self._resume = 0
+
     def __iter__(self) -> Iterator[Any]:
         worker, workers = _data_loader_worker()
+        if self.shuffle != "buffer":
+            return self._ordered_epoch(worker, workers)
         start, end = self._worker_range(worker, workers)
         epoch, skip = self._epoch, self._resume
-        if skip and workers > 1:
+        loaded = self._loaded
+        if loaded is not None:
+            if loaded["workers"] != workers:
+                raise ValueError(
+                    f"the state was taken with {loaded['workers']} DataLoader workers, this loader has "
+                    f"{workers}: with the buffer shuffle, resume under the same configuration (or use "
+                    'shuffle="global" or "blocks")'
+                )
+            skip = loaded["per_worker"].get(worker, 0)
+            self._loaded = None
+        elif skip and workers > 1:
             raise ValueError(
-                "a state taken in the middle of an epoch cannot be resumed by DataLoader workers "
-                "(each iterates its own copy): resume at an epoch's start with set_epoch"
+                "a state taken in the main process cannot be resumed by DataLoader workers (each "
+                "iterates its own copy): resume with StatefulDataLoader's state, or at an epoch's start"
             )
         cache = self._cache
         if cache not in (None, "memory") and (self.num_shards > 1 or workers > 1):
@@ -539,6 +733,46 @@ class Dataset:
         self._resume = 0
         return self._epoch_of(batches, epoch, skip)
 
+    def _ordered_epoch(self, worker: int, workers: int) -> Iterator[Any]:
+        """An epoch in a global order: this rank's batches of it, this worker's steps."""
+        epoch, start = self._epoch, self._start
+        skip = 0
+        loaded = self._loaded
+        if loaded is not None and loaded.get("one") and (loaded["workers"], worker) != (workers, *loaded["per_worker"]):
+            raise ValueError(
+                f"the state is DataLoader worker {next(iter(loaded['per_worker']))} of {loaded['workers']}'s: "
+                "load the whole StatefulDataLoader state, or one taken in the main process"
+            )
+        if loaded is not None and loaded["workers"] == workers:
+            skip = loaded["per_worker"].get(worker, 0)
+        elif loaded is not None:
+            # The same run's state under other workers: from the global position.
+            steps = sum(loaded["per_worker"].values())
+            start = min(loaded["start"] + steps * self.batch_size * self.num_shards, self._records())
+        self._loaded = None
+        self._start = start
+        core = self._core()
+        threads = self.threads or min(4, os.cpu_count() or 1)
+        # A worker's k-th batch is step worker + k * workers; skipping its first `skip`
+        # batches starts it at step worker + skip * workers.
+        batches = core.ordered(
+            shuffle=self.shuffle,
+            block=self._block() if self.shuffle == "blocks" else 0,
+            window=self.window,
+            seed=self.seed,
+            epoch=epoch,
+            batch_size=self.batch_size,
+            start=start + skip * workers * self.batch_size * self.num_shards,
+            ranks=self.num_shards,
+            rank=self.shard_index,
+            workers=workers,
+            worker=worker,
+            drop_remainder=self.drop_remainder,
+            threads=threads,
+            depth=2 * threads,
+        )
+        return self._epoch_of(batches, epoch, skip)
+
     def _epoch_of(self, batches: Any, epoch: int, skip: int) -> Iterator[Any]:
         self._position = skip
         try:
@@ -548,13 +782,14 @@ class Dataset:
         finally:
             batches.close()
         self._epoch = epoch + 1
-        self._position = 0
+        self._start = self._position = 0
 
     def __getstate__(self) -> Dict[str, Any]:
         # Pickled (a DataLoader's workers under the spawn start method): the native half
         # is made again from the arguments on the other side.
         state = dict(self.__dict__)
         del state["_shards"]
+        state["_records_core"] = None
         return state
 
     def __setstate__(self, state: Dict[str, Any]) -> None:

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Is the accelerator fed? A small model trained for a fixed number of steps, fed by
+tfshard (Dataset with each shuffle, Records through a DataLoader) beside the same model
+fed by synthetic tensors already in memory; prints samples/s and the share of each
+step's time spent waiting for input. Then the readers alone: records/s of the sequential
+Dataset, shuffle="global" and "blocks", Records[i] one at a time and Records[batch of
+256 random indices].
+
+    python scripts/bench_trainer.py SHARDS [--steps N] [--batch-size B] [--device cpu|cuda]
+    python scripts/bench_trainer.py SHARDS --tiny      # CI: a few steps, CPU
+
+SHARDS: uncompressed shards with a float feature `x` of fixed shape (the standard
+table's, or testdata/small.parquet's) and an int64 `y`. Runs where torch is installed
+(scripts/torch_venv.sh).
+"""
+import argparse
+import os
+import random
+import time
+
+import numpy as np
+import torch
+
+import tfshard
+
+
+def model_for(width, device):
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(width, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256), torch.nn.ReLU(),
+        torch.nn.Linear(256, 1),
+    ).to(device)
+
+
+def train(name, batches, steps, width, device):
+    """Trains for `steps` steps on `batches` (x, y tensors); returns samples/s and the
+    share of the time spent waiting for the next batch."""
+    model = model_for(width, device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    waited = samples = 0.0
+    it = iter(batches)
+    start = time.perf_counter()
+    for _ in range(steps):
+        t = time.perf_counter()
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it = iter(batches)
+            x, y = next(it)
+        x = x.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        waited += time.perf_counter() - t
+        loss = torch.nn.functional.mse_loss(model(x).squeeze(1), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        samples += len(x)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    total = time.perf_counter() - start
+    print(f"{name:<44} {samples / total:>12,.0f} {100 * waited / total:>9.1f}%")
+    return samples / total
+
+
+def as_tensors(batch):
+    x = torch.from_numpy(np.asarray(batch["x"], dtype=np.float32))
+    y = torch.from_numpy(np.asarray(batch["y"]).astype(np.float32))
+    return x.reshape(len(x), -1), y
+
+
+class Fed:
+    """Batches of a reader as (x, y) tensors, epoch after epoch."""
+
+    def __init__(self, make):
+        self.make = make
+
+    def __iter__(self):
+        for batch in self.make():
+            yield as_tensors(batch)
+
+
+def reader_rate(name, make, records_per_epoch, limit):
+    t = time.perf_counter()
+    n = 0
+    for batch in make():
+        n += len(batch["y"])
+        if n >= limit:
+            break
+    rate = n / (time.perf_counter() - t)
+    print(f"{name:<44} {rate:>12,.0f}")
+    return rate
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shards")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--tiny", action="store_true", help="a few steps on the CPU (CI)")
+    a = ap.parse_args()
+    if a.tiny:
+        a.steps, a.device, a.workers = 20, "cpu", 0
+    cols = ["x", "y"]
+    records = tfshard.Records(a.shards, columns=cols)
+    n = len(records)
+    width = int(np.prod(records[0]["x"].shape)) or 1
+    b = a.batch_size
+    print(f"== {n} records in {len(records.files)} shards; batches of {b}; {a.steps} steps on {a.device}; "
+          f"{os.cpu_count()} cores; offset table {records.table_bytes} bytes")
+    print(f"{'fed by':<44} {'samples/s':>12} {'waiting':>10}")
+    x = torch.randn(b, width)
+    y = torch.randn(b)
+    synthetic = train("synthetic tensors in memory", [(x, y)] * 8, a.steps, width, a.device)
+    rates = {}
+    for shuffle in ("buffer", "global", "blocks"):
+        ds = tfshard.Dataset(a.shards, batch_size=b, shuffle=shuffle, columns=cols, seed=1)
+        rates[shuffle] = train(f'Dataset(shuffle="{shuffle}")', Fed(lambda ds=ds: ds), a.steps, width, a.device)
+    if a.workers:
+        from torch.utils.data import DataLoader
+        loader = DataLoader(tfshard.Dataset(a.shards, batch_size=b, shuffle="global", columns=cols, seed=1),
+                            batch_size=None, num_workers=a.workers, pin_memory=a.device == "cuda",
+                            persistent_workers=True)
+        train(f'DataLoader({a.workers} workers) of Dataset(global)', Fed(lambda: loader), a.steps, width, a.device)
+        mapped = DataLoader(records, batch_size=b, shuffle=True, num_workers=a.workers,
+                            pin_memory=a.device == "cuda", persistent_workers=True)
+        train(f"DataLoader({a.workers} workers) of Records", Fed(lambda: mapped), a.steps, width, a.device)
+    print(f"input-bound share vs synthetic: buffer {rates['buffer'] / synthetic:.2f}x, "
+          f"global {rates['global'] / synthetic:.2f}x, blocks {rates['blocks'] / synthetic:.2f}x")
+
+    print(f"\n{'reader alone (one pass or limit)':<44} {'records/s':>12}")
+    limit = n if not a.tiny else min(n, 2000)
+    seq = reader_rate("Dataset, sequential (shuffle_buffer=0)",
+                      lambda: tfshard.Dataset(a.shards, batch_size=b, shuffle_buffer=0, columns=cols), n, limit)
+    glob = reader_rate('Dataset(shuffle="global")',
+                       lambda: tfshard.Dataset(a.shards, batch_size=b, shuffle="global", columns=cols), n, limit)
+    blocks = reader_rate('Dataset(shuffle="blocks")',
+                         lambda: tfshard.Dataset(a.shards, batch_size=b, shuffle="blocks", columns=cols), n, limit)
+    one = min(n, 20_000 if not a.tiny else 500)
+    picks = [random.randrange(n) for _ in range(one)]
+    t = time.perf_counter()
+    for i in picks:
+        records[i]
+    single = one / (time.perf_counter() - t)
+    print(f"{'Records[i], one at a time':<44} {single:>12,.0f}")
+    batches = [np.random.randint(0, n, 256) for _ in range(max(1, one // 256))]
+    t = time.perf_counter()
+    for idx in batches:
+        records[idx]
+    batched = 256 * len(batches) / (time.perf_counter() - t)
+    print(f"{'Records[256 random indices]':<44} {batched:>12,.0f}")
+    print(f"ratios to the sequential Dataset: global {glob / seq:.2f}x, blocks {blocks / seq:.2f}x, "
+          f"Records[i] {single / seq:.2f}x, Records[256] {batched / seq:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
