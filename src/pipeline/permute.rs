@@ -2,7 +2,7 @@
 //! records (or blocks of them), from (seed, epoch), in O(1) memory whatever N.
 //!
 //! A balanced Feistel network over the smallest even number of bits that holds N, with
-//! [`ROUNDS`] rounds of a keyed 64-bit mix, is a bijection of `[0, 2^bits)`; **cycle
+//! six rounds of a keyed 64-bit mix, is a bijection of `[0, 2^bits)`; **cycle
 //! walking** (applying it again while the value is `>= N`) restricts it to `[0, N)`,
 //! still a bijection, since the walk from any `i < N` returns below N before it could
 //! meet another start. The domain is under 4N, so a position costs under four network
