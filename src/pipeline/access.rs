@@ -84,7 +84,7 @@ enum Bytes {
 
 /// One record's place.
 #[derive(Debug, Clone, Copy)]
-struct Place {
+struct RecordAt {
     file: usize,
     record: u64,
     offset: u64,
@@ -203,13 +203,13 @@ impl RecordAccess {
         self.starts.windows(2).map(|w| w[1] - w[0]).collect()
     }
 
-    fn place(&self, i: u64) -> Place {
+    fn place(&self, i: u64) -> RecordAt {
         let file = self.starts.partition_point(|&s| s <= i) - 1;
         let record = i - self.starts[file];
         let offsets = &self.offsets[file];
         let offset = offsets.get(record as usize);
         let end = offsets.get(record as usize + 1);
-        Place {
+        RecordAt {
             file,
             record,
             offset,
@@ -249,7 +249,7 @@ impl RecordAccess {
         records.into_iter().map(|r| self.parse(vec![r])).collect()
     }
 
-    fn parse(&self, records: Vec<(Vec<u8>, Place)>) -> Result<Batch> {
+    fn parse(&self, records: Vec<(Vec<u8>, RecordAt)>) -> Result<Batch> {
         let Some(parser) = &self.parser else {
             return Err(Error::invalid_option("records", "opened for raw records"));
         };
@@ -273,7 +273,7 @@ impl RecordAccess {
 
     /// Records `indices` with their places: local ones copied out of their maps, a
     /// store's read with one request per run of near records.
-    fn records(&self, indices: &[u64]) -> Result<Vec<(Vec<u8>, Place)>> {
+    fn records(&self, indices: &[u64]) -> Result<Vec<(Vec<u8>, RecordAt)>> {
         let n = self.len();
         if let Some(&bad) = indices.iter().find(|&&i| i >= n) {
             return Err(Error::invalid_option(
@@ -281,7 +281,7 @@ impl RecordAccess {
                 format!("record {bad} of a set of {n} records"),
             ));
         }
-        let places: Vec<Place> = indices.iter().map(|&i| self.place(i)).collect();
+        let places: Vec<RecordAt> = indices.iter().map(|&i| self.place(i)).collect();
         let mut out: Vec<Option<Vec<u8>>> = vec![None; places.len()];
         // A store's records, by shard and offset, read in runs.
         let mut remote: Vec<usize> = Vec::new();
@@ -330,7 +330,7 @@ impl RecordAccess {
     }
 
     /// The payload of record `p`'s framed bytes, its length and data CRCs checked.
-    fn payload<'a>(&self, framed: &'a [u8], p: &Place) -> Result<&'a [u8]> {
+    fn payload<'a>(&self, framed: &'a [u8], p: &RecordAt) -> Result<&'a [u8]> {
         let path = Some(self.files[p.file].as_path());
         let fail = |problem, detail| frame_error(problem, detail, path, p.record, p.offset);
         let Some(header) = framed.get(..HEADER_LEN) else {
