@@ -8,6 +8,8 @@ Dataset, shuffle="global" and "blocks", Records[i] one at a time and Records[bat
 
     python scripts/bench_trainer.py SHARDS [--steps N] [--batch-size B] [--device cpu|cuda]
     python scripts/bench_trainer.py SHARDS --tiny      # CI: a few steps, CPU
+    python scripts/bench_trainer.py SHARDS --reader R  # one reader alone, one epoch:
+        # seq, global, blocks, records1 (Records[i]), records256 (Records[256 random])
 
 SHARDS: uncompressed shards with a float feature `x` of fixed shape (the standard
 table's, or testdata/small.parquet's) and an int64 `y`. Runs where torch is installed
@@ -91,6 +93,31 @@ def reader_rate(name, make, records_per_epoch, limit):
     return rate
 
 
+def reader_alone(shards, reader, b):
+    """One reader's records/s over one epoch (Records: as many records), printed as
+    `records seconds`."""
+    cols = ["x", "y"]
+    t = time.perf_counter()
+    n = 0
+    if reader in ("seq", "global", "blocks"):
+        kw = {"shuffle_buffer": 0} if reader == "seq" else {"shuffle": reader}
+        for batch in tfshard.Dataset(shards, batch_size=b, columns=cols, seed=1, **kw):
+            n += len(batch["y"])
+    else:
+        records = tfshard.Records(shards, columns=cols)
+        total = len(records)
+        t = time.perf_counter()
+        rng = np.random.default_rng(1)
+        if reader == "records1":
+            for i in rng.integers(0, total, min(total, 500_000)).tolist():
+                records[i]
+                n += 1
+        else:
+            for _ in range(total // 256):
+                n += len(records[rng.integers(0, total, 256)]["y"])
+    print(n, time.perf_counter() - t)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("shards")
@@ -99,7 +126,10 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="a few steps on the CPU (CI)")
+    ap.add_argument("--reader", choices=["seq", "global", "blocks", "records1", "records256"])
     a = ap.parse_args()
+    if a.reader:
+        return reader_alone(a.shards, a.reader, a.batch_size)
     if a.tiny:
         a.steps, a.device, a.workers = 20, "cpu", 0
     cols = ["x", "y"]

@@ -224,8 +224,17 @@ impl RecordAccess {
     /// An index out of range; a record whose framing or CRCs are wrong (file, record,
     /// offset); a store error.
     pub fn raw(&self, indices: &[u64]) -> Result<Vec<Vec<u8>>> {
-        let records = self.records(indices)?;
-        Ok(records.into_iter().map(|(bytes, _)| bytes).collect())
+        let fetched = self.fetch(indices)?;
+        (fetched.records.iter().zip(&fetched.places))
+            .map(|(r, at)| {
+                let bytes = r.bytes(&fetched.maps);
+                if frame::masked_crc32c(bytes) != r.crc {
+                    let len = bytes.len() as u64;
+                    return Err(self.fail(at, FrameProblem::DataCrc, FrameDetail::DataCrc { len }));
+                }
+                Ok(bytes.to_vec())
+            })
+            .collect()
     }
 
     /// Records `indices` decoded into one batch, in the order given.
@@ -234,8 +243,8 @@ impl RecordAccess {
     ///
     /// As [`RecordAccess::raw`]; a record that does not fit the spec; no spec given.
     pub fn batch(&self, indices: &[u64]) -> Result<Batch> {
-        let records = self.records(indices)?;
-        self.parse(records)
+        let fetched = self.fetch(indices)?;
+        self.parse(fetched.records, fetched.maps)
     }
 
     /// Records `indices` decoded each into its own batch of one, in the order given
@@ -245,35 +254,30 @@ impl RecordAccess {
     ///
     /// As [`RecordAccess::batch`].
     pub fn each(&self, indices: &[u64]) -> Result<Vec<Batch>> {
-        let records = self.records(indices)?;
-        records.into_iter().map(|r| self.parse(vec![r])).collect()
+        let fetched = self.fetch(indices)?;
+        let maps = fetched.maps;
+        (fetched.records.into_iter())
+            .map(|r| self.parse(vec![r], maps.clone()))
+            .collect()
     }
 
-    fn parse(&self, records: Vec<(Vec<u8>, RecordAt)>) -> Result<Batch> {
+    fn parse(&self, records: Vec<RawRecord>, maps: Vec<SharedMap>) -> Result<Batch> {
         let Some(parser) = &self.parser else {
             return Err(Error::invalid_option("records", "opened for raw records"));
         };
         let raw = RawBatch {
-            records: records
-                .into_iter()
-                .map(|(bytes, place)| RawRecord {
-                    crc: frame::masked_crc32c(&bytes),
-                    payload: Payload::Owned(bytes),
-                    origin: Origin {
-                        file: place.file,
-                        record: place.record,
-                        offset: place.offset,
-                    },
-                })
-                .collect(),
+            records,
+            maps,
             ..RawBatch::default()
         };
+        // (The parser checks each payload against its CRC, naming file, record, offset.)
         parser.parse(raw, &self.files).0
     }
 
-    /// Records `indices` with their places: local ones copied out of their maps, a
-    /// store's read with one request per run of near records.
-    fn records(&self, indices: &[u64]) -> Result<Vec<(Vec<u8>, RecordAt)>> {
+    /// Records `indices`, their framing checked (the payloads' CRCs are the caller's to
+    /// check): a local shard's as ranges of its map (nothing copied), a store's read with
+    /// one request per run of near records.
+    fn fetch(&self, indices: &[u64]) -> Result<Fetched> {
         let n = self.len();
         if let Some(&bad) = indices.iter().find(|&&i| i >= n) {
             return Err(Error::invalid_option(
@@ -282,19 +286,51 @@ impl RecordAccess {
             ));
         }
         let places: Vec<RecordAt> = indices.iter().map(|&i| self.place(i)).collect();
-        let mut out: Vec<Option<Vec<u8>>> = vec![None; places.len()];
-        // A store's records, by shard and offset, read in runs.
+        // Every local record's first bytes asked of memory at once: random reads overlap.
+        for p in &places {
+            if let Bytes::Mapped(Some(map)) = &self.bytes[p.file] {
+                if let Some(byte) = map.get(p.offset as usize) {
+                    frame::prefetch(byte);
+                }
+            }
+        }
+        let mut fetched = Fetched {
+            records: Vec::with_capacity(places.len()),
+            maps: Vec::new(),
+            places: Vec::new(),
+        };
+        let mut slots: Vec<Option<u32>> = vec![None; self.files.len()];
         let mut remote: Vec<usize> = Vec::new();
         for (k, p) in places.iter().enumerate() {
-            match &self.bytes[p.file] {
+            let record = match &self.bytes[p.file] {
                 Bytes::Mapped(map) => {
                     let data: &[u8] = map.as_deref().map_or(&[][..], |m| &m[..]);
                     let end = (p.offset + p.framed) as usize;
                     let framed = data.get(p.offset as usize..end).unwrap_or(&[]);
-                    out[k] = Some(self.payload(framed, p)?.to_vec());
+                    let (range, crc) = self.frame(framed, p)?;
+                    let slot = match (slots[p.file], map) {
+                        (Some(slot), _) => slot,
+                        (None, Some(map)) => {
+                            fetched.maps.push(map.clone());
+                            let slot = (fetched.maps.len() - 1) as u32;
+                            slots[p.file] = Some(slot);
+                            slot
+                        }
+                        (None, None) => 0,
+                    };
+                    let start = p.offset as usize + range.start;
+                    Payload::Mapped {
+                        slot,
+                        range: start..start + range.len(),
+                    }
+                    .with_crc(crc, p)
                 }
-                Bytes::Remote(_) => remote.push(k),
-            }
+                Bytes::Remote(_) => {
+                    remote.push(k);
+                    RawRecord::default()
+                }
+            };
+            fetched.records.push(record);
         }
         remote.sort_by_key(|&k| (places[k].file, places[k].offset));
         let mut at = 0;
@@ -318,46 +354,69 @@ impl RecordAccess {
                 let p = places[k];
                 let from = (p.offset - first.offset) as usize;
                 let framed = &data[from..from + p.framed as usize];
-                out[k] = Some(self.payload(framed, &p)?.to_vec());
+                let (range, crc) = self.frame(framed, &p)?;
+                fetched.records[k] = Payload::Owned(framed[range].to_vec()).with_crc(crc, &p);
             }
             at = last;
         }
-        Ok(out
-            .into_iter()
-            .zip(places)
-            .map(|(bytes, p)| (bytes.unwrap_or_default(), p))
-            .collect())
+        fetched.places = places;
+        Ok(fetched)
     }
 
-    /// The payload of record `p`'s framed bytes, its length and data CRCs checked.
-    fn payload<'a>(&self, framed: &'a [u8], p: &RecordAt) -> Result<&'a [u8]> {
+    fn fail(&self, p: &RecordAt, problem: FrameProblem, detail: FrameDetail) -> Error {
         let path = Some(self.files[p.file].as_path());
-        let fail = |problem, detail| frame_error(problem, detail, path, p.record, p.offset);
+        frame_error(problem, detail, path, p.record, p.offset)
+    }
+
+    /// The payload's range within record `p`'s framed bytes, and its stored CRC; the
+    /// length checked against its CRC and the bytes there.
+    fn frame(&self, framed: &[u8], p: &RecordAt) -> Result<(std::ops::Range<usize>, u32)> {
         let Some(header) = framed.get(..HEADER_LEN) else {
             let available = framed.len() as u64;
-            return Err(fail(
+            return Err(self.fail(
+                p,
                 FrameProblem::TruncatedLength,
                 FrameDetail::TruncatedHeader { available },
             ));
         };
         let header: &[u8; HEADER_LEN] = header.try_into().expect("a header's length");
         let Ok(len) = frame::decode_header(header) else {
-            return Err(fail(FrameProblem::LengthCrc, FrameDetail::LengthCrc));
+            return Err(self.fail(p, FrameProblem::LengthCrc, FrameDetail::LengthCrc));
         };
         let want = len.saturating_add((HEADER_LEN + FOOTER_LEN) as u64);
         if want != framed.len() as u64 {
             let left = framed.len() as u64;
-            return Err(fail(
+            return Err(self.fail(
+                p,
                 FrameProblem::TruncatedData,
                 FrameDetail::TruncatedRecord { len, left },
             ));
         }
-        let data = &framed[HEADER_LEN..framed.len() - FOOTER_LEN];
-        let stored = u32::from_le_bytes(framed[framed.len() - FOOTER_LEN..].try_into().expect("4"));
-        if frame::masked_crc32c(data) != stored {
-            return Err(fail(FrameProblem::DataCrc, FrameDetail::DataCrc { len }));
+        let end = framed.len() - FOOTER_LEN;
+        let stored = u32::from_le_bytes(framed[end..].try_into().expect("a footer's length"));
+        Ok((HEADER_LEN..end, stored))
+    }
+}
+
+/// Records fetched for one call: each one's payload (a range of one of `maps`, or its
+/// bytes) and stored CRC, and where each came from.
+struct Fetched {
+    records: Vec<RawRecord>,
+    maps: Vec<SharedMap>,
+    places: Vec<RecordAt>,
+}
+
+impl Payload {
+    fn with_crc(self, crc: u32, p: &RecordAt) -> RawRecord {
+        RawRecord {
+            payload: self,
+            crc,
+            origin: Origin {
+                file: p.file,
+                record: p.record,
+                offset: p.offset,
+            },
         }
-        Ok(data)
     }
 }
 

@@ -34,8 +34,8 @@ pub struct EpochOrder {
     seed: u64,
     epoch: u64,
     shuffle: Shuffle,
-    /// Blocks: the permutation of the blocks.
-    blocks: Option<Permutation>,
+    /// Blocks: the permutation of the blocks, and the slot the short last block is in.
+    blocks: Option<(Permutation, u64)>,
 }
 
 impl EpochOrder {
@@ -50,7 +50,15 @@ impl EpochOrder {
         };
         let blocks = match shuffle {
             Shuffle::Global => None,
-            Shuffle::Blocks { block, .. } => Some(Permutation::new(n.div_ceil(block), seed, epoch)),
+            Shuffle::Blocks { block, .. } => {
+                let blocks = Permutation::new(n.div_ceil(block), seed, epoch);
+                let short = if blocks.is_empty() {
+                    0
+                } else {
+                    blocks.invert(blocks.len() - 1)
+                };
+                Some((blocks, short))
+            }
         };
         EpochOrder {
             n,
@@ -73,30 +81,38 @@ impl EpochOrder {
 
     /// The record at position `p` (`p < N`).
     pub fn record(&self, p: u64) -> u64 {
-        match (self.shuffle, &self.blocks) {
-            (Shuffle::Blocks { block, window }, Some(blocks)) => {
-                self.in_blocks(p, block, window, blocks)
-            }
-            _ => Permutation::new(self.n, self.seed, self.epoch).apply(p),
-        }
+        self.records(p, p + 1)[0]
     }
 
     /// The records at positions `[start, end)`, in order.
     pub fn records(&self, start: u64, end: u64) -> Vec<u64> {
-        match self.shuffle {
-            Shuffle::Global => {
+        match (self.shuffle, &self.blocks) {
+            (Shuffle::Blocks { block, window }, Some((blocks, short))) => {
+                // A batch's positions mostly share a window: its permutation made once.
+                let mut within: Option<(u64, Permutation)> = None;
+                (start..end)
+                    .map(|i| self.in_blocks(i, block, window, blocks, *short, &mut within))
+                    .collect()
+            }
+            _ => {
                 let p = Permutation::new(self.n, self.seed, self.epoch);
                 (start..end).map(|i| p.apply(i)).collect()
             }
-            Shuffle::Blocks { .. } => (start..end).map(|i| self.record(i)).collect(),
         }
     }
 
-    fn in_blocks(&self, p: u64, block: u64, window: u64, blocks: &Permutation) -> u64 {
+    fn in_blocks(
+        &self,
+        p: u64,
+        block: u64,
+        window: u64,
+        blocks: &Permutation,
+        short: u64,
+        within: &mut Option<(u64, Permutation)>,
+    ) -> u64 {
         let slots = blocks.len();
         let last = self.n - (slots - 1) * block;
-        // The slot the short last block is in, and where slot j starts.
-        let short = blocks.invert(slots - 1);
+        // Where slot j starts (the short last block is in slot `short`).
         let start = |j: u64| {
             if j <= short {
                 j * block
@@ -120,8 +136,14 @@ impl EpochOrder {
         let first = start(w * window);
         let end = start(((w + 1) * window).min(slots));
         let size = end - first;
-        let within = Permutation::new(size, mix64(self.seed ^ mix64(w + 1)), self.epoch);
-        let (slot, offset) = slot_of(first + within.apply(p - first));
+        let permutation = match within {
+            Some((at, permutation)) if *at == w => permutation,
+            _ => {
+                let made = Permutation::new(size, mix64(self.seed ^ mix64(w + 1)), self.epoch);
+                &mut within.insert((w, made)).1
+            }
+        };
+        let (slot, offset) = slot_of(first + permutation.apply(p - first));
         blocks.apply(slot) * block + offset
     }
 }

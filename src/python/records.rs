@@ -370,12 +370,18 @@ impl OrderedBatches {
                     wake.notify_all();
                     return Some(batch);
                 }
-                let running = (self.threads.lock().unwrap_or_else(|e| e.into_inner()))
-                    .iter()
-                    .any(|t| !t.is_finished());
-                if !running && !ahead.ready.contains_key(&k) {
-                    return None;
+                let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+                if threads.iter().all(|t| t.is_finished()) {
+                    // Every thread done and batch k not made: the epoch's end, unless a
+                    // thread died making it.
+                    let died = threads.drain(..).any(|t| t.join().is_err());
+                    return died.then(|| {
+                        Err(crate::error::Error::from(std::io::Error::other(
+                            "a reader thread stopped on a bug: the epoch is incomplete",
+                        )))
+                    });
                 }
+                drop(threads);
                 ahead = wake
                     .wait_timeout(ahead, std::time::Duration::from_millis(50))
                     .unwrap_or_else(|e| e.into_inner())

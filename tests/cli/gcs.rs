@@ -6,13 +6,11 @@
 //! server these tests say they were skipped; with `TFSHARD_REQUIRE_SERVERS` set, a
 //! missing server fails.
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
-use crate::store::{free_port, tfshard_env, tied, venv, Server};
+use crate::store::{free_port, tfshard_env, tied, venv, wait_for, Server};
 use crate::{read_manifest, root, scratch};
 
 /// The server's binary, in the venv's wheel.
@@ -38,20 +36,16 @@ fn server() -> Option<&'static Server> {
                 }
                 return None;
             };
-            let port = free_port().to_string();
+            let port = free_port();
             let public = format!("127.0.0.1:{port}");
+            let port_arg = port.to_string();
             let mut cmd = tied(&program);
-            cmd.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port])
+            cmd.args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port_arg])
                 .args(["-public-host", &public, "-backend", "memory"])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
             let child = cmd.spawn().expect("start fake-gcs-server");
-            // A start-up guard, not a timing assertion.
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while TcpStream::connect(&public).is_err() {
-                assert!(Instant::now() < deadline, "fake-gcs-server did not start");
-                std::thread::sleep(Duration::from_millis(100));
-            }
+            wait_for(port, "fake-gcs-server");
             Some(Server::new(format!("http://{public}"), child))
         })
         .as_ref()

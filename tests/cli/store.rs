@@ -34,6 +34,16 @@ impl Server {
     }
 }
 
+/// Waits until a server started as `what` listens on `port` of 127.0.0.1 (a start-up
+/// guard, not a timing assertion).
+pub(crate) fn wait_for(port: u16, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "{what} did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -67,12 +77,7 @@ fn start_moto(venv: &Path, extra_env: &[(&str, &str)]) -> Server {
         cmd.env(k, v);
     }
     let child = cmd.spawn().expect("start moto_server");
-    // A start-up guard, not a timing assertion.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "moto_server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_for(port, "moto_server");
     Server {
         endpoint: format!("http://127.0.0.1:{port}"),
         _child: child,
