@@ -138,7 +138,7 @@ def main():
     width = int(np.prod(records[0]["x"].shape)) or 1
     b = a.batch_size
     print(f"== {n} records in {len(records.files)} shards; batches of {b}; {a.steps} steps on {a.device}; "
-          f"{os.cpu_count()} cores; offset table {records.table_bytes} bytes")
+          f"{os.cpu_count()} cores")
     print(f"{'fed by':<44} {'samples/s':>12} {'waiting':>10}")
     x = torch.randn(b, width)
     y = torch.randn(b)
@@ -180,6 +180,7 @@ def main():
         records[idx]
     batched = 256 * len(batches) / (time.perf_counter() - t)
     print(f"{'Records[256 random indices]':<44} {batched:>12,.0f}")
+    print(f"offset tables of the shards read: {records.table_bytes} bytes")
     print(f"ratios to the sequential Dataset: global {glob / seq:.2f}x, blocks {blocks / seq:.2f}x, "
           f"Records[i] {single / seq:.2f}x, Records[256] {batched / seq:.2f}x")
 

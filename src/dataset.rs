@@ -95,7 +95,10 @@ impl Dataset {
             ..Dataset::default()
         };
         for path in paths {
-            if crate::store::paths::is_dir(path, io)? {
+            // A manifest's name names a manifest: read it, nothing listed.
+            if manifest::is_manifest_name(&path.to_string_lossy()) {
+                set.add_manifest(path)?;
+            } else if crate::store::paths::is_dir(path, io)? {
                 let manifests = manifests_in(path, io)?;
                 if manifests.is_empty() {
                     set.shards.extend(unlisted_shards(path, io)?);
@@ -103,8 +106,6 @@ impl Dataset {
                 for m in manifests {
                     set.add_manifest(&m)?;
                 }
-            } else if manifest::is_manifest_name(&path.to_string_lossy()) {
-                set.add_manifest(path)?;
             } else {
                 set.shards.push(path.clone());
             }

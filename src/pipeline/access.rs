@@ -92,21 +92,37 @@ struct RecordAt {
     framed: u64,
 }
 
+/// One shard, opened: its bytes and its records' offsets.
+#[derive(Debug)]
+struct Opened {
+    bytes: Bytes,
+    offsets: Offsets,
+}
+
 /// The records of a set of shards, by index.
 #[derive(Debug)]
 pub struct RecordAccess {
     files: Vec<PathBuf>,
     /// `starts[f]`: the index of shard f's first record; then the total.
     starts: Vec<u64>,
-    offsets: Vec<Offsets>,
-    bytes: Vec<Bytes>,
+    /// Each shard once opened (on first use where a manifest gave its count).
+    shards: Vec<std::sync::OnceLock<Opened>>,
+    /// Bytes of each shard, where known before opening it (a manifest's).
+    sizes: Vec<Option<u64>>,
+    /// Bytes the opened shards' tables hold.
+    table: std::sync::atomic::AtomicU64,
+    bound: u64,
+    compression: Option<Compression>,
+    io: IoOptions,
     parser: Option<Parser>,
 }
 
 impl RecordAccess {
-    /// Opens the shards of `dataset`, finding each one's record offsets; `spec` is what
-    /// [`RecordAccess::batch`] decodes (`None`: raw records only). A walk of frames
-    /// stops when the table would pass `bound` bytes.
+    /// Opens the shards of `dataset`; `spec` is what [`RecordAccess::batch`] decodes
+    /// (`None`: raw records only). A shard its manifest lists (with its record count) is
+    /// opened when a record of it is first read: opening a set from its manifest reads
+    /// nothing more. Another is opened now, to count its records. A walk of frames stops
+    /// when the tables would pass `bound` bytes.
     ///
     /// # Errors
     ///
@@ -119,50 +135,96 @@ impl RecordAccess {
         compression: Option<Compression>,
         bound: u64,
     ) -> Result<RecordAccess> {
-        let io = dataset.io;
+        let listed = dataset.listed();
         let mut access = RecordAccess {
             files: dataset.shards.clone(),
             starts: vec![0],
-            offsets: Vec::with_capacity(dataset.shards.len()),
-            bytes: Vec::with_capacity(dataset.shards.len()),
+            shards: (0..dataset.shards.len())
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+            sizes: (dataset.shards.iter())
+                .map(|f| listed.get(f).map(|s| s.bytes))
+                .collect(),
+            table: std::sync::atomic::AtomicU64::new(0),
+            bound,
+            compression,
+            io: dataset.io,
             parser: spec.map(Parser::new).transpose()?,
         };
-        let mut table = 0u64;
-        for file in &dataset.shards {
-            let compressed = match compression {
-                Some(c) => c,
-                None => crate::records::detect_compression(file, io)?,
-            };
+        // What the manifests say of their shards: compressed ones cannot be read by index,
+        // and a set without `.idx` files needs a walk's table.
+        let mut walked = 0u64;
+        for (path, m) in &dataset.manifests {
+            let compressed = compression.or(m.compression()).unwrap_or(Compression::None);
             if compressed != Compression::None {
-                return Err(Error::invalid_option(
-                    "records",
-                    format!(
-                        "{} is {}-compressed: its records cannot be read by index (convert \
-                         with --compression none, or read it in order)",
-                        file.display(),
-                        compressed.name()
-                    ),
-                ));
+                return Err(not_by_index(path, compressed));
             }
-            let blob = Blob::head(file, io)?;
-            let bytes = match blob.mappable() {
-                Some(local) => Bytes::Mapped(MappedRecords::open(&local)?.map().cloned()),
-                None => Bytes::Remote(blob),
+            if m.options.get("index") != Some(&serde_json::Value::Bool(true)) {
+                walked += (m.records + m.shards.len() as u64) * 4;
+            }
+        }
+        if walked > bound {
+            return Err(over_bound(bound, walked, &dataset.manifests[0].0));
+        }
+        for (f, file) in dataset.shards.iter().enumerate() {
+            let records = match listed.get(file) {
+                Some(entry) => entry.records,
+                None => access.opened(f)?.offsets.records(),
             };
-            let offsets = match idx_offsets(file, io, size_of(&bytes))? {
-                Some(offsets) => offsets,
-                None => {
-                    let left = bound.saturating_sub(table);
-                    walk_offsets(file, &bytes, io, left)?
-                }
-            };
-            table += offsets.bytes();
             let last = access.starts[access.starts.len() - 1];
-            access.starts.push(last + offsets.records());
-            access.offsets.push(offsets);
-            access.bytes.push(bytes);
+            access.starts.push(last + records);
         }
         Ok(access)
+    }
+
+    /// Shard `f`, opened on first use: its compression checked, its bytes mapped (or
+    /// found in its store), its offsets read from its `.idx` file or a walk.
+    fn opened(&self, f: usize) -> Result<&Opened> {
+        if let Some(opened) = self.shards[f].get() {
+            return Ok(opened);
+        }
+        let (file, io) = (&self.files[f], self.io);
+        let compressed = match self.compression {
+            Some(c) => c,
+            None => crate::records::detect_compression(file, io)?,
+        };
+        if compressed != Compression::None {
+            return Err(not_by_index(file, compressed));
+        }
+        let blob = Blob::head(file, io)?;
+        let bytes = match blob.mappable() {
+            Some(local) => Bytes::Mapped(MappedRecords::open(&local)?.map().cloned()),
+            None => Bytes::Remote(blob),
+        };
+        let offsets = match idx_offsets(file, io, size_of(&bytes))? {
+            Some(offsets) => offsets,
+            None => {
+                let used = self.table.load(std::sync::atomic::Ordering::SeqCst);
+                walk_offsets(file, &bytes, io, self.bound.saturating_sub(used))?
+            }
+        };
+        // A count the manifest gave must be the shard's.
+        let (listed, found) = (
+            self.starts.get(f + 1).map(|e| e - self.starts[f]),
+            offsets.records(),
+        );
+        if let Some(listed) = listed.filter(|&l| l != found) {
+            return Err(Error::invalid_option(
+                "records",
+                format!(
+                    "{} holds {found} records, its manifest says {listed}",
+                    file.display()
+                ),
+            ));
+        }
+        let opened = Opened { bytes, offsets };
+        let table = opened.offsets.bytes();
+        // Two threads may open a shard at once: one keeps it.
+        if self.shards[f].set(opened).is_ok() {
+            self.table
+                .fetch_add(table, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(self.shards[f].get().expect("set just now"))
     }
 
     /// Records in all.
@@ -175,20 +237,19 @@ impl RecordAccess {
         self.len() == 0
     }
 
-    /// Bytes the offset tables hold.
+    /// Bytes the offset tables of the shards opened so far hold.
     pub fn table_bytes(&self) -> u64 {
-        self.offsets.iter().map(Offsets::bytes).sum()
+        self.table.load(std::sync::atomic::Ordering::SeqCst)
     }
 
-    /// Bytes of the shards (their records, framed).
+    /// Bytes of the shards (their records, framed): the manifest's sizes, else the
+    /// opened shards'.
     pub fn data_bytes(&self) -> u64 {
-        (self.offsets.iter())
-            .map(|o| {
-                if o.records() == 0 && o.bytes() == 0 {
-                    0
-                } else {
-                    o.get(o.records() as usize)
-                }
+        (self.sizes.iter().zip(&self.shards))
+            .map(|(size, shard)| match (size, shard.get()) {
+                (Some(size), _) => *size,
+                (None, Some(opened)) => size_of(&opened.bytes),
+                (None, None) => 0,
             })
             .sum()
     }
@@ -203,18 +264,18 @@ impl RecordAccess {
         self.starts.windows(2).map(|w| w[1] - w[0]).collect()
     }
 
-    fn place(&self, i: u64) -> RecordAt {
+    fn place(&self, i: u64) -> Result<RecordAt> {
         let file = self.starts.partition_point(|&s| s <= i) - 1;
         let record = i - self.starts[file];
-        let offsets = &self.offsets[file];
+        let offsets = &self.opened(file)?.offsets;
         let offset = offsets.get(record as usize);
         let end = offsets.get(record as usize + 1);
-        RecordAt {
+        Ok(RecordAt {
             file,
             record,
             offset,
             framed: end - offset,
-        }
+        })
     }
 
     /// The payloads of records `indices` (each `< len()`), checked, in the order given.
@@ -285,10 +346,13 @@ impl RecordAccess {
                 format!("record {bad} of a set of {n} records"),
             ));
         }
-        let places: Vec<RecordAt> = indices.iter().map(|&i| self.place(i)).collect();
+        let places: Vec<RecordAt> = indices
+            .iter()
+            .map(|&i| self.place(i))
+            .collect::<Result<_>>()?;
         // Every local record's first bytes asked of memory at once: random reads overlap.
         for p in &places {
-            if let Bytes::Mapped(Some(map)) = &self.bytes[p.file] {
+            if let Bytes::Mapped(Some(map)) = &self.opened(p.file)?.bytes {
                 if let Some(byte) = map.get(p.offset as usize) {
                     frame::prefetch(byte);
                 }
@@ -302,7 +366,7 @@ impl RecordAccess {
         let mut slots: Vec<Option<u32>> = vec![None; self.files.len()];
         let mut remote: Vec<usize> = Vec::new();
         for (k, p) in places.iter().enumerate() {
-            let record = match &self.bytes[p.file] {
+            let record = match &self.opened(p.file)?.bytes {
                 Bytes::Mapped(map) => {
                     let data: &[u8] = map.as_deref().map_or(&[][..], |m| &m[..]);
                     let end = (p.offset + p.framed) as usize;
@@ -346,7 +410,7 @@ impl RecordAccess {
                 end = end.max(p.offset + p.framed);
                 last += 1;
             }
-            let Bytes::Remote(blob) = &self.bytes[first.file] else {
+            let Bytes::Remote(blob) = &self.opened(first.file)?.bytes else {
                 unreachable!("remote records are a store's");
             };
             let data = blob.read_range(first.offset..end)?;
@@ -420,6 +484,32 @@ impl Payload {
     }
 }
 
+/// A compressed shard's (or its manifest's) error.
+fn not_by_index(file: &Path, compressed: Compression) -> Error {
+    Error::invalid_option(
+        "records",
+        format!(
+            "{} is {}-compressed: its records cannot be read by index (convert with \
+             --compression none, or read it in order)",
+            file.display(),
+            compressed.name()
+        ),
+    )
+}
+
+/// The error of an offset table that would pass its bound.
+fn over_bound(bound: u64, bytes: u64, at: &Path) -> Error {
+    Error::invalid_option(
+        "records",
+        format!(
+            "the offset table would take {bytes} bytes, over its bound of {bound} ({}): write \
+             the shards with --index (their .idx files give the offsets), or read in blocks \
+             (shuffle=\"blocks\")",
+            at.display()
+        ),
+    )
+}
+
 fn size_of(bytes: &Bytes) -> u64 {
     match bytes {
         Bytes::Mapped(map) => map.as_ref().map_or(0, |m| m.len() as u64),
@@ -468,17 +558,7 @@ fn idx_offsets(file: &Path, io: IoOptions, size: u64) -> Result<Option<Offsets>>
 /// not its payloads), as long as the table stays within `bound` bytes.
 fn walk_offsets(file: &Path, bytes: &Bytes, io: IoOptions, bound: u64) -> Result<Offsets> {
     let mut offsets: Vec<u64> = Vec::new();
-    let over = |records: u64| {
-        Error::invalid_option(
-            "records",
-            format!(
-                "the offset table would pass its bound of {bound} bytes at {records} records of \
-                 {}: write the shards with --index (their .idx files give the offsets), or \
-                 read in blocks (shuffle=\"blocks\")",
-                file.display()
-            ),
-        )
-    };
+    let over = |records: u64| over_bound(bound, records * 4, file);
     let size = size_of(bytes);
     match bytes {
         Bytes::Mapped(_) => {

@@ -46,13 +46,14 @@ def test_every_record_by_index_is_inspects(small_shards):
     records = tfshard.Records(small_shards)
     inspected = list(tfshard.inspect(small_shards))
     assert len(records) == len(inspected) == 2000
-    assert records.table_bytes == (2000 + len(records.files)) * 4  # 4 bytes a record, and each shard's end
+    assert records.table_bytes == 0, "a manifest's shards are opened when first read"
     for i, expected in enumerate(inspected):
         got = records[i]
         want = _inspected(expected)
         # (inspect leaves out what a record does not hold; Records gives empty arrays.)
         assert {k: _values(v) for k, v in got.items() if _values(v) or k in want} == want, i
     assert _values(records[-1]["y"]) == _values(records[1999]["y"])
+    assert records.table_bytes == (2000 + len(records.files)) * 4  # 4 bytes a record, and each shard's end
 
 
 def test_a_batch_of_indices_is_a_datasets_batch(small_shards):
@@ -132,3 +133,73 @@ def test_records_in_a_bucket(s3, small_shards):
     order = np.random.default_rng(1).permutation(2000)[:300].tolist()
     assert remote[order] == [local[i] for i in order]
     assert [remote[i] for i in (0, 1999)] == [local[0], local[1999]]
+
+
+@pytest.fixture()
+def logged_s3(tmp_path):
+    """A moto S3 server of this test's own, its request log in a file: yields (bucket
+    maker, a function that returns the requests logged since the last call)."""
+    import os, re, socket, subprocess, time, urllib.request
+    from conftest import ROOT, missing
+    server = ROOT / ".venv-s3" / "bin" / "moto_server"
+    if not server.exists():
+        missing("no moto server (.venv-s3: scripts/s3_venv.sh)")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    log = tmp_path / "moto.log"
+    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=open(log, "w"))
+    endpoint = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP")
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(AWS_ACCESS_KEY_ID="moto", AWS_SECRET_ACCESS_KEY="moto", AWS_REGION="us-east-1",
+                      AWS_ENDPOINT_URL=endpoint, AWS_ALLOW_HTTP="true")
+    seen = [0]
+
+    def requests():
+        time.sleep(0.3)  # the server writes its log line after answering
+        lines = re.findall(r'"(?:\x1b\[[0-9;]*m)*([A-Z]+) (\S+) HTTP', log.read_text())
+        new, seen[0] = lines[seen[0]:], len(lines)
+        return new
+
+    def bucket(name):
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT")).read()
+        return name
+
+    yield bucket, requests
+    proc.terminate()
+    proc.wait()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_opening_a_set_from_its_manifest_reads_one_object(logged_s3, small_shards):
+    bucket, requests = logged_s3
+    name = bucket("pytest-startup")
+    tfshard.convert(small_shards, f"s3://{name}/many", format="tfrecord", max_records_per_shard=8)
+    manifest = f"s3://{name}/many/data.manifest.json"
+    requests()
+    ds = tfshard.Dataset(manifest, batch_size=64, shuffle="global")
+    records = tfshard.Records(manifest)
+    assert len(records) == 2000 and len(ds) == 32 and len(records.files) == 250
+    made = requests()
+    assert not [r for r in made if "list-type" in r[1] or "prefix=" in r[1]], made
+    reads = [r for r in made if r[0] == "GET"]
+    assert {path for _, path in reads} == {f"/{name}/many/data.manifest.json"}, made
+    assert records.table_bytes == 0
+    # A record reads its own shard only.
+    records[9]
+    touched = {path.split("?")[0] for _, path in requests()}
+    assert touched <= {f"/{name}/many/data-00001-of-00250.tfrecord", f"/{name}/many/data-00001-of-00250.tfrecord.idx"}, touched
+    assert records.table_bytes == (8 + 1) * 4
