@@ -6,6 +6,7 @@ Servers and other venvs the tests need (moto's S3 server from .venv-s3, TensorFl
 TFSHARD_REQUIRE_SERVERS set (.ci/run) it fails instead.
 """
 
+import contextlib
 import os
 import shutil
 import socket
@@ -59,10 +60,11 @@ def tf_python() -> str:
     return str(python)
 
 
-@pytest.fixture(scope="session")
-def s3(tmp_path_factory):
-    """moto's S3 server on 127.0.0.1 (from .venv-s3), with the AWS_* variables pointing
-    tfshard at it; yields a function that makes a bucket."""
+@contextlib.contextmanager
+def moto_server(log=None):
+    """moto's S3 server on 127.0.0.1 (from .venv-s3), its request log in the file `log`
+    if given, with the AWS_* variables pointing tfshard at it; yields a function that
+    makes a bucket."""
     server = ROOT / ".venv-s3" / "bin" / "moto_server"
     if not server.exists():
         missing("no moto server (.venv-s3: scripts/s3_venv.sh)")
@@ -70,7 +72,8 @@ def s3(tmp_path_factory):
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     sock.close()
-    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    err = open(log, "w") if log else subprocess.DEVNULL
+    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=err)
     endpoint = f"http://127.0.0.1:{port}"
     for _ in range(100):
         try:
@@ -88,14 +91,25 @@ def s3(tmp_path_factory):
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT")).read()
         return name
 
-    yield bucket
-    proc.terminate()
-    proc.wait()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    try:
+        yield bucket
+    finally:
+        proc.terminate()
+        proc.wait()
+        if log:
+            err.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """moto's S3 server (see moto_server), for the session."""
+    with moto_server() as bucket:
+        yield bucket
 
 
 def shard_bytes(folder: Path) -> dict:

@@ -139,29 +139,11 @@ def test_records_in_a_bucket(s3, small_shards):
 def logged_s3(tmp_path):
     """A moto S3 server of this test's own, its request log in a file: yields (bucket
     maker, a function that returns the requests logged since the last call)."""
-    import os, re, socket, subprocess, time, urllib.request
-    from conftest import ROOT, missing
-    server = ROOT / ".venv-s3" / "bin" / "moto_server"
-    if not server.exists():
-        missing("no moto server (.venv-s3: scripts/s3_venv.sh)")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
+    import re
+    import time
+    from conftest import moto_server
+
     log = tmp_path / "moto.log"
-    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=open(log, "w"))
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.1)
-    keys = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update(AWS_ACCESS_KEY_ID="moto", AWS_SECRET_ACCESS_KEY="moto", AWS_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=endpoint, AWS_ALLOW_HTTP="true")
     seen = [0]
 
     def requests():
@@ -170,18 +152,8 @@ def logged_s3(tmp_path):
         new, seen[0] = lines[seen[0]:], len(lines)
         return new
 
-    def bucket(name):
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{name}", method="PUT")).read()
-        return name
-
-    yield bucket, requests
-    proc.terminate()
-    proc.wait()
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+    with moto_server(log) as bucket:
+        yield bucket, requests
 
 
 def test_opening_a_set_from_its_manifest_reads_one_object(logged_s3, small_shards):
