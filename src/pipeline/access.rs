@@ -18,6 +18,7 @@ use crate::error::{Error, FrameDetail, FrameProblem, Result};
 use crate::example::columnar::Batch;
 use crate::example::FeatureSpec;
 use crate::pipeline::batch::{Origin, Payload, RawBatch, RawRecord};
+use crate::pipeline::chunk::{CachedRows, Chunk};
 use crate::pipeline::parse::Parser;
 use crate::store::storage::Blob;
 use crate::store::IoOptions;
@@ -26,8 +27,12 @@ use crate::tfrecord::mapped::{MappedRecords, SharedMap};
 use crate::tfrecord::reader::frame_error;
 use crate::tfrecord::Compression;
 
-/// Records of one call closer than this in a store's shard are read in one request.
+/// Records of one call closer than this in a store's shard are read in one request (up
+/// to [`READS_IN_FLIGHT`] requests at once).
 pub const COALESCE_GAP: u64 = 256 << 10;
+
+/// Ranged requests one call makes at once.
+pub const READS_IN_FLIGHT: usize = 4;
 
 /// The default bound of an offset table built by walking frames: 1 GiB (268M records).
 pub const DEFAULT_TABLE_BOUND: u64 = 1 << 30;
@@ -115,6 +120,8 @@ pub struct RecordAccess {
     compression: Option<Compression>,
     io: IoOptions,
     parser: Option<Parser>,
+    /// Whether the shards are in a store (read with ranged requests, not mapped).
+    in_store: bool,
 }
 
 impl RecordAccess {
@@ -150,6 +157,10 @@ impl RecordAccess {
             compression,
             io: dataset.io,
             parser: spec.map(Parser::new).transpose()?,
+            in_store: match dataset.shards.first() {
+                Some(first) => crate::store::paths::local_path(first, dataset.io)?.is_none(),
+                None => false,
+            },
         };
         // What the manifests say of their shards: compressed ones cannot be read by index,
         // and a set without `.idx` files needs a walk's table.
@@ -237,6 +248,12 @@ impl RecordAccess {
         self.len() == 0
     }
 
+    /// Whether the shards are in a store: records near each other are best read together
+    /// ([`RecordAccess::batches`]), not batch by batch.
+    pub fn in_store(&self) -> bool {
+        self.in_store
+    }
+
     /// Bytes the offset tables of the shards opened so far hold.
     pub fn table_bytes(&self) -> u64 {
         self.table.load(std::sync::atomic::Ordering::SeqCst)
@@ -264,18 +281,34 @@ impl RecordAccess {
         self.starts.windows(2).map(|w| w[1] - w[0]).collect()
     }
 
-    fn place(&self, i: u64) -> Result<RecordAt> {
-        let file = self.starts.partition_point(|&s| s <= i) - 1;
-        let record = i - self.starts[file];
-        let offsets = &self.opened(file)?.offsets;
-        let offset = offsets.get(record as usize);
-        let end = offsets.get(record as usize + 1);
-        Ok(RecordAt {
-            file,
-            record,
-            offset,
-            framed: end - offset,
-        })
+    /// Where records `indices` are (each `< len()`), with the shard each is in: a run
+    /// of records in one shard finds its shard once.
+    fn places(&self, indices: &[u64]) -> Result<(Vec<RecordAt>, Vec<&Opened>)> {
+        let mut places = Vec::with_capacity(indices.len());
+        let mut opened = Vec::with_capacity(indices.len());
+        let mut current: Option<(usize, std::ops::Range<u64>, &Opened)> = None;
+        for &i in indices {
+            let (file, first, shard) = match &current {
+                Some((file, range, shard)) if range.contains(&i) => (*file, range.start, *shard),
+                _ => {
+                    let file = self.starts.partition_point(|&s| s <= i) - 1;
+                    let shard = self.opened(file)?;
+                    current = Some((file, self.starts[file]..self.starts[file + 1], shard));
+                    (file, self.starts[file], shard)
+                }
+            };
+            let record = i - first;
+            let offset = shard.offsets.get(record as usize);
+            let end = shard.offsets.get(record as usize + 1);
+            places.push(RecordAt {
+                file,
+                record,
+                offset,
+                framed: end - offset,
+            });
+            opened.push(shard);
+        }
+        Ok((places, opened))
     }
 
     /// The payloads of records `indices` (each `< len()`), checked, in the order given.
@@ -306,6 +339,66 @@ impl RecordAccess {
     pub fn batch(&self, indices: &[u64]) -> Result<Batch> {
         let fetched = self.fetch(indices)?;
         self.parse(fetched.records, fetched.maps)
+    }
+
+    /// The batches of several lists of records, each in the order given, the records of
+    /// all fetched once in record order: a window of blocks' records are runs of
+    /// consecutive records, found and read as runs (a store's in one request a run),
+    /// then each list's records parsed into its batch.
+    ///
+    /// # Errors
+    ///
+    /// As [`RecordAccess::batch`].
+    pub fn batches(&self, lists: &[Vec<u64>]) -> Result<Vec<Batch>> {
+        let all: Vec<u64> = lists.iter().flatten().copied().collect();
+        let mut by_record: Vec<u32> = (0..all.len() as u32).collect();
+        by_record.sort_unstable_by_key(|&k| all[k as usize]);
+        let sorted: Vec<u64> = by_record.iter().map(|&k| all[k as usize]).collect();
+        let mut fetched = self.fetch(&sorted)?;
+        // Each list's records, moved out of the fetched ones (a record listed twice is
+        // copied: a store's payload is its own bytes).
+        let mut at = vec![0u32; all.len()];
+        for (row, &k) in by_record.iter().enumerate() {
+            at[k as usize] = row as u32;
+        }
+        let mut uses = vec![0u32; sorted.len()];
+        for &row in &at {
+            uses[row as usize] += 1;
+        }
+        let mut at = at.into_iter();
+        lists
+            .iter()
+            .map(|list| {
+                let records = (at.by_ref().take(list.len()))
+                    .map(|row| {
+                        let row = row as usize;
+                        uses[row] -= 1;
+                        match uses[row] {
+                            0 => std::mem::take(&mut fetched.records[row]),
+                            _ => fetched.records[row].clone(),
+                        }
+                    })
+                    .collect();
+                self.parse(records, fetched.maps.clone())
+            })
+            .collect()
+    }
+
+    /// Batches joined into one, their rows in the order given.
+    ///
+    /// # Panics
+    ///
+    /// Opened for raw records (no batches to join).
+    pub fn join(&self, batches: Vec<Batch>) -> Batch {
+        let parser = self.parser.as_ref().expect("batches come from a parser");
+        let mut rows = CachedRows::default();
+        for (c, batch) in batches.iter().enumerate() {
+            rows.chunks
+                .push(std::sync::Arc::new(Chunk::from_batch(batch)));
+            rows.rows
+                .extend((0..batch.rows as u32).map(|r| (c as u32, r)));
+        }
+        parser.gather(&rows, 0)
     }
 
     /// Records `indices` decoded each into its own batch of one, in the order given
@@ -346,15 +439,19 @@ impl RecordAccess {
                 format!("record {bad} of a set of {n} records"),
             ));
         }
-        let places: Vec<RecordAt> = indices
-            .iter()
-            .map(|&i| self.place(i))
-            .collect::<Result<_>>()?;
-        // Every local record's first bytes asked of memory at once: random reads overlap.
-        for p in &places {
-            if let Bytes::Mapped(Some(map)) = &self.opened(p.file)?.bytes {
-                if let Some(byte) = map.get(p.offset as usize) {
-                    frame::prefetch(byte);
+        let (places, opened) = self.places(indices)?;
+        // Every local record's bytes asked of memory at once (its first lines and its
+        // footer's): random reads overlap.
+        for (p, shard) in places.iter().zip(&opened) {
+            if let Bytes::Mapped(Some(map)) = &shard.bytes {
+                let (start, end) = (p.offset as usize, (p.offset + p.framed) as usize);
+                for at in (start..end.min(start + 256))
+                    .step_by(64)
+                    .chain([end.saturating_sub(1)])
+                {
+                    if let Some(byte) = map.get(at) {
+                        frame::prefetch(byte);
+                    }
                 }
             }
         }
@@ -365,8 +462,8 @@ impl RecordAccess {
         };
         let mut slots: Vec<Option<u32>> = vec![None; self.files.len()];
         let mut remote: Vec<usize> = Vec::new();
-        for (k, p) in places.iter().enumerate() {
-            let record = match &self.opened(p.file)?.bytes {
+        for (k, (p, shard)) in places.iter().zip(&opened).enumerate() {
+            let record = match &shard.bytes {
                 Bytes::Mapped(map) => {
                     let data: &[u8] = map.as_deref().map_or(&[][..], |m| &m[..]);
                     let end = (p.offset + p.framed) as usize;
@@ -397,6 +494,8 @@ impl RecordAccess {
             fetched.records.push(record);
         }
         remote.sort_by_key(|&k| (places[k].file, places[k].offset));
+        // Runs of near records, one request each, up to READS_IN_FLIGHT at once.
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
         let mut at = 0;
         while at < remote.len() {
             let first = places[remote[at]];
@@ -410,19 +509,61 @@ impl RecordAccess {
                 end = end.max(p.offset + p.framed);
                 last += 1;
             }
+            runs.push(at..last);
+            at = last;
+        }
+        let read = |run: &std::ops::Range<usize>| -> Result<Vec<(usize, RawRecord)>> {
+            let first = places[remote[run.start]];
+            let end = (remote[run.clone()].iter())
+                .map(|&k| places[k].offset + places[k].framed)
+                .max()
+                .unwrap_or(first.offset);
             let Bytes::Remote(blob) = &self.opened(first.file)?.bytes else {
                 unreachable!("remote records are a store's");
             };
             let data = blob.read_range(first.offset..end)?;
-            for &k in &remote[at..last] {
-                let p = places[k];
-                let from = (p.offset - first.offset) as usize;
-                // (A store that answered short: the frame check names what is missing.)
-                let framed = data.get(from..from + p.framed as usize).unwrap_or(&[]);
-                let (range, crc) = self.frame(framed, &p)?;
-                fetched.records[k] = Payload::Owned(framed[range].to_vec()).with_crc(crc, &p);
+            (remote[run.clone()].iter())
+                .map(|&k| {
+                    let p = places[k];
+                    let from = (p.offset - first.offset) as usize;
+                    // (A store that answered short: the frame check names what is missing.)
+                    let framed = data.get(from..from + p.framed as usize).unwrap_or(&[]);
+                    let (range, crc) = self.frame(framed, &p)?;
+                    Ok((k, Payload::Owned(framed[range].to_vec()).with_crc(crc, &p)))
+                })
+                .collect()
+        };
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || -> Result<Vec<(usize, RawRecord)>> {
+            let mut got = Vec::new();
+            loop {
+                let r = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(run) = runs.get(r) else {
+                    return Ok(got);
+                };
+                got.extend(read(run)?);
             }
-            at = last;
+        };
+        let done: Vec<Result<Vec<(usize, RawRecord)>>> = match runs.len() {
+            0 => Vec::new(),
+            1 => vec![work()],
+            n => std::thread::scope(|s| {
+                let helpers: Vec<_> = (1..n.min(READS_IN_FLIGHT)).map(|_| s.spawn(work)).collect();
+                let mut done = vec![work()];
+                done.extend(helpers.into_iter().map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(Error::from(std::io::Error::other(
+                            "a reading thread stopped on a bug",
+                        )))
+                    })
+                }));
+                done
+            }),
+        };
+        for got in done {
+            for (k, record) in got? {
+                fetched.records[k] = record;
+            }
         }
         fetched.places = places;
         Ok(fetched)
@@ -504,8 +645,8 @@ fn over_bound(bound: u64, bytes: u64, at: &Path) -> Error {
         "records",
         format!(
             "the offset table would take {bytes} bytes, over its bound of {bound} ({}): write \
-             the shards with --index (their .idx files give the offsets), or read in blocks \
-             (shuffle=\"blocks\")",
+             the shards with --index (their .idx files give the offsets), or raise the bound \
+             (table_bound); shuffle=\"buffer\" reads in order, with no table",
             at.display()
         ),
     )
@@ -642,7 +783,7 @@ mod tests {
         let dir = crate::test_dir("access-bound");
         let a = shard(&dir, "a.tfrecord", &[b"zero", b"one", b"two"]);
         let e = open(vec![a], 8).unwrap_err().to_string();
-        assert!(e.contains("--index") && e.contains("blocks"), "{e}");
+        assert!(e.contains("--index") && e.contains("table_bound"), "{e}");
     }
 
     #[test]

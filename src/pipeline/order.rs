@@ -88,10 +88,21 @@ impl EpochOrder {
     pub fn records(&self, start: u64, end: u64) -> Vec<u64> {
         match (self.shuffle, &self.blocks) {
             (Shuffle::Blocks { block, window }, Some((blocks, short))) => {
-                // A batch's positions mostly share a window: its permutation made once.
-                let mut within: Option<(u64, Permutation)> = None;
+                let geometry = Geometry::new(self.n, block, blocks.len(), *short);
+                // A batch's positions mostly share a window: its permutation and its
+                // blocks found once.
+                let mut within: Option<Window> = None;
                 (start..end)
-                    .map(|i| self.in_blocks(i, block, window, blocks, *short, &mut within))
+                    .map(|p| {
+                        let w = geometry.slot_of(p).0 / window;
+                        let win = match &mut within {
+                            Some(win) if win.w == w => win,
+                            slot => slot.insert(self.window(&geometry, w, window, blocks)),
+                        };
+                        let (slot, offset) =
+                            geometry.slot_of(win.first + win.within.apply(p - win.first));
+                        win.blocks[(slot - w * window) as usize] * block + offset
+                    })
                     .collect()
             }
             _ => {
@@ -101,51 +112,104 @@ impl EpochOrder {
         }
     }
 
-    fn in_blocks(
-        &self,
-        p: u64,
-        block: u64,
-        window: u64,
-        blocks: &Permutation,
-        short: u64,
-        within: &mut Option<(u64, Permutation)>,
-    ) -> u64 {
-        let slots = blocks.len();
-        let last = self.n - (slots - 1) * block;
-        // Where slot j starts (the short last block is in slot `short`).
-        let start = |j: u64| {
-            if j <= short {
-                j * block
-            } else {
-                j * block - (block - last)
+    /// The window of blocks position `p` (`p < N`) is in; `None` without blocks.
+    pub fn window_of(&self, p: u64) -> Option<u64> {
+        match (self.shuffle, &self.blocks) {
+            (Shuffle::Blocks { block, window }, Some((blocks, short))) => {
+                let geometry = Geometry::new(self.n, block, blocks.len(), *short);
+                Some(geometry.slot_of(p).0 / window)
             }
-        };
-        let slot_of = |p: u64| -> (u64, u64) {
-            let end_short = short * block + last;
-            if p < short * block {
-                (p / block, p % block)
-            } else if p < end_short {
-                (short, p - short * block)
-            } else {
-                let q = p - end_short;
-                (short + 1 + q / block, q % block)
-            }
-        };
-        let (slot, _) = slot_of(p);
-        let w = slot / window;
-        let first = start(w * window);
-        let end = start(((w + 1) * window).min(slots));
-        let size = end - first;
-        let permutation = match within {
-            Some((at, permutation)) if *at == w => permutation,
-            _ => {
-                let made = Permutation::new(size, mix64(self.seed ^ mix64(w + 1)), self.epoch);
-                &mut within.insert((w, made)).1
-            }
-        };
-        let (slot, offset) = slot_of(first + permutation.apply(p - first));
-        blocks.apply(slot) * block + offset
+            _ => None,
+        }
     }
+
+    /// Windows of blocks in the epoch (0 without blocks).
+    pub fn windows(&self) -> u64 {
+        match (self.shuffle, &self.blocks) {
+            (Shuffle::Blocks { window, .. }, Some((blocks, _))) => blocks.len().div_ceil(window),
+            _ => 0,
+        }
+    }
+
+    /// The positions `[start, end)` of window `w` (`w < windows()`).
+    pub fn window_range(&self, w: u64) -> [u64; 2] {
+        match (self.shuffle, &self.blocks) {
+            (Shuffle::Blocks { block, window }, Some((blocks, short))) => {
+                let g = Geometry::new(self.n, block, blocks.len(), *short);
+                let slots = [w * window, ((w + 1) * window).min(g.slots)];
+                [g.start(slots[0]), g.start(slots[1])]
+            }
+            _ => [0, self.n],
+        }
+    }
+
+    /// Window `w`: its positions' permutation and its slots' blocks.
+    fn window(&self, g: &Geometry, w: u64, window: u64, blocks: &Permutation) -> Window {
+        let slots = w * window..((w + 1) * window).min(g.slots);
+        let first = g.start(slots.start);
+        let size = g.start(slots.end) - first;
+        Window {
+            w,
+            first,
+            within: Permutation::new(size, mix64(self.seed ^ mix64(w + 1)), self.epoch),
+            blocks: slots.map(|slot| blocks.apply(slot)).collect(),
+        }
+    }
+}
+
+/// Where the blocks' slots lie among positions: every slot holds `block` positions but
+/// slot `short`, which holds the short last block's.
+struct Geometry {
+    block: u64,
+    slots: u64,
+    short: u64,
+    /// Records of the short (last) block.
+    last: u64,
+}
+
+impl Geometry {
+    fn new(n: u64, block: u64, slots: u64, short: u64) -> Geometry {
+        Geometry {
+            block,
+            slots,
+            short,
+            last: n - (slots - 1) * block,
+        }
+    }
+
+    /// The first position of slot `j` (`j <= slots`).
+    fn start(&self, j: u64) -> u64 {
+        if j <= self.short {
+            j * self.block
+        } else {
+            j * self.block - (self.block - self.last)
+        }
+    }
+
+    /// The slot position `p` is in, and its offset there.
+    fn slot_of(&self, p: u64) -> (u64, u64) {
+        let (block, short) = (self.block, self.short);
+        let end_short = short * block + self.last;
+        if p < short * block {
+            (p / block, p % block)
+        } else if p < end_short {
+            (short, p - short * block)
+        } else {
+            let q = p - end_short;
+            (short + 1 + q / block, q % block)
+        }
+    }
+}
+
+/// One window of blocks, as a batch's positions need it.
+struct Window {
+    w: u64,
+    /// Its first position.
+    first: u64,
+    /// The permutation of its positions.
+    within: Permutation,
+    /// The block in each of its slots.
+    blocks: Vec<u64>,
 }
 
 #[cfg(test)]
@@ -200,6 +264,27 @@ mod tests {
             .map(|r| r / block)
             .collect();
         assert_eq!(first.len() as u64, window, "{first:?}");
+        // Every window's positions read whole blocks, `window` of them (the last fewer).
+        let (n, block, window) = (2_000_000u64, 20_763u64, 8u64);
+        let order = EpochOrder::new(n, Shuffle::Blocks { block, window }, 1, 0);
+        let mut next = 0;
+        for w in 0..order.windows() {
+            let [start, end] = order.window_range(w);
+            assert_eq!(start, next, "windows follow each other");
+            next = end;
+            let records = order.records(start, end);
+            let blocks: std::collections::BTreeSet<u64> =
+                records.iter().map(|r| r / block).collect();
+            assert_eq!(
+                blocks.len() as u64,
+                window.min(n.div_ceil(block) - w * window),
+                "window {w}"
+            );
+            assert!(records
+                .iter()
+                .all(|&r| order.window_of(start) == Some(w) && r < n));
+        }
+        assert_eq!(next, n);
         let again = EpochOrder::new(n, Shuffle::Blocks { block, window }, 1, 1);
         assert_ne!(order.records(0, n), again.records(0, n));
     }

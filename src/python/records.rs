@@ -151,7 +151,8 @@ impl RecordsCore {
     }
 
     /// One epoch of batches in a global order (see `Dataset(shuffle="global")`):
-    /// `shuffle` is `"global"` or `"blocks"` (with `block` and `window`).
+    /// `shuffle` is `"global"` or `"blocks"` (with `block` and `window`); made on
+    /// `threads` threads, `depth` groups of batches ahead ([`Groups`]).
     #[pyo3(signature = (
         *, shuffle, block, window, seed, epoch, batch_size, start, ranks, rank,
         workers, worker, drop_remainder, threads, depth
@@ -201,42 +202,27 @@ impl RecordsCore {
             drop_remainder,
         };
         let order = std::sync::Arc::new(EpochOrder::new(n, shuffle, seed, epoch));
-        let shared = std::sync::Arc::new((
-            std::sync::Mutex::new(Ahead::default()),
-            std::sync::Condvar::new(),
-        ));
-        let claimed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let depth = depth.max(1);
+        let groups = Groups::new(steps, &order, self.access.in_store());
+        let shared = std::sync::Arc::new(Shared::default());
         let mut handles = Vec::new();
         for _ in 0..threads.max(1) {
-            let (access, order, shared, claimed) = (
-                self.access.clone(),
-                order.clone(),
-                shared.clone(),
-                claimed.clone(),
-            );
-            handles.push(std::thread::spawn(move || loop {
-                let k = claimed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let Some([from, to]) = steps.positions(k) else {
-                    return;
-                };
-                {
-                    // At most `depth` ahead of the consumer.
-                    let (lock, wake) = &*shared;
-                    let mut ahead = lock.lock().unwrap_or_else(|e| e.into_inner());
-                    while !ahead.stop && k >= ahead.taken + depth {
-                        ahead = wake.wait(ahead).unwrap_or_else(|e| e.into_inner());
-                    }
-                    if ahead.stop {
-                        return;
-                    }
+            let (access, order, shared) = (self.access.clone(), order.clone(), shared.clone());
+            // (Two at least: a batch across two windows waits for the second.)
+            let ahead = depth.max(2) as usize;
+            handles.push(std::thread::spawn(move || {
+                while let Some((pieces, end)) = shared.claim(&groups, &order, ahead) {
+                    let lists: Vec<Vec<u64>> = (pieces.iter())
+                        .map(|p| order.records(p.from, p.to))
+                        .collect();
+                    // A window's records read once, in runs (a request a run), then
+                    // parsed into their batches.
+                    let made = if groups.windows > 0 {
+                        access.batches(&lists)
+                    } else {
+                        lists.iter().map(|list| access.batch(list)).collect()
+                    };
+                    shared.made(&groups, &order, &access, pieces, end, made);
                 }
-                let indices = order.records(from, to);
-                let batch = access.batch(&indices);
-                let (lock, wake) = &*shared;
-                let mut ahead = lock.lock().unwrap_or_else(|e| e.into_inner());
-                ahead.ready.insert(k, batch);
-                wake.notify_all();
             }));
         }
         Ok(OrderedBatches {
@@ -336,19 +322,235 @@ impl Steps {
     }
 }
 
-/// The batches made ahead, by number, and how far the consumer got.
+/// This reader's batches (its steps `0..total`) cut into groups, each made by one
+/// thread at once: `GROUP_RECORDS` records' worth of batches; or, with blocks from a
+/// store, the positions of one window (its records read once, as runs), where a batch
+/// across two windows comes in two pieces, one from each window's group, joined when
+/// both are made.
+#[derive(Debug, Clone, Copy)]
+struct Groups {
+    steps: Steps,
+    total: u64,
+    /// Windows of blocks (0: the global shuffle).
+    windows: u64,
+}
+
+/// Records a group of batches holds under the global shuffle (its batches made by one
+/// thread, handed over at once).
+const GROUP_RECORDS: u64 = 4096;
+
+/// Positions `[from, to)` of batch `k`: all of it or the part in one window.
+#[derive(Debug, Clone, Copy)]
+struct Piece {
+    k: u64,
+    from: u64,
+    to: u64,
+}
+
+impl Groups {
+    /// `by_window`: with blocks, a group a window (a store's shards); else groups of
+    /// `GROUP_RECORDS` (mapped shards are read faster batch by batch: sorting a window's
+    /// records costs more than it saves).
+    fn new(steps: Steps, order: &crate::pipeline::order::EpochOrder, by_window: bool) -> Groups {
+        let total = partition_point(0, steps.n + 1, |k| steps.positions(k).is_some());
+        Groups {
+            steps,
+            total,
+            windows: if by_window { order.windows() } else { 0 },
+        }
+    }
+
+    fn positions(&self, k: u64) -> [u64; 2] {
+        self.steps.positions(k).expect("a step of the reader")
+    }
+
+    /// Group `g`'s pieces (none: this reader has no position in window `g`), and the
+    /// batch after its last; `None` past the last group.
+    fn pieces(
+        &self,
+        g: u64,
+        order: &crate::pipeline::order::EpochOrder,
+    ) -> Option<(Vec<Piece>, u64)> {
+        if self.windows == 0 {
+            let per = (GROUP_RECORDS / self.steps.batch).max(1);
+            let k0 = g.checked_mul(per).filter(|&k| k < self.total)?;
+            let k1 = (k0 + per).min(self.total);
+            let pieces = (k0..k1).map(|k| {
+                let [from, to] = self.positions(k);
+                Piece { k, from, to }
+            });
+            return Some((pieces.collect(), k1));
+        }
+        if g >= self.windows {
+            return None;
+        }
+        let [start, end] = order.window_range(g);
+        let k0 = partition_point(0, self.total, |k| self.positions(k)[1] <= start);
+        let k1 = partition_point(k0, self.total, |k| self.positions(k)[0] < end);
+        let pieces = (k0..k1).map(|k| {
+            let [from, to] = self.positions(k);
+            Piece {
+                k,
+                from: from.max(start),
+                to: to.min(end),
+            }
+        });
+        Some((pieces.collect(), k1))
+    }
+
+    /// The pieces batch `k` comes in.
+    fn parts(&self, k: u64, order: &crate::pipeline::order::EpochOrder) -> usize {
+        if self.windows == 0 {
+            return 1;
+        }
+        let [from, to] = self.positions(k);
+        match (order.window_of(from), order.window_of(to - 1)) {
+            (Some(first), Some(last)) => (last - first + 1) as usize,
+            _ => 1,
+        }
+    }
+}
+
+/// The first `k` in `[lo, hi)` where `holds` fails (`hi` if none), `holds` true then false.
+fn partition_point(mut lo: u64, mut hi: u64, holds: impl Fn(u64) -> bool) -> u64 {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if holds(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
+/// What the reader threads and the consumer share: the batches made ahead, by number;
+/// the groups claimed and not yet consumed (their ends); the consumer waits on `ready`,
+/// the threads on `room`.
+#[derive(Default)]
+struct Shared {
+    ahead: std::sync::Mutex<Ahead>,
+    ready: std::sync::Condvar,
+    room: std::sync::Condvar,
+}
+
 #[derive(Default)]
 struct Ahead {
     ready: std::collections::BTreeMap<u64, crate::error::Result<crate::pipeline::Batch>>,
+    /// Pieces of batches not all made: by batch, (first position, piece).
+    parts: std::collections::BTreeMap<u64, Vec<(u64, crate::pipeline::Batch)>>,
+    /// The next batch the consumer takes.
     taken: u64,
+    /// The next group to claim.
+    cursor: u64,
+    /// The batch after each group claimed whose batches are not all taken, in order.
+    claimed: std::collections::VecDeque<u64>,
     stop: bool,
 }
 
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Ahead> {
+        self.ahead.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next group to make (its pieces, and the batch after them), once fewer than
+    /// `ahead` are made and not consumed; `None` at the epoch's end or when stopped.
+    fn claim(
+        &self,
+        groups: &Groups,
+        order: &crate::pipeline::order::EpochOrder,
+        ahead: usize,
+    ) -> Option<(Vec<Piece>, u64)> {
+        let mut state = self.lock();
+        loop {
+            while !state.stop && state.claimed.len() >= ahead {
+                state = self.room.wait(state).unwrap_or_else(|e| e.into_inner());
+            }
+            if state.stop {
+                return None;
+            }
+            let (pieces, end) = groups.pieces(state.cursor, order)?;
+            state.cursor += 1;
+            if !pieces.is_empty() {
+                // (Groups that end at the same batch, the pieces of one batch across
+                // small windows, count once: each waits for the others.)
+                if state.claimed.back() != Some(&end) {
+                    state.claimed.push_back(end);
+                }
+                return Some((pieces, end));
+            }
+        }
+    }
+
+    /// Hands over a group's pieces (or the error that stopped it, as its first batch's):
+    /// a batch whose pieces are all made is ready.
+    fn made(
+        &self,
+        groups: &Groups,
+        order: &crate::pipeline::order::EpochOrder,
+        access: &RecordAccess,
+        pieces: Vec<Piece>,
+        end: u64,
+        made: crate::error::Result<Vec<crate::pipeline::Batch>>,
+    ) {
+        let mut state = self.lock();
+        let first = pieces.first().map_or(end, |p| p.k);
+        match made {
+            Ok(batches) => {
+                for (p, batch) in pieces.into_iter().zip(batches) {
+                    if state.ready.contains_key(&p.k) {
+                        continue; // (an error, from its other piece)
+                    }
+                    let parts = groups.parts(p.k, order);
+                    if parts == 1 {
+                        state.ready.insert(p.k, Ok(batch));
+                        continue;
+                    }
+                    let got = state.parts.entry(p.k).or_default();
+                    got.push((p.from, batch));
+                    if got.len() == parts {
+                        let mut got = state.parts.remove(&p.k).unwrap_or_default();
+                        got.sort_by_key(|(from, _)| *from);
+                        let joined = access.join(got.into_iter().map(|(_, b)| b).collect());
+                        state.ready.insert(p.k, Ok(joined));
+                    }
+                }
+            }
+            Err(e) => {
+                state.parts.remove(&first);
+                state.ready.insert(first, Err(e));
+            }
+        }
+        if state.ready.contains_key(&state.taken) {
+            self.ready.notify_all();
+        }
+    }
+
+    /// Batch `k`, if made: taken (the group it ends, consumed, makes room).
+    fn take(
+        &self,
+        state: &mut Ahead,
+        k: u64,
+    ) -> Option<crate::error::Result<crate::pipeline::Batch>> {
+        let batch = state.ready.remove(&k)?;
+        state.taken = k + 1;
+        let mut freed = false;
+        while state.claimed.front().is_some_and(|&end| end <= state.taken) {
+            state.claimed.pop_front();
+            freed = true;
+        }
+        if freed {
+            self.room.notify_all();
+        }
+        Some(batch)
+    }
+}
+
 /// One epoch of one reader's batches in a global order ([`Steps`]), made ahead on
-/// `threads` threads, at most `depth` batches ahead of the consumer.
+/// threads, at most `depth` groups of them ([`Groups`]) ahead of the consumer.
 #[pyclass(module = "tfshard._tfshard", frozen)]
 pub struct OrderedBatches {
-    shared: std::sync::Arc<(std::sync::Mutex<Ahead>, std::sync::Condvar)>,
+    shared: std::sync::Arc<Shared>,
     threads: std::sync::Mutex<Vec<std::thread::JoinHandle<()>>>,
     next: std::sync::atomic::AtomicU64,
 }
@@ -362,12 +564,9 @@ impl OrderedBatches {
     fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         let k = self.next.load(std::sync::atomic::Ordering::SeqCst);
         let got = py.detach(|| {
-            let (lock, wake) = &*self.shared;
-            let mut ahead = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = self.shared.lock();
             loop {
-                if let Some(batch) = ahead.ready.remove(&k) {
-                    ahead.taken = k + 1;
-                    wake.notify_all();
+                if let Some(batch) = self.shared.take(&mut state, k) {
                     return Some(batch);
                 }
                 let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
@@ -382,8 +581,8 @@ impl OrderedBatches {
                     });
                 }
                 drop(threads);
-                ahead = wake
-                    .wait_timeout(ahead, std::time::Duration::from_millis(50))
+                state = (self.shared.ready)
+                    .wait_timeout(state, std::time::Duration::from_millis(50))
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
             }
@@ -409,9 +608,8 @@ impl OrderedBatches {
 
 impl OrderedBatches {
     fn stop(&self) {
-        let (lock, wake) = &*self.shared;
-        lock.lock().unwrap_or_else(|e| e.into_inner()).stop = true;
-        wake.notify_all();
+        self.shared.lock().stop = true;
+        self.shared.room.notify_all();
         for t in self
             .threads
             .lock()

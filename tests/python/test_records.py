@@ -1,6 +1,7 @@
 """tfshard.Records: the records of shards by index, against what `inspect` and `Dataset`
 give for the same records, locally and from moto's S3 server."""
 
+import os
 import pickle
 import struct
 
@@ -135,6 +136,31 @@ def test_records_in_a_bucket(s3, small_shards):
     assert [remote[i] for i in (0, 1999)] == [local[0], local[1999]]
 
 
+@pytest.mark.parametrize("block_size, window", [(100, 4), (7, 2), (500, 8)])
+def test_blocks_from_a_bucket_are_the_local_batches(s3, small_shards, block_size, window):
+    """shuffle="blocks" from a store reads a window's records at once, in runs (a batch
+    across windows made in pieces, joined): the same batches as from local shards, every
+    record once; windows smaller than a batch (7 x 2 records) too; with ranks and
+    drop_remainder."""
+    bucket = s3(f"pytest-blocks-{block_size}")
+    tfshard.convert(small_shards, f"s3://{bucket}/small", format="tfrecord", target_shard_size="100KB")
+    for ranks, rank, drop in [(1, 0, False), (3, 1, True)]:
+        kw = dict(batch_size=64, shuffle="blocks", block_size=block_size, window=window, seed=5,
+                  num_shards=ranks, shard_index=rank, drop_remainder=drop)
+        local = list(tfshard.Dataset(small_shards, **kw))
+        remote = list(tfshard.Dataset(f"s3://{bucket}/small", **kw))
+        assert len(remote) == len(local) > 0
+        for a, b in zip(remote, local):
+            assert a.keys() == b.keys()
+            for k in a:
+                # (A variable-length feature is a tuple: values, row splits.)
+                for x, y in zip(*(v if isinstance(v, tuple) else (v,) for v in (a[k], b[k]))):
+                    np.testing.assert_array_equal(x, y, err_msg=k)
+    ids = np.concatenate([b["id"] for b in tfshard.Dataset(f"s3://{bucket}/small", batch_size=64, shuffle="blocks",
+                                                          block_size=block_size, window=window)])
+    assert len(ids) == 2000 and len(set(ids.tolist())) == 2000
+
+
 @pytest.fixture()
 def logged_s3(tmp_path):
     """A moto S3 server of this test's own, its request log in a file: yields (bucket
@@ -156,22 +182,48 @@ def logged_s3(tmp_path):
         yield bucket, requests
 
 
-def test_opening_a_set_from_its_manifest_reads_one_object(logged_s3, small_shards):
+def test_opening_a_10000_shard_set_from_its_manifest_reads_one_object(logged_s3, small_shards, tmp_path):
+    """A set of 10,000 shards opened from its manifest: no listing, one object read (the
+    manifest); a record reads its own shard only. Only the manifest and the shard read are
+    in the bucket: opening touches no other (the shards are copies of 250 real ones of 8
+    records, named as a 10,000-shard set's)."""
+    import json
+    import urllib.request
+
     bucket, requests = logged_s3
     name = bucket("pytest-startup")
-    tfshard.convert(small_shards, f"s3://{name}/many", format="tfrecord", max_records_per_shard=8)
+    local = tmp_path / "250"
+    tfshard.convert(small_shards, str(local), format="tfrecord", max_records_per_shard=8)
+    m = json.loads((local / "data.manifest.json").read_text())
+    real = m["shards"]
+    assert len(real) == 250 and all(s["records"] == 8 for s in real)
+    m["shards"] = [dict(real[i % 250], file=f"data-{i:05d}-of-10000.tfrecord") for i in range(10_000)]
+    m["records"] = 80_000
+    m["bytes"] = sum(s["bytes"] for s in m["shards"])
+
+    def put(key, data):
+        url = f"{os.environ['AWS_ENDPOINT_URL']}/{name}/{key}"
+        headers = {"Content-Type": "application/octet-stream"}
+        urllib.request.urlopen(urllib.request.Request(url, data=data, method="PUT", headers=headers)).read()
+
+    put("many/data.manifest.json", json.dumps(m).encode())
+    put("many/data-09999-of-10000.tfrecord", (local / real[9999 % 250]["file"]).read_bytes())
     manifest = f"s3://{name}/many/data.manifest.json"
     requests()
     ds = tfshard.Dataset(manifest, batch_size=64, shuffle="global")
     records = tfshard.Records(manifest)
-    assert len(records) == 2000 and len(ds) == 32 and len(records.files) == 250
+    assert len(records) == 80_000 and len(ds) == 1250 and len(records.files) == 10_000
     made = requests()
     assert not [r for r in made if "list-type" in r[1] or "prefix=" in r[1]], made
     reads = [r for r in made if r[0] == "GET"]
     assert {path for _, path in reads} == {f"/{name}/many/data.manifest.json"}, made
+    assert len(reads) == 2, made  # one for Dataset, one for Records
     assert records.table_bytes == 0
-    # A record reads its own shard only.
-    records[9]
+    # A record reads its own shard only: record 1 of shard 9,999 is record 1 of the real
+    # shard it copies.
+    want = tfshard.Records(str(local))[8 * (9999 % 250) + 1]
+    got = records[8 * 9999 + 1]
     touched = {path.split("?")[0] for _, path in requests()}
-    assert touched <= {f"/{name}/many/data-00001-of-00250.tfrecord", f"/{name}/many/data-00001-of-00250.tfrecord.idx"}, touched
+    assert touched <= {f"/{name}/many/data-09999-of-10000.tfrecord", f"/{name}/many/data-09999-of-10000.tfrecord.idx"}, touched
     assert records.table_bytes == (8 + 1) * 4
+    assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)

@@ -769,7 +769,7 @@ class Dataset:
             worker=worker,
             drop_remainder=self.drop_remainder,
             threads=threads,
-            depth=2 * threads,
+            depth=threads + 1,
         )
         return self._epoch_of(batches, epoch, skip)
 
