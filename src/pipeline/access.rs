@@ -386,11 +386,13 @@ impl RecordAccess {
 
     /// Batches joined into one, their rows in the order given.
     ///
-    /// # Panics
+    /// # Errors
     ///
-    /// Opened for raw records (no batches to join).
-    pub fn join(&self, batches: Vec<Batch>) -> Batch {
-        let parser = self.parser.as_ref().expect("batches come from a parser");
+    /// Opened for raw records (no parser to lay the batch out).
+    pub fn join(&self, batches: Vec<Batch>) -> Result<Batch> {
+        let Some(parser) = &self.parser else {
+            return Err(Error::invalid_option("records", "opened for raw records"));
+        };
         let mut rows = CachedRows::default();
         for (c, batch) in batches.iter().enumerate() {
             rows.chunks
@@ -398,7 +400,7 @@ impl RecordAccess {
             rows.rows
                 .extend((0..batch.rows as u32).map(|r| (c as u32, r)));
         }
-        parser.gather(&rows, 0)
+        Ok(parser.gather(&rows, 0))
     }
 
     /// Records `indices` decoded each into its own batch of one, in the order given
@@ -495,7 +497,7 @@ impl RecordAccess {
         }
         remote.sort_by_key(|&k| (places[k].file, places[k].offset));
         // Runs of near records, one request each, up to READS_IN_FLIGHT at once.
-        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        let mut runs: Vec<(std::ops::Range<usize>, u64)> = Vec::new();
         let mut at = 0;
         while at < remote.len() {
             let first = places[remote[at]];
@@ -509,15 +511,11 @@ impl RecordAccess {
                 end = end.max(p.offset + p.framed);
                 last += 1;
             }
-            runs.push(at..last);
+            runs.push((at..last, end));
             at = last;
         }
-        let read = |run: &std::ops::Range<usize>| -> Result<Vec<(usize, RawRecord)>> {
-            let first = places[remote[run.start]];
-            let end = (remote[run.clone()].iter())
-                .map(|&k| places[k].offset + places[k].framed)
-                .max()
-                .unwrap_or(first.offset);
+        let read = |(run, end): &(std::ops::Range<usize>, u64)| -> Result<Vec<(usize, RawRecord)>> {
+            let (first, end) = (places[remote[run.start]], *end);
             let Bytes::Remote(blob) = &self.opened(first.file)?.bytes else {
                 unreachable!("remote records are a store's");
             };

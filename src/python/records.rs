@@ -210,7 +210,7 @@ impl RecordsCore {
             // (Two at least: a batch across two windows waits for the second.)
             let ahead = depth.max(2) as usize;
             handles.push(std::thread::spawn(move || {
-                while let Some((pieces, end)) = shared.claim(&groups, &order, ahead) {
+                while let Some(pieces) = shared.claim(&groups, &order, ahead) {
                     let lists: Vec<Vec<u64>> = (pieces.iter())
                         .map(|p| order.records(p.from, p.to))
                         .collect();
@@ -221,7 +221,7 @@ impl RecordsCore {
                     } else {
                         lists.iter().map(|list| access.batch(list)).collect()
                     };
-                    shared.made(&groups, &order, &access, pieces, end, made);
+                    shared.made(&groups, &order, &access, pieces, made);
                 }
             }));
         }
@@ -453,14 +453,14 @@ impl Shared {
         self.ahead.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next group to make (its pieces, and the batch after them), once fewer than
-    /// `ahead` are made and not consumed; `None` at the epoch's end or when stopped.
+    /// The next group's pieces (never none), once fewer than `ahead` groups are made and
+    /// not consumed; `None` at the epoch's end or when stopped.
     fn claim(
         &self,
         groups: &Groups,
         order: &crate::pipeline::order::EpochOrder,
         ahead: usize,
-    ) -> Option<(Vec<Piece>, u64)> {
+    ) -> Option<Vec<Piece>> {
         let mut state = self.lock();
         loop {
             while !state.stop && state.claimed.len() >= ahead {
@@ -477,7 +477,7 @@ impl Shared {
                 if state.claimed.back() != Some(&end) {
                     state.claimed.push_back(end);
                 }
-                return Some((pieces, end));
+                return Some(pieces);
             }
         }
     }
@@ -490,11 +490,10 @@ impl Shared {
         order: &crate::pipeline::order::EpochOrder,
         access: &RecordAccess,
         pieces: Vec<Piece>,
-        end: u64,
         made: crate::error::Result<Vec<crate::pipeline::Batch>>,
     ) {
         let mut state = self.lock();
-        let first = pieces.first().map_or(end, |p| p.k);
+        let first = pieces.first().map_or(state.taken, |p| p.k);
         match made {
             Ok(batches) => {
                 for (p, batch) in pieces.into_iter().zip(batches) {
@@ -512,7 +511,7 @@ impl Shared {
                         let mut got = state.parts.remove(&p.k).unwrap_or_default();
                         got.sort_by_key(|(from, _)| *from);
                         let joined = access.join(got.into_iter().map(|(_, b)| b).collect());
-                        state.ready.insert(p.k, Ok(joined));
+                        state.ready.insert(p.k, joined);
                     }
                 }
             }
