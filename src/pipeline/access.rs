@@ -22,7 +22,7 @@ use crate::pipeline::chunk::{CachedRows, Chunk};
 use crate::pipeline::parse::Parser;
 use crate::store::storage::Blob;
 use crate::store::IoOptions;
-use crate::tfrecord::frame::{self, FOOTER_LEN, HEADER_LEN};
+use crate::tfrecord::frame::{self, FOOTER_LEN, FRAME_OVERHEAD, HEADER_LEN};
 use crate::tfrecord::mapped::{MappedRecords, SharedMap};
 use crate::tfrecord::reader::frame_error;
 use crate::tfrecord::Compression;
@@ -37,11 +37,16 @@ pub const READS_IN_FLIGHT: usize = 4;
 /// The default bound of an offset table built by walking frames: 1 GiB (268M records).
 pub const DEFAULT_TABLE_BOUND: u64 = 1 << 30;
 
-/// One shard's record offsets: each record's header, then the shard's length.
+/// One shard's record offsets: each record's header, then the shard's length; or, for a
+/// set too large for a table of every record's ([`Offsets::Marks`]), some of them.
 #[derive(Debug, Clone)]
 enum Offsets {
     Narrow(Vec<u32>),
     Wide(Vec<u64>),
+    /// (record, offset) of the shard's first record, of each record whose index in the
+    /// set is a multiple of the reader's block, and (records, length) at the end: a run
+    /// of records is read from the mark before it to the mark after it, its frames walked.
+    Marks(Vec<(u64, u64)>),
 }
 
 impl Offsets {
@@ -54,10 +59,12 @@ impl Offsets {
         }
     }
 
+    /// Record `k`'s offset (of a table of every record's).
     fn get(&self, k: usize) -> u64 {
         match self {
             Offsets::Narrow(v) => u64::from(v[k]),
             Offsets::Wide(v) => v[k],
+            Offsets::Marks(_) => unreachable!("marks are walked from, not indexed"),
         }
     }
 
@@ -66,6 +73,7 @@ impl Offsets {
         let n = match self {
             Offsets::Narrow(v) => v.len(),
             Offsets::Wide(v) => v.len(),
+            Offsets::Marks(m) => return m.last().map_or(0, |&(records, _)| records),
         };
         n.saturating_sub(1) as u64
     }
@@ -74,9 +82,13 @@ impl Offsets {
         match self {
             Offsets::Narrow(v) => v.len() as u64 * 4,
             Offsets::Wide(v) => v.len() as u64 * 8,
+            Offsets::Marks(m) => m.len() as u64 * MARK_BYTES,
         }
     }
 }
+
+/// Bytes of one mark of a table of marks.
+const MARK_BYTES: u64 = 16;
 
 /// How a shard's bytes are reached.
 #[derive(Debug)]
@@ -122,6 +134,11 @@ pub struct RecordAccess {
     parser: Option<Parser>,
     /// Whether the shards are in a store (read with ranged requests, not mapped).
     in_store: bool,
+    /// Records a block: those of about 4 MiB, or the reader's.
+    block: u64,
+    /// Whether shards walked from now on keep marks, one a block (the set's table of
+    /// every record would pass the bound), not every record's offset.
+    marks: bool,
 }
 
 impl RecordAccess {
@@ -142,6 +159,35 @@ impl RecordAccess {
         compression: Option<Compression>,
         bound: u64,
     ) -> Result<RecordAccess> {
+        RecordAccess::open_as(dataset, spec, compression, bound, None)
+    }
+
+    /// Opens the shards of `dataset` to be read in blocks of `block` consecutive
+    /// records (0: the records of about 4 MiB), as [`RecordAccess::open`] does; but
+    /// where a table of every record's offset would pass `bound`, the shards walked keep
+    /// one offset a block (their marks) and a run of records is read from the mark before
+    /// it, its frames walked ([`RecordAccess::marked`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`RecordAccess::open`]; marks over the bound too.
+    pub fn open_blocks(
+        dataset: &Dataset,
+        spec: Option<&[FeatureSpec]>,
+        compression: Option<Compression>,
+        bound: u64,
+        block: u64,
+    ) -> Result<RecordAccess> {
+        RecordAccess::open_as(dataset, spec, compression, bound, Some(block))
+    }
+
+    fn open_as(
+        dataset: &Dataset,
+        spec: Option<&[FeatureSpec]>,
+        compression: Option<Compression>,
+        bound: u64,
+        blocks: Option<u64>,
+    ) -> Result<RecordAccess> {
         let listed = dataset.listed();
         let mut access = RecordAccess {
             files: dataset.shards.clone(),
@@ -161,6 +207,8 @@ impl RecordAccess {
                 Some(first) => crate::store::paths::local_path(first, dataset.io)?.is_none(),
                 None => false,
             },
+            block: 1,
+            marks: false,
         };
         // What the manifests say of their shards: compressed ones cannot be read by index,
         // and a set without `.idx` files needs a walk's table.
@@ -174,26 +222,62 @@ impl RecordAccess {
                 walked += (m.records + m.shards.len() as u64) * 4;
             }
         }
-        if walked > bound {
-            return Err(over_bound(bound, walked, &dataset.manifests[0].0));
+        // Over the bound, blocks keep marks; nothing else can.
+        let mut marks = walked > bound;
+        if marks && blocks.is_none() {
+            return Err(over_bound(bound, Some(walked), &dataset.manifests[0].0));
         }
         for (f, file) in dataset.shards.iter().enumerate() {
             let records = match listed.get(file) {
                 Some(entry) => entry.records,
-                None => access.opened(f)?.offsets.records(),
+                None if marks => access.count(f)?,
+                None => match access.walked(f)? {
+                    Some(opened) => opened.offsets.records(),
+                    None if blocks.is_some() => {
+                        // Every shard keeps marks: the tables made so far are dropped
+                        // (each walked again for its marks when first read).
+                        marks = true;
+                        for g in 0..f {
+                            if let Some(opened) = access.shards[g].take() {
+                                access.sizes[g] = Some(size_of(&opened.bytes));
+                            }
+                        }
+                        *access.table.get_mut() = 0;
+                        access.count(f)?
+                    }
+                    None => return Err(access.over(f)),
+                },
             };
             let last = access.starts[access.starts.len() - 1];
             access.starts.push(last + records);
         }
+        let n = access.len();
+        access.block = match blocks {
+            Some(block) if block > 0 => block,
+            _ => default_block(n, access.data_bytes()),
+        };
+        if marks {
+            // A mark a block and each shard's first and end, beside the tables made.
+            let more = (n / access.block + 2 * access.files.len() as u64) * MARK_BYTES;
+            let total = access.table_bytes().saturating_add(more);
+            if total > bound {
+                return Err(Error::invalid_option(
+                    "records",
+                    format!(
+                        "even one offset a block of {} records would take {total} bytes, over \
+                         the offset tables' bound of {bound}: write the shards with --index, \
+                         raise the bound (table_bound) or the block (block_size)",
+                        access.block
+                    ),
+                ));
+            }
+            access.marks = true;
+        }
         Ok(access)
     }
 
-    /// Shard `f`, opened on first use: its compression checked, its bytes mapped (or
-    /// found in its store), its offsets read from its `.idx` file or a walk.
-    fn opened(&self, f: usize) -> Result<&Opened> {
-        if let Some(opened) = self.shards[f].get() {
-            return Ok(opened);
-        }
+    /// Shard `f`'s bytes: its compression checked, mapped (or found in its store).
+    fn reach(&self, f: usize) -> Result<Bytes> {
         let (file, io) = (&self.files[f], self.io);
         let compressed = match self.compression {
             Some(c) => c,
@@ -203,15 +287,49 @@ impl RecordAccess {
             return Err(not_by_index(file, compressed));
         }
         let blob = Blob::head(file, io)?;
-        let bytes = match blob.mappable() {
+        Ok(match blob.mappable() {
             Some(local) => Bytes::Mapped(MappedRecords::open(&local)?.map().cloned()),
             None => Bytes::Remote(blob),
-        };
+        })
+    }
+
+    /// Shard `f`, opened on first use: its bytes reached, its offsets read from its
+    /// `.idx` file or a walk (keeping marks where the set needs them).
+    fn opened(&self, f: usize) -> Result<&Opened> {
+        self.walked(f)?.ok_or_else(|| self.over(f))
+    }
+
+    /// The error of shard `f`'s table passing the bound.
+    fn over(&self, f: usize) -> Error {
+        over_bound(self.bound, None, &self.files[f])
+    }
+
+    /// Shard `f` as [`RecordAccess::opened`] opens it; `None` where its table of every
+    /// record would pass what is left of the bound.
+    fn walked(&self, f: usize) -> Result<Option<&Opened>> {
+        if let Some(opened) = self.shards[f].get() {
+            return Ok(Some(opened));
+        }
+        let (file, io) = (&self.files[f], self.io);
+        let bytes = self.reach(f)?;
         let offsets = match idx_offsets(file, io, size_of(&bytes))? {
             Some(offsets) => offsets,
             None => {
-                let used = self.table.load(std::sync::atomic::Ordering::SeqCst);
-                walk_offsets(file, &bytes, io, self.bound.saturating_sub(used))?
+                let keep = if self.marks {
+                    Keep::Marks {
+                        first: self.starts[f],
+                        stride: self.block,
+                    }
+                } else {
+                    let used = self.table.load(std::sync::atomic::Ordering::SeqCst);
+                    Keep::Every {
+                        bound: self.bound.saturating_sub(used),
+                    }
+                };
+                match walk_offsets(file, &bytes, io, keep)? {
+                    Some(offsets) => offsets,
+                    None => return Ok(None),
+                }
             }
         };
         // A count the manifest gave must be the shard's.
@@ -235,7 +353,17 @@ impl RecordAccess {
             self.table
                 .fetch_add(table, std::sync::atomic::Ordering::SeqCst);
         }
-        Ok(self.shards[f].get().expect("set just now"))
+        Ok(self.shards[f].get())
+    }
+
+    /// Shard `f`'s records, counted by a walk that keeps nothing (it keeps its marks
+    /// when first read); its length noted.
+    fn count(&mut self, f: usize) -> Result<u64> {
+        let bytes = self.reach(f)?;
+        let file = &self.files[f];
+        let walked = walk_offsets(file, &bytes, self.io, Keep::Count)?;
+        self.sizes[f] = Some(size_of(&bytes));
+        Ok(walked.map_or(0, |w| w.records()))
     }
 
     /// Records in all.
@@ -248,10 +376,21 @@ impl RecordAccess {
         self.len() == 0
     }
 
-    /// Whether the shards are in a store: records near each other are best read together
-    /// ([`RecordAccess::batches`]), not batch by batch.
-    pub fn in_store(&self) -> bool {
-        self.in_store
+    /// Whether a window of blocks is best read at once ([`RecordAccess::batches`]), not
+    /// batch by batch: the shards are in a store (a request a run of records), or keep
+    /// marks (a run's frames walked once).
+    pub fn by_window(&self) -> bool {
+        self.in_store || self.marks
+    }
+
+    /// Records a block: the reader's, else those of about 4 MiB of the shards.
+    pub fn block(&self) -> u64 {
+        self.block
+    }
+
+    /// Whether the shards walked keep marks (one offset a block), not every record's.
+    pub fn marks(&self) -> bool {
+        self.marks
     }
 
     /// Bytes the offset tables of the shards opened so far hold.
@@ -298,8 +437,14 @@ impl RecordAccess {
                 }
             };
             let record = i - first;
-            let offset = shard.offsets.get(record as usize);
-            let end = shard.offsets.get(record as usize + 1);
+            // (A shard's with marks is found when its run is walked.)
+            let (offset, end) = match shard.offsets {
+                Offsets::Marks(_) => (0, 0),
+                _ => (
+                    shard.offsets.get(record as usize),
+                    shard.offsets.get(record as usize + 1),
+                ),
+            };
             places.push(RecordAt {
                 file,
                 record,
@@ -441,11 +586,12 @@ impl RecordAccess {
                 format!("record {bad} of a set of {n} records"),
             ));
         }
-        let (places, opened) = self.places(indices)?;
+        let (mut places, opened) = self.places(indices)?;
+        let marked = |k: usize| matches!(opened[k].offsets, Offsets::Marks(_));
         // Every local record's bytes asked of memory at once (its first lines and its
         // footer's): random reads overlap.
-        for (p, shard) in places.iter().zip(&opened) {
-            if let Bytes::Mapped(Some(map)) = &shard.bytes {
+        for (k, (p, shard)) in places.iter().zip(&opened).enumerate() {
+            if let (Bytes::Mapped(Some(map)), false) = (&shard.bytes, marked(k)) {
                 let (start, end) = (p.offset as usize, (p.offset + p.framed) as usize);
                 for at in (start..end.min(start + 256))
                     .step_by(64)
@@ -463,24 +609,32 @@ impl RecordAccess {
             places: Vec::new(),
         };
         let mut slots: Vec<Option<u32>> = vec![None; self.files.len()];
-        let mut remote: Vec<usize> = Vec::new();
+        let mut slot_of = |file: usize, map: &Option<SharedMap>, maps: &mut Vec<SharedMap>| match (
+            slots[file],
+            map,
+        ) {
+            (Some(slot), _) => slot,
+            (None, Some(map)) => {
+                maps.push(map.clone());
+                let slot = (maps.len() - 1) as u32;
+                slots[file] = Some(slot);
+                slot
+            }
+            (None, None) => 0,
+        };
+        let (mut remote, mut walks): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
         for (k, (p, shard)) in places.iter().zip(&opened).enumerate() {
             let record = match &shard.bytes {
+                _ if marked(k) => {
+                    walks.push(k);
+                    RawRecord::default()
+                }
                 Bytes::Mapped(map) => {
                     let data: &[u8] = map.as_deref().map_or(&[][..], |m| &m[..]);
                     let end = (p.offset + p.framed) as usize;
                     let framed = data.get(p.offset as usize..end).unwrap_or(&[]);
                     let (range, crc) = self.frame(framed, p)?;
-                    let slot = match (slots[p.file], map) {
-                        (Some(slot), _) => slot,
-                        (None, Some(map)) => {
-                            fetched.maps.push(map.clone());
-                            let slot = (fetched.maps.len() - 1) as u32;
-                            slots[p.file] = Some(slot);
-                            slot
-                        }
-                        (None, None) => 0,
-                    };
+                    let slot = slot_of(p.file, map, &mut fetched.maps);
                     let start = p.offset as usize + range.start;
                     Payload::Mapped {
                         slot,
@@ -514,7 +668,8 @@ impl RecordAccess {
             runs.push((at..last, end));
             at = last;
         }
-        let read = |(run, end): &(std::ops::Range<usize>, u64)| -> Result<Vec<(usize, RawRecord)>> {
+        let read = |r: usize| -> Result<Vec<(usize, RawRecord, RecordAt)>> {
+            let (run, end) = &runs[r];
             let (first, end) = (places[remote[run.start]], *end);
             let Bytes::Remote(blob) = &self.opened(first.file)?.bytes else {
                 unreachable!("remote records are a store's");
@@ -527,44 +682,138 @@ impl RecordAccess {
                     // (A store that answered short: the frame check names what is missing.)
                     let framed = data.get(from..from + p.framed as usize).unwrap_or(&[]);
                     let (range, crc) = self.frame(framed, &p)?;
-                    Ok((k, Payload::Owned(framed[range].to_vec()).with_crc(crc, &p)))
+                    let payload = Payload::Owned(framed[range].to_vec());
+                    Ok((k, payload.with_crc(crc, &p), p))
                 })
                 .collect()
         };
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let work = || -> Result<Vec<(usize, RawRecord)>> {
-            let mut got = Vec::new();
-            loop {
-                let r = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(run) = runs.get(r) else {
-                    return Ok(got);
-                };
-                got.extend(read(run)?);
+        let mut got = in_flight(runs.len(), READS_IN_FLIGHT, read)?;
+        // Runs of records of shards with marks: each read from the mark at or before its
+        // first record to the mark after its last, its frames walked.
+        walks.sort_by_key(|&k| (places[k].file, places[k].record));
+        let mut spans: Vec<Span> = Vec::new();
+        for (w, &k) in walks.iter().enumerate() {
+            let p = places[k];
+            let Offsets::Marks(marks) = &opened[k].offsets else {
+                unreachable!("walked records are of shards with marks");
+            };
+            let before = marks.partition_point(|&(r, _)| r <= p.record) - 1;
+            match spans.last_mut() {
+                Some(span) if span.file == p.file && before < span.marks.end => {
+                    span.records.end = w + 1;
+                }
+                _ => spans.push(Span {
+                    file: p.file,
+                    marks: before..before + 1,
+                    records: w..w + 1,
+                }),
             }
+            let span = spans.last_mut().expect("a span");
+            span.marks.end = span.marks.end.max(before + 1);
+        }
+        let span_slots: Vec<u32> = (spans.iter())
+            .map(|span| match &opened[walks[span.records.start]].bytes {
+                Bytes::Mapped(map) => slot_of(span.file, map, &mut fetched.maps),
+                Bytes::Remote(_) => 0,
+            })
+            .collect();
+        let walk = |s: usize| -> Result<Vec<(usize, RawRecord, RecordAt)>> {
+            let span = &spans[s];
+            let shard = opened[walks[span.records.start]];
+            let Offsets::Marks(marks) = &shard.offsets else {
+                unreachable!("walked records are of shards with marks");
+            };
+            let ((first, from), (_, to)) = (marks[span.marks.start], marks[span.marks.end]);
+            let remote;
+            let data: &[u8] = match &shard.bytes {
+                Bytes::Mapped(map) => {
+                    let map: &[u8] = map.as_deref().map_or(&[][..], |m| &m[..]);
+                    map.get(from as usize..to as usize).unwrap_or(&[])
+                }
+                Bytes::Remote(blob) => {
+                    remote = blob.read_range(from..to)?;
+                    &remote[..]
+                }
+            };
+            let wanted: Vec<(usize, u64)> = (walks[span.records.clone()].iter())
+                .map(|&k| (k, places[k].record))
+                .collect();
+            let mut got = Vec::with_capacity(wanted.len());
+            self.walk(
+                data,
+                span.file,
+                (first, from),
+                &wanted,
+                |k, p, range, crc| {
+                    let payload = match &shard.bytes {
+                        Bytes::Mapped(_) => Payload::Mapped {
+                            slot: span_slots[s],
+                            range: p.offset as usize + range.start..p.offset as usize + range.end,
+                        },
+                        Bytes::Remote(_) => {
+                            let start = (p.offset - from) as usize;
+                            Payload::Owned(data[start + range.start..start + range.end].to_vec())
+                        }
+                    };
+                    got.push((k, payload.with_crc(crc, &p), p));
+                },
+            )?;
+            Ok(got)
         };
-        let done: Vec<Result<Vec<(usize, RawRecord)>>> = match runs.len() {
-            0 => Vec::new(),
-            1 => vec![work()],
-            n => std::thread::scope(|s| {
-                let helpers: Vec<_> = (1..n.min(READS_IN_FLIGHT)).map(|_| s.spawn(work)).collect();
-                let mut done = vec![work()];
-                done.extend(helpers.into_iter().map(|h| {
-                    h.join().unwrap_or_else(|_| {
-                        Err(Error::from(std::io::Error::other(
-                            "a reading thread stopped on a bug",
-                        )))
-                    })
-                }));
-                done
-            }),
-        };
-        for got in done {
-            for (k, record) in got? {
-                fetched.records[k] = record;
-            }
+        let limit = if self.in_store { READS_IN_FLIGHT } else { 1 };
+        got.extend(in_flight(spans.len(), limit, walk)?);
+        for (k, record, p) in got {
+            fetched.records[k] = record;
+            places[k] = p;
         }
         fetched.places = places;
         Ok(fetched)
+    }
+
+    /// Walks the frames of `data` (the bytes of shard `file` from record `first` at
+    /// `offset` on) to the records `wanted` (their positions in the call and records of
+    /// the shard, in record order), handing each to `found` with its place, its payload's
+    /// range within its framed bytes and its stored CRC.
+    fn walk(
+        &self,
+        data: &[u8],
+        file: usize,
+        (first, offset): (u64, u64),
+        wanted: &[(usize, u64)],
+        mut found: impl FnMut(usize, RecordAt, std::ops::Range<usize>, u32),
+    ) -> Result<()> {
+        let (mut at, mut record, mut w) = (0usize, first, 0);
+        while w < wanted.len() {
+            let mut p = RecordAt {
+                file,
+                record,
+                offset: offset + at as u64,
+                framed: 0,
+            };
+            let rest = &data[at.min(data.len())..];
+            let len = match rest.get(..HEADER_LEN) {
+                Some(header) => {
+                    let header: &[u8; HEADER_LEN] = header.try_into().expect("a header's length");
+                    frame::decode_header(header).unwrap_or(u64::MAX)
+                }
+                None => 0,
+            };
+            let framed = len.saturating_add(FRAME_OVERHEAD);
+            p.framed = framed;
+            // (A frame the bytes do not hold: the check names what is wrong.)
+            let bytes = usize::try_from(framed)
+                .ok()
+                .and_then(|f| rest.get(..f))
+                .unwrap_or(rest);
+            let (range, crc) = self.frame(bytes, &p)?;
+            while wanted.get(w).is_some_and(|&(_, r)| r == record) {
+                found(wanted[w].0, p, range.clone(), crc);
+                w += 1;
+            }
+            at += bytes.len();
+            record += 1;
+        }
+        Ok(())
     }
 
     fn fail(&self, p: &RecordAt, problem: FrameProblem, detail: FrameDetail) -> Error {
@@ -602,6 +851,59 @@ impl RecordAccess {
     }
 }
 
+/// A run of records of one shard with marks, read from mark `marks.start` to mark
+/// `marks.end`: the records `records` of the call's walked ones (sorted by record).
+struct Span {
+    file: usize,
+    marks: std::ops::Range<usize>,
+    records: std::ops::Range<usize>,
+}
+
+/// `work(i)` for every `i < n`, up to `limit` at once (this thread one of them), the
+/// results together in no particular order.
+///
+/// # Errors
+///
+/// The first error of a `work`.
+fn in_flight<T: Send>(
+    n: usize,
+    limit: usize,
+    work: impl Fn(usize) -> Result<Vec<T>> + Sync,
+) -> Result<Vec<T>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let run = || -> Result<Vec<T>> {
+        let mut got = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if i >= n {
+                return Ok(got);
+            }
+            got.extend(work(i)?);
+        }
+    };
+    let helpers = n.min(limit.max(1)).saturating_sub(1);
+    if helpers == 0 {
+        return run();
+    }
+    let done: Vec<Result<Vec<T>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..helpers).map(|_| s.spawn(run)).collect();
+        let mut done = vec![run()];
+        done.extend(handles.into_iter().map(|h| {
+            h.join().unwrap_or_else(|_| {
+                Err(Error::from(std::io::Error::other(
+                    "a reading thread stopped on a bug",
+                )))
+            })
+        }));
+        done
+    });
+    let mut all = Vec::new();
+    for got in done {
+        all.extend(got?);
+    }
+    Ok(all)
+}
+
 /// Records fetched for one call: each one's payload (a range of one of `maps`, or its
 /// bytes) and stored CRC, and where each came from.
 struct Fetched {
@@ -637,17 +939,28 @@ fn not_by_index(file: &Path, compressed: Compression) -> Error {
     )
 }
 
-/// The error of an offset table that would pass its bound.
-fn over_bound(bound: u64, bytes: u64, at: &Path) -> Error {
+/// The error of an offset table that would pass its bound (`bytes` where known).
+fn over_bound(bound: u64, bytes: Option<u64>, at: &Path) -> Error {
+    let bytes = match bytes {
+        Some(bytes) => format!("{bytes} bytes"),
+        None => format!("more than {bound} bytes"),
+    };
     Error::invalid_option(
         "records",
         format!(
-            "the offset table would take {bytes} bytes, over its bound of {bound} ({}): write \
-             the shards with --index (their .idx files give the offsets), or raise the bound \
-             (table_bound); shuffle=\"buffer\" reads in order, with no table",
+            "the offset table would take {bytes}, over its bound of {bound} ({}): write the \
+             shards with --index (their .idx files give the offsets), raise the bound \
+             (table_bound), or read with Dataset(shuffle=\"blocks\") (one offset a block) or \
+             shuffle=\"buffer\" (in order, no table)",
             at.display()
         ),
     )
+}
+
+/// The records of about 4 MiB of a set of `n` records in `bytes` bytes (one at least).
+fn default_block(n: u64, bytes: u64) -> u64 {
+    let per = u128::from(n) * (4 << 20) / u128::from(bytes.max(1));
+    u64::try_from(per).unwrap_or(u64::MAX).max(1)
 }
 
 fn size_of(bytes: &Bytes) -> u64 {
@@ -694,19 +1007,50 @@ fn idx_offsets(file: &Path, io: IoOptions, size: u64) -> Result<Option<Offsets>>
     Ok(Some(Offsets::of(offsets)))
 }
 
-/// The offsets of `file`'s records, from one walk of its frames (its lengths checked,
-/// not its payloads), as long as the table stays within `bound` bytes.
-fn walk_offsets(file: &Path, bytes: &Bytes, io: IoOptions, bound: u64) -> Result<Offsets> {
+/// What a walk of a shard's frames keeps.
+#[derive(Debug, Clone, Copy)]
+enum Keep {
+    /// Every record's offset, while the table stays within `bound` bytes.
+    Every { bound: u64 },
+    /// Marks: the shard's first record is the set's record `first`; a mark at each
+    /// record of the set whose index is a multiple of `stride`.
+    Marks { first: u64, stride: u64 },
+    /// Nothing but the count (and the end).
+    Count,
+}
+
+/// The offsets of `file`'s records that `keep` asks for, from one walk of its frames
+/// (its lengths checked, not its payloads); `None` where every record's would pass the
+/// bound.
+fn walk_offsets(file: &Path, bytes: &Bytes, io: IoOptions, keep: Keep) -> Result<Option<Offsets>> {
     let mut offsets: Vec<u64> = Vec::new();
-    let over = |records: u64| over_bound(bound, records * 4, file);
-    let size = size_of(bytes);
+    let mut marks: Vec<(u64, u64)> = Vec::new();
+    let mut records = 0u64;
+    // Whether the table stays within its bound.
+    let mut push = |offset: u64| -> bool {
+        match keep {
+            Keep::Every { bound } => {
+                offsets.push(offset);
+                if offsets.len() as u64 * 4 > bound {
+                    return false;
+                }
+            }
+            Keep::Marks { first, stride } => {
+                if records == 0 || (first + records).is_multiple_of(stride.max(1)) {
+                    marks.push((records, offset));
+                }
+            }
+            Keep::Count => {}
+        }
+        records += 1;
+        true
+    };
     match bytes {
         Bytes::Mapped(_) => {
             let mut walk = MappedRecords::open(file)?;
             while let Some(record) = walk.next_record()? {
-                offsets.push(record.offset);
-                if offsets.len() as u64 * 4 > bound {
-                    return Err(over(offsets.len() as u64));
+                if !push(record.offset) {
+                    return Ok(None);
                 }
             }
         }
@@ -718,15 +1062,23 @@ fn walk_offsets(file: &Path, bytes: &Bytes, io: IoOptions, bound: u64) -> Result
                 if reader.read_framed()?.is_none() {
                     break;
                 }
-                offsets.push(offset);
-                if offsets.len() as u64 * 4 > bound {
-                    return Err(over(offsets.len() as u64));
+                if !push(offset) {
+                    return Ok(None);
                 }
             }
         }
     }
-    offsets.push(size);
-    Ok(Offsets::of(offsets))
+    let size = size_of(bytes);
+    Ok(Some(match keep {
+        Keep::Every { .. } => {
+            offsets.push(size);
+            Offsets::of(offsets)
+        }
+        Keep::Marks { .. } | Keep::Count => {
+            marks.push((records, size));
+            Offsets::Marks(marks)
+        }
+    }))
 }
 
 #[cfg(test)]
@@ -782,6 +1134,92 @@ mod tests {
         let a = shard(&dir, "a.tfrecord", &[b"zero", b"one", b"two"]);
         let e = open(vec![a], 8).unwrap_err().to_string();
         assert!(e.contains("--index") && e.contains("table_bound"), "{e}");
+    }
+
+    /// `n` records whose payloads name their shard and index.
+    fn numbered(dir: &Path, name: &str, n: usize) -> (PathBuf, Vec<Vec<u8>>) {
+        let payloads: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("{name} {i} {}", "x".repeat(i % 37)).into_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = payloads.iter().map(|p| &p[..]).collect();
+        (shard(dir, name, &refs), payloads)
+    }
+
+    #[test]
+    fn blocks_over_the_bound_keep_marks_and_read_the_same_records() {
+        let dir = crate::test_dir("access-marks");
+        let (a, mut all) = numbered(&dir, "a.tfrecord", 10);
+        let (b, more) = numbered(&dir, "b.tfrecord", 200);
+        all.extend(more);
+        let set = Dataset::discover(&[a.clone(), b.clone()], IoOptions::default()).unwrap();
+        // Every record's offsets take (11 + 201) × 4 bytes: over 500, a's fit.
+        let e = RecordAccess::open(&set, None, None, 500)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shuffle=\"blocks\""), "{e}");
+        let access = RecordAccess::open_blocks(&set, None, None, 500, 50).unwrap();
+        assert!(access.marks() && access.by_window());
+        assert_eq!((access.len(), access.block()), (210, 50));
+        // In any order, runs and single records, across the two shards and their marks.
+        let mut order: Vec<u64> = (0..210).collect();
+        order.reverse();
+        order.extend([60, 61, 62, 100, 149, 150, 9, 10, 209, 10]);
+        let got = access.raw(&order).unwrap();
+        let want: Vec<Vec<u8>> = order.iter().map(|&i| all[i as usize].clone()).collect();
+        assert_eq!(got, want);
+        // a's marks at its first record and its end; b's at its records 40, 90, 140, 190
+        // (the set's 50, 100, 150, 200), its first and its end. (a's table of every record
+        // fitted the bound; it was dropped when b's did not.)
+        assert_eq!(access.table_bytes(), (2 + 6) * MARK_BYTES);
+        // A bound that marks do not fit either says so.
+        let e = RecordAccess::open_blocks(&set, None, None, 100, 50).unwrap_err();
+        assert!(e.to_string().contains("one offset a block"), "{e}");
+    }
+
+    #[test]
+    fn a_walk_stops_at_a_broken_frame_and_names_it() {
+        use std::io::{Seek, Write};
+        let dir = crate::test_dir("access-marks-corrupt");
+        let (a, payloads) = numbered(&dir, "a.tfrecord", 100);
+        let offset = |i: usize| -> usize { payloads[..i].iter().map(|p| p.len() + 16).sum() };
+        // Bytes changed in place (the shard stays mapped, its length unchanged).
+        let flip = |at: usize| {
+            let mut file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&a)
+                .unwrap();
+            let mut byte = [0u8];
+            file.seek(std::io::SeekFrom::Start(at as u64)).unwrap();
+            std::io::Read::read_exact(&mut file, &mut byte).unwrap();
+            file.seek(std::io::SeekFrom::Start(at as u64)).unwrap();
+            file.write_all(&[byte[0] ^ 1]).unwrap();
+        };
+        flip(offset(30) + 12); // record 30's payload
+        let set = Dataset::discover(std::slice::from_ref(&a), IoOptions::default()).unwrap();
+        let access = RecordAccess::open_blocks(&set, None, None, 200, 25).unwrap();
+        assert!(access.marks());
+        // Records walked past are framed, not read: record 31 is whole.
+        assert_eq!(access.raw(&[31]).unwrap(), [payloads[31].clone()]);
+        let e = access.raw(&[30]).unwrap_err().to_string();
+        assert!(
+            e.contains("record 30") && e.contains(&format!("offset {}", offset(30))),
+            "{e}"
+        );
+        // Record 70's block starts at 50: its walk cannot pass record 60's broken length.
+        flip(offset(60) + 9);
+        let e = access.raw(&[70]).unwrap_err().to_string();
+        assert!(
+            e.contains("record 60") && e.contains(&format!("offset {}", offset(60))),
+            "{e}"
+        );
+        assert_eq!(
+            access.raw(&[59, 50]).unwrap(),
+            [payloads[59].clone(), payloads[50].clone()]
+        );
+        // Opened again, the walk for the marks finds it.
+        let e = RecordAccess::open_blocks(&set, None, None, 200, 25).unwrap_err();
+        assert!(e.to_string().contains("record 60"), "{e}");
     }
 
     #[test]

@@ -26,9 +26,15 @@ pub struct RecordsCore {
 
 #[pymethods]
 impl RecordsCore {
-    /// Opens the shards of `paths` and their offsets (see `tfshard.Records`).
+    /// Opens the shards of `paths` and their offsets (see `tfshard.Records`); `block`:
+    /// to be read in blocks of that many records (0: about 4 MiB of them), keeping one
+    /// offset a block where every record's would pass `table_bound`.
     #[new]
-    #[pyo3(signature = (paths, columns=None, raw=false, compression="auto", generations=None, table_bound=None))]
+    #[pyo3(signature = (
+        paths, columns=None, raw=false, compression="auto", generations=None,
+        table_bound=None, block=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         paths: Vec<PathBuf>,
@@ -37,6 +43,7 @@ impl RecordsCore {
         compression: &str,
         generations: Option<Vec<u32>>,
         table_bound: Option<u64>,
+        block: Option<u64>,
     ) -> PyResult<RecordsCore> {
         let compression = parse_compression(compression)?;
         let io = IoOptions::default();
@@ -60,7 +67,12 @@ impl RecordsCore {
         let access = py
             .detach(|| {
                 let spec = (!raw).then_some(&spec[..]);
-                RecordAccess::open(&dataset, spec, compression, bound)
+                match block {
+                    Some(block) => {
+                        RecordAccess::open_blocks(&dataset, spec, compression, bound, block)
+                    }
+                    None => RecordAccess::open(&dataset, spec, compression, bound),
+                }
             })
             .map_err(to_py_err)?;
         Ok(RecordsCore {
@@ -98,6 +110,18 @@ impl RecordsCore {
     #[getter]
     fn table_bytes(&self) -> u64 {
         self.access.table_bytes()
+    }
+
+    /// Records a block: the one asked for, else about 4 MiB of them.
+    #[getter]
+    fn block(&self) -> u64 {
+        self.access.block()
+    }
+
+    /// Whether the shards keep one offset a block, not every record's.
+    #[getter]
+    fn marks(&self) -> bool {
+        self.access.marks()
     }
 
     /// The features decoded, as `tfshard.schema` gives them.
@@ -202,7 +226,7 @@ impl RecordsCore {
             drop_remainder,
         };
         let order = std::sync::Arc::new(EpochOrder::new(n, shuffle, seed, epoch));
-        let groups = Groups::new(steps, &order, self.access.in_store());
+        let groups = Groups::new(steps, &order, self.access.by_window());
         let shared = std::sync::Arc::new(Shared::default());
         let mut handles = Vec::new();
         for _ in 0..threads.max(1) {
@@ -324,7 +348,7 @@ impl Steps {
 
 /// This reader's batches (its steps `0..total`) cut into groups, each made by one
 /// thread at once: `GROUP_RECORDS` records' worth of batches; or, with blocks from a
-/// store, the positions of one window (its records read once, as runs), where a batch
+/// store or with marks, the positions of one window (its records read once, as runs), where a batch
 /// across two windows comes in two pieces, one from each window's group, joined when
 /// both are made.
 #[derive(Debug, Clone, Copy)]
@@ -348,9 +372,9 @@ struct Piece {
 }
 
 impl Groups {
-    /// `by_window`: with blocks, a group a window (a store's shards); else groups of
-    /// `GROUP_RECORDS` (mapped shards are read faster batch by batch: sorting a window's
-    /// records costs more than it saves).
+    /// `by_window`: with blocks, a group a window (a store's shards, or shards with
+    /// marks); else groups of `GROUP_RECORDS` (mapped shards are read faster batch by
+    /// batch: sorting a window's records costs more than it saves).
     fn new(steps: Steps, order: &crate::pipeline::order::EpochOrder, by_window: bool) -> Groups {
         let total = partition_point(0, steps.n + 1, |k| steps.positions(k).is_some());
         Groups {

@@ -136,6 +136,42 @@ def test_records_in_a_bucket(s3, small_shards):
     assert [remote[i] for i in (0, 1999)] == [local[0], local[1999]]
 
 
+def _assert_same_batches(got, want):
+    assert len(got) == len(want) > 0
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for k in a:
+            # (A variable-length feature is a tuple: values, row splits.)
+            for x, y in zip(*(v if isinstance(v, tuple) else (v,) for v in (a[k], b[k]))):
+                np.testing.assert_array_equal(x, y, err_msg=k)
+
+
+@pytest.mark.parametrize("listed", [True, False])
+@pytest.mark.parametrize("block_size", [None, 7, 100])
+def test_blocks_over_the_table_bound_keep_one_offset_a_block(small_shards, tmp_path, block_size, listed):
+    """A set whose table of every record's offset would pass table_bound: "global" says
+    what to do; "blocks" keeps one offset a block (16 bytes) and walks each block's
+    frames, the same batches as with the whole table. Shards a manifest lists, and
+    shards without one (the first walked whole while they fit, the rest marked)."""
+    source = small_shards
+    if not listed:
+        source = tmp_path / "bare"
+        source.mkdir()
+        for shard in sorted(small_shards.glob("*.tfrecord")):
+            (source / shard.name).write_bytes(shard.read_bytes())
+        source = sorted(source.glob("*.tfrecord"))
+    kw = dict(batch_size=64, shuffle="blocks", block_size=block_size, window=3, seed=2)
+    for ranks, rank in [(1, 0), (2, 1)]:
+        whole = tfshard.Dataset(source, num_shards=ranks, shard_index=rank, **kw)
+        marked = tfshard.Dataset(source, num_shards=ranks, shard_index=rank, table_bound=6000, **kw)
+        _assert_same_batches(list(marked), list(whole))
+        assert 0 < marked.table_bytes <= 6000 < whole.table_bytes
+    ids = np.concatenate([b["id"] for b in tfshard.Dataset(source, table_bound=6000, **kw)])
+    assert sorted(ids.tolist()) == sorted(np.concatenate([b["id"] for b in tfshard.Dataset(source)]).tolist())
+    with pytest.raises(ValueError, match='shuffle="blocks"'):
+        list(tfshard.Dataset(source, batch_size=64, shuffle="global", table_bound=6000))
+
+
 @pytest.mark.parametrize("block_size, window", [(100, 4), (7, 2), (500, 8)])
 def test_blocks_from_a_bucket_are_the_local_batches(s3, small_shards, block_size, window):
     """shuffle="blocks" from a store reads a window's records at once, in runs (a batch
@@ -148,14 +184,11 @@ def test_blocks_from_a_bucket_are_the_local_batches(s3, small_shards, block_size
         kw = dict(batch_size=64, shuffle="blocks", block_size=block_size, window=window, seed=5,
                   num_shards=ranks, shard_index=rank, drop_remainder=drop)
         local = list(tfshard.Dataset(small_shards, **kw))
-        remote = list(tfshard.Dataset(f"s3://{bucket}/small", **kw))
-        assert len(remote) == len(local) > 0
-        for a, b in zip(remote, local):
-            assert a.keys() == b.keys()
-            for k in a:
-                # (A variable-length feature is a tuple: values, row splits.)
-                for x, y in zip(*(v if isinstance(v, tuple) else (v,) for v in (a[k], b[k]))):
-                    np.testing.assert_array_equal(x, y, err_msg=k)
+        _assert_same_batches(list(tfshard.Dataset(f"s3://{bucket}/small", **kw)), local)
+        # Over the table's bound: one offset a block, each block's frames walked.
+        marked = tfshard.Dataset(f"s3://{bucket}/small", table_bound=6000, **kw)
+        _assert_same_batches(list(marked), local)
+        assert 0 < marked.table_bytes <= 6000
     ids = np.concatenate([b["id"] for b in tfshard.Dataset(f"s3://{bucket}/small", batch_size=64, shuffle="blocks",
                                                           block_size=block_size, window=window)])
     assert len(ids) == 2000 and len(set(ids.tolist())) == 2000

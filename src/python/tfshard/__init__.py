@@ -377,6 +377,12 @@ class Dataset:
     ``"blocks"`` the epoch's global position, under any number of ranks, workers or
     batch size (elastic).
 
+    ``"global"`` and ``"blocks"`` read records by offset: from the shards' ``.idx`` files
+    (``convert --index``), else from a table made by one walk of their frames, 4 bytes a
+    record (``table_bytes``), bounded by ``table_bound`` (default 1 GiB). Over the bound
+    ``"global"`` is refused, saying what to do; ``"blocks"`` keeps one offset a block
+    instead and reads each window of blocks at once, walking the frames of its blocks.
+
     With ``drop_remainder=True`` every rank yields the same number of batches (what DDP
     needs): each rank's share is cut to whole batches of the smallest share, the records
     past it left out with the short batches. Without it every record is read, and ranks'
@@ -414,6 +420,7 @@ class Dataset:
         compression: str = "auto",
         state: Optional[Dict[str, Any]] = None,
         generations: Optional[Sequence[int]] = None,
+        table_bound: Optional[int] = None,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
@@ -451,6 +458,7 @@ class Dataset:
         self.shuffle_buffer = shuffle_buffer
         self.block_size = block_size
         self.window = window
+        self.table_bound = table_bound
         self.seed = seed
         self.drop_remainder = drop_remainder
         self.num_shards = num_shards
@@ -501,16 +509,23 @@ class Dataset:
         """The shards by index (global and blocks), opened on first use."""
         if self._records_core is None:
             paths, columns, compression, _, generations = self._args
-            self._records_core = _RecordsCore(paths, columns, False, compression, generations, None)
+            block = (self.block_size or 0) if self.shuffle == "blocks" else None
+            self._records_core = _RecordsCore(
+                paths, columns, False, compression, generations, self.table_bound, block
+            )
         return self._records_core
+
+    @property
+    def table_bytes(self) -> int:
+        """Bytes the offset tables hold (``"global"`` and ``"blocks"``; 0 before the
+        first epoch): 4 a record, or with blocks over ``table_bound`` 16 a block."""
+        return int(self._core().table_bytes) if self._records_core is not None else 0
 
     def _block(self) -> int:
         """Records a block: ``block_size``, else those of about 4 MiB."""
         if self.block_size is not None:
             return self.block_size
-        core = self._core()
-        n = len(core)
-        return max(1, (4 << 20) * n // max(1, core.data_bytes)) if n else 1
+        return int(self._core().block)
 
     def _rank_range(self) -> Tuple[int, int]:
         n = self._records()
