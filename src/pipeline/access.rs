@@ -31,6 +31,9 @@ use crate::tfrecord::Compression;
 /// to [`READS_IN_FLIGHT`] requests at once).
 pub const COALESCE_GAP: u64 = 256 << 10;
 
+/// Records [`RecordAccess::batches`] decodes into one array before gathering rows.
+const DECODED_ROWS: usize = 8192;
+
 /// Ranged requests one call makes at once.
 pub const READS_IN_FLIGHT: usize = 4;
 
@@ -486,47 +489,40 @@ impl RecordAccess {
         self.parse(fetched.records, fetched.maps)
     }
 
-    /// The batches of several lists of records, each in the order given, the records of
-    /// all fetched once in record order: a window of blocks' records are runs of
-    /// consecutive records, found and read as runs (a store's in one request a run),
-    /// then each list's records parsed into its batch.
+    /// Records `records` (each read once, best in runs of consecutive records: a window
+    /// of blocks' records) decoded into one batch in that order, then the batches of
+    /// `rows`, each a list of its rows there.
     ///
     /// # Errors
     ///
     /// As [`RecordAccess::batch`].
-    pub fn batches(&self, lists: &[Vec<u64>]) -> Result<Vec<Batch>> {
-        let all: Vec<u64> = lists.iter().flatten().copied().collect();
-        let mut by_record: Vec<u32> = (0..all.len() as u32).collect();
-        by_record.sort_unstable_by_key(|&k| all[k as usize]);
-        let sorted: Vec<u64> = by_record.iter().map(|&k| all[k as usize]).collect();
-        let mut fetched = self.fetch(&sorted)?;
-        // Each list's records, moved out of the fetched ones (a record listed twice is
-        // copied: a store's payload is its own bytes).
-        let mut at = vec![0u32; all.len()];
-        for (row, &k) in by_record.iter().enumerate() {
-            at[k as usize] = row as u32;
+    pub fn batches(&self, records: &[u64], rows: &[Vec<u32>]) -> Result<Vec<Batch>> {
+        let Some(parser) = &self.parser else {
+            return Err(Error::invalid_option("records", "opened for raw records"));
+        };
+        let fetched = self.fetch(records)?;
+        // Decoded `DECODED_ROWS` at a time: arrays that the allocator reuses, not fresh
+        // pages for a window's.
+        let mut raw = fetched.records.into_iter();
+        let mut chunks: Vec<std::sync::Arc<Chunk>> = Vec::new();
+        loop {
+            let some: Vec<RawRecord> = raw.by_ref().take(DECODED_ROWS).collect();
+            if some.is_empty() {
+                break;
+            }
+            let batch = self.parse(some, fetched.maps.clone())?;
+            chunks.push(std::sync::Arc::new(Chunk::from_batch(&batch)));
         }
-        let mut uses = vec![0u32; sorted.len()];
-        for &row in &at {
-            uses[row as usize] += 1;
-        }
-        let mut at = at.into_iter();
-        lists
-            .iter()
-            .map(|list| {
-                let records = (at.by_ref().take(list.len()))
-                    .map(|row| {
-                        let row = row as usize;
-                        uses[row] -= 1;
-                        match uses[row] {
-                            0 => std::mem::take(&mut fetched.records[row]),
-                            _ => fetched.records[row].clone(),
-                        }
-                    })
-                    .collect();
-                self.parse(records, fetched.maps.clone())
+        let per = DECODED_ROWS as u32;
+        Ok((rows.iter())
+            .map(|rows| {
+                let rows = CachedRows {
+                    chunks: chunks.clone(),
+                    rows: rows.iter().map(|&r| (r / per, r % per)).collect(),
+                };
+                parser.gather(&rows, 0)
             })
-            .collect()
+            .collect())
     }
 
     /// Batches joined into one, their rows in the order given.

@@ -143,6 +143,65 @@ impl EpochOrder {
         }
     }
 
+    /// What the position ranges `ranges` of window `w` (each within it; `w <
+    /// windows()`) read: each record once, in the window's order of its blocks'
+    /// records (block after block, each block's records in order: runs of consecutive
+    /// records), and for each range, the row of each of its positions among them.
+    pub fn window_reads(&self, w: u64, ranges: &[[u64; 2]]) -> (Vec<u64>, Vec<Vec<u32>>) {
+        let (Shuffle::Blocks { block, window }, Some((blocks, short))) =
+            (self.shuffle, &self.blocks)
+        else {
+            unreachable!("windows are the blocks shuffle's");
+        };
+        let g = Geometry::new(self.n, block, blocks.len(), *short);
+        let win = self.window(&g, w, window, blocks);
+        let record = |j: u64| {
+            let (slot, offset) = g.slot_of(win.first + j);
+            win.blocks[(slot - w * window) as usize] * block + offset
+        };
+        // Each position's index among the window's records.
+        let picks: Vec<Vec<u64>> = (ranges.iter())
+            .map(|&[from, to]| {
+                (from..to)
+                    .map(|p| win.within.apply(p - win.first))
+                    .collect()
+            })
+            .collect();
+        let picked: usize = picks.iter().map(Vec::len).sum();
+        let size = win.within.len();
+        let mut records = Vec::with_capacity(picked);
+        // The indices in order: counted in one pass over the window's where it is not
+        // much larger than what is picked, else sorted.
+        let rows: Vec<Vec<u32>> = if size <= 16 * picked as u64 + (1 << 20) {
+            let mut row = vec![u32::MAX; size as usize];
+            for &j in picks.iter().flatten() {
+                row[j as usize] = 0;
+            }
+            for (j, r) in row.iter_mut().enumerate() {
+                if *r == 0 {
+                    *r = records.len() as u32;
+                    records.push(record(j as u64));
+                }
+            }
+            (picks.iter())
+                .map(|list| list.iter().map(|&j| row[j as usize]).collect())
+                .collect()
+        } else {
+            let mut sorted: Vec<u64> = picks.iter().flatten().copied().collect();
+            sorted.sort_unstable();
+            sorted.dedup();
+            records.extend(sorted.iter().map(|&j| record(j)));
+            (picks.iter())
+                .map(|list| {
+                    (list.iter())
+                        .map(|j| sorted.binary_search(j).unwrap_or(0) as u32)
+                        .collect()
+                })
+                .collect()
+        };
+        (records, rows)
+    }
+
     /// Window `w`: its positions' permutation and its slots' blocks.
     fn window(&self, g: &Geometry, w: u64, window: u64, blocks: &Permutation) -> Window {
         let slots = w * window..((w + 1) * window).min(g.slots);
@@ -287,5 +346,42 @@ mod tests {
         assert_eq!(next, n);
         let again = EpochOrder::new(n, Shuffle::Blocks { block, window }, 1, 1);
         assert_ne!(order.records(0, n), again.records(0, n));
+    }
+
+    /// A window's reads: each record its ranges' positions read, once, block after block
+    /// in runs of consecutive records, and each position's row among them; counted or
+    /// (ranges much smaller than their window) sorted.
+    #[test]
+    fn window_reads_are_the_positions_records_in_runs() {
+        for (n, block, window, ranges) in [
+            (1000u64, 10u64, 4u64, vec![[0u64, 40]]),
+            (1000, 10, 4, vec![[40, 45], [50, 51], [60, 80]]),
+            (997, 7, 3, vec![[987, 990], [992, 997]]),
+            (3_000_000, 200_000, 8, vec![[10, 20], [400_000, 400_003]]),
+        ] {
+            let order = EpochOrder::new(n, Shuffle::Blocks { block, window }, 3, 2);
+            let w = order.window_of(ranges[0][0]).unwrap();
+            let (records, rows) = order.window_reads(w, &ranges);
+            let want: Vec<u64> = ranges
+                .iter()
+                .flat_map(|&[a, b]| order.records(a, b))
+                .collect();
+            let got: Vec<u64> = rows
+                .iter()
+                .flatten()
+                .map(|&r| records[r as usize])
+                .collect();
+            assert_eq!(got, want, "{n} {block} {window} {ranges:?}");
+            let mut once = records.clone();
+            once.sort_unstable();
+            once.dedup();
+            assert_eq!(once.len(), records.len(), "each record once");
+            // Runs: within a block, records in order.
+            for pair in records.windows(2) {
+                if pair[0] / block == pair[1] / block {
+                    assert!(pair[0] < pair[1], "{pair:?}");
+                }
+            }
+        }
     }
 }

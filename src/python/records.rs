@@ -235,15 +235,19 @@ impl RecordsCore {
             let ahead = depth.max(2) as usize;
             handles.push(std::thread::spawn(move || {
                 while let Some(pieces) = shared.claim(&groups, &order, ahead) {
-                    let lists: Vec<Vec<u64>> = (pieces.iter())
-                        .map(|p| order.records(p.from, p.to))
-                        .collect();
-                    // A window's records read once, in runs (a request a run), then
-                    // parsed into their batches.
-                    let made = if groups.windows > 0 {
-                        access.batches(&lists)
-                    } else {
-                        lists.iter().map(|list| access.batch(list)).collect()
+                    let made = match order.window_of(pieces[0].from) {
+                        // A window's records read once, block after block (a store's in a
+                        // request a run), decoded in that order, then gathered into
+                        // their batches.
+                        Some(w) if groups.windows > 0 => {
+                            let ranges: Vec<[u64; 2]> =
+                                pieces.iter().map(|p| [p.from, p.to]).collect();
+                            let (records, rows) = order.window_reads(w, &ranges);
+                            access.batches(&records, &rows)
+                        }
+                        _ => (pieces.iter())
+                            .map(|p| access.batch(&order.records(p.from, p.to)))
+                            .collect(),
                     };
                     shared.made(&groups, &order, &access, pieces, made);
                 }
