@@ -9,7 +9,8 @@ Dataset, shuffle="global" and "blocks", Records[i] one at a time and Records[bat
     python scripts/bench_trainer.py SHARDS [--steps N] [--batch-size B] [--device cpu|cuda]
     python scripts/bench_trainer.py SHARDS --tiny      # CI: a few steps, CPU
     python scripts/bench_trainer.py SHARDS --reader R  # one reader alone, one epoch:
-        # seq, global, blocks, records1 (Records[i]), records256 (Records[256 random])
+        # seq, global, blocks, blocks-marks (blocks over a 1 MiB table bound: one offset
+        # a block), records1 (Records[i]), records256 (Records[256 random])
 
 SHARDS: uncompressed shards with a float feature `x` of fixed shape (the standard
 table's, or testdata/small.parquet's) and an int64 `y`. Runs where torch is installed
@@ -99,8 +100,11 @@ def reader_alone(shards, reader, b):
     cols = ["x", "y"]
     t = time.perf_counter()
     n = 0
-    if reader in ("seq", "global", "blocks"):
+    if reader in ("seq", "global", "blocks", "blocks-marks"):
         kw = {"shuffle_buffer": 0} if reader == "seq" else {"shuffle": reader}
+        if reader == "blocks-marks":
+            # Over a 1 MiB bound for the offset table: one offset a block, not a record.
+            kw = {"shuffle": "blocks", "table_bound": 1 << 20}
         for batch in tfshard.Dataset(shards, batch_size=b, columns=cols, seed=1, **kw):
             n += len(batch["y"])
     else:
@@ -126,7 +130,7 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--tiny", action="store_true", help="a few steps on the CPU (CI)")
-    ap.add_argument("--reader", choices=["seq", "global", "blocks", "records1", "records256"])
+    ap.add_argument("--reader", choices=["seq", "global", "blocks", "blocks-marks", "records1", "records256"])
     a = ap.parse_args()
     if a.reader:
         return reader_alone(a.shards, a.reader, a.batch_size)

@@ -22,7 +22,7 @@ cat "$dir"/*.tfrecord > /dev/null
 echo "== $(ls "$dir"/*.tfrecord | wc -l) shards of $dir, $(nproc) cores; batches of 256, columns x, y"
 printf "%-44s %12s %10s %10s\n" reader records/s "peak MiB" "vs seq"
 declare -A rate
-for reader in seq global blocks records1 records256; do
+for reader in seq global blocks blocks-marks records1 records256; do
   best=0
   for _ in 1 2 3; do
     /usr/bin/time -f "%M" -o "$data/time.txt" "$tv/bin/python" scripts/bench_trainer.py "$dir" --reader $reader > "$data/out.txt"

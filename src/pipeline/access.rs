@@ -685,7 +685,8 @@ impl RecordAccess {
         };
         let mut got = in_flight(runs.len(), READS_IN_FLIGHT, read)?;
         // Runs of records of shards with marks: each read from the mark at or before its
-        // first record to the mark after its last, its frames walked.
+        // first record to the mark after its last (runs that meet, as one), its frames
+        // walked.
         walks.sort_by_key(|&k| (places[k].file, places[k].record));
         let mut spans: Vec<Span> = Vec::new();
         for (w, &k) in walks.iter().enumerate() {
@@ -695,7 +696,7 @@ impl RecordAccess {
             };
             let before = marks.partition_point(|&(r, _)| r <= p.record) - 1;
             match spans.last_mut() {
-                Some(span) if span.file == p.file && before < span.marks.end => {
+                Some(span) if span.file == p.file && before <= span.marks.end => {
                     span.records.end = w + 1;
                 }
                 _ => spans.push(Span {
