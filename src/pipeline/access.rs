@@ -1219,6 +1219,63 @@ mod tests {
         assert!(e.to_string().contains("record 60"), "{e}");
     }
 
+    /// Shards with flipped, zeroed or cut bytes: opened with marks and with the whole
+    /// table, both refuse the same shards, and reading every record gives the same
+    /// records or the same error; never a panic.
+    #[test]
+    fn damaged_shards_read_the_same_with_marks() {
+        let dir = crate::test_dir("access-damaged");
+        let (a, _) = numbered(&dir, "clean.tfrecord", 40);
+        let clean = std::fs::read(&a).unwrap();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: usize| {
+            state = crate::hash::mix64(state.wrapping_add(1));
+            (state % n as u64) as usize
+        };
+        let mut marked_reads = 0;
+        for round in 0..200 {
+            let mut bytes = clean.clone();
+            for _ in 0..1 + next(3) {
+                let at = next(bytes.len());
+                match next(3) {
+                    0 => bytes[at] ^= 1 << next(8),
+                    1 => bytes[at] = 0,
+                    _ => bytes.truncate(at),
+                }
+            }
+            let path = dir.join(format!("damaged-{round}.tfrecord"));
+            std::fs::write(&path, &bytes).unwrap();
+            let set = Dataset::discover(std::slice::from_ref(&path), IoOptions::default()).unwrap();
+            let whole = RecordAccess::open(&set, None, None, DEFAULT_TABLE_BOUND);
+            // Under the whole table (its walk stops past 4n - 1 bytes); marks of blocks of 7
+            // fit from n = 17.
+            let n = whole.as_ref().map_or(40, |w| w.len());
+            let marked = RecordAccess::open_blocks(&set, None, None, (4 * n).saturating_sub(1), 7);
+            match (&whole, &marked) {
+                (Err(w), Err(m)) => assert_eq!(w.to_string(), m.to_string(), "round {round}"),
+                (Ok(_), Err(m)) => assert!(n < 17, "round {round}: {m}"),
+                (Ok(whole), Ok(marked)) => {
+                    assert!(marked.marks(), "round {round}");
+                    let order: Vec<u64> = (0..n).rev().collect();
+                    let (w, m) = (whole.raw(&order), marked.raw(&order));
+                    assert_eq!(w.is_ok(), m.is_ok(), "round {round}");
+                    match (w, m) {
+                        (Ok(w), Ok(m)) => assert_eq!(w, m, "round {round}"),
+                        (w, m) => assert_eq!(
+                            w.unwrap_err().to_string(),
+                            m.unwrap_err().to_string(),
+                            "round {round}"
+                        ),
+                    }
+                    marked_reads += 1;
+                }
+                (Err(w), Ok(_)) => panic!("round {round}: only the whole table refused: {w}"),
+            }
+            std::fs::remove_file(&path).unwrap();
+        }
+        assert!(marked_reads > 50, "{marked_reads} shards read with marks");
+    }
+
     #[test]
     fn a_corrupt_record_is_named() {
         let dir = crate::test_dir("access-corrupt");

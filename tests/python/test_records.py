@@ -170,6 +170,8 @@ def test_blocks_over_the_table_bound_keep_one_offset_a_block(small_shards, tmp_p
     assert sorted(ids.tolist()) == sorted(np.concatenate([b["id"] for b in tfshard.Dataset(source)]).tolist())
     with pytest.raises(ValueError, match='shuffle="blocks"'):
         list(tfshard.Dataset(source, batch_size=64, shuffle="global", table_bound=6000))
+    with pytest.raises(ValueError, match="table_bound"):
+        tfshard.Dataset(source, shuffle="blocks", table_bound=-1)
 
 
 @pytest.mark.parametrize("block_size, window", [(100, 4), (7, 2), (500, 8)])

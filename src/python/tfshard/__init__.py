@@ -432,6 +432,8 @@ class Dataset:
             raise ValueError(f"block_size must be a positive number of records, not {block_size!r}")
         if not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be a positive number of blocks, not {window!r}")
+        if table_bound is not None and (not isinstance(table_bound, int) or table_bound < 0):
+            raise ValueError(f"table_bound must be a number of bytes, not {table_bound!r}")
         if num_shards < 1 or not 0 <= shard_index < num_shards:
             raise ValueError(f"shard_index must be in [0, num_shards), got {shard_index} of {num_shards}")
         if format not in ("numpy", "arrow"):
