@@ -5,7 +5,9 @@
 //! (`convert --index`), otherwise from one walk of its frames; the table holds 4 bytes a
 //! record (8 for a shard over 4 GiB), its size is [`RecordAccess::table_bytes`], and a
 //! walk that would make it larger than the bound given is refused, saying what to do
-//! instead. Local shards are memory-mapped and a record is a range of the map; a store's
+//! instead; a reader in blocks ([`RecordAccess::open_blocks`]) keeps one offset a block
+//! there (16 bytes), and reads a run of records from the offset before it, its frames
+//! walked. Local shards are memory-mapped and a record is a range of the map; a store's
 //! are read with ranged requests pinned to the ETag found, the records of one call that
 //! lie near each other in one request ([`COALESCE_GAP`]). Every record read is checked:
 //! its length against its CRC, its payload against its CRC; a bad one is an error naming
@@ -169,7 +171,7 @@ impl RecordAccess {
     /// records (0: the records of about 4 MiB), as [`RecordAccess::open`] does; but
     /// where a table of every record's offset would pass `bound`, the shards walked keep
     /// one offset a block (their marks) and a run of records is read from the mark before
-    /// it, its frames walked ([`RecordAccess::marked`]).
+    /// it, its frames walked ([`RecordAccess::marks`]).
     ///
     /// # Errors
     ///

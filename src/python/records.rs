@@ -118,12 +118,6 @@ impl RecordsCore {
         self.access.block()
     }
 
-    /// Whether the shards keep one offset a block, not every record's.
-    #[getter]
-    fn marks(&self) -> bool {
-        self.access.marks()
-    }
-
     /// The features decoded, as `tfshard.schema` gives them.
     #[getter]
     fn spec(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -358,9 +352,9 @@ impl Steps {
 
 /// This reader's batches (its steps `0..total`) cut into groups, each made by one
 /// thread at once: `GROUP_RECORDS` records' worth of batches; or, with blocks from a
-/// store or with marks, the positions of one window (its records read once, as runs), where a batch
-/// across two windows comes in two pieces, one from each window's group, joined when
-/// both are made.
+/// store or with marks, the positions of one window (its records read once, as runs),
+/// where a batch across two windows comes in two pieces, one from each window's group,
+/// joined when both are made.
 #[derive(Debug, Clone, Copy)]
 struct Groups {
     steps: Steps,
