@@ -606,20 +606,7 @@ impl RecordAccess {
             maps: Vec::new(),
             places: Vec::new(),
         };
-        let mut slots: Vec<Option<u32>> = vec![None; self.files.len()];
-        let mut slot_of = |file: usize, map: &Option<SharedMap>, maps: &mut Vec<SharedMap>| match (
-            slots[file],
-            map,
-        ) {
-            (Some(slot), _) => slot,
-            (None, Some(map)) => {
-                maps.push(map.clone());
-                let slot = (maps.len() - 1) as u32;
-                slots[file] = Some(slot);
-                slot
-            }
-            (None, None) => 0,
-        };
+        let mut slots = Slots(vec![None; self.files.len()]);
         let (mut remote, mut walks): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
         for (k, (p, shard)) in places.iter().zip(&opened).enumerate() {
             let record = match &shard.bytes {
@@ -632,7 +619,7 @@ impl RecordAccess {
                     let end = (p.offset + p.framed) as usize;
                     let framed = data.get(p.offset as usize..end).unwrap_or(&[]);
                     let (range, crc) = self.frame(framed, p)?;
-                    let slot = slot_of(p.file, map, &mut fetched.maps);
+                    let slot = slots.of(p.file, map, &mut fetched.maps);
                     let start = p.offset as usize + range.start;
                     Payload::Mapped {
                         slot,
@@ -647,8 +634,21 @@ impl RecordAccess {
             };
             fetched.records.push(record);
         }
+        let mut got = self.read_runs(&places, remote)?;
+        got.extend(self.read_walked(&places, &opened, walks, &mut slots, &mut fetched.maps)?);
+        for (k, record, p) in got {
+            fetched.records[k] = record;
+            places[k] = p;
+        }
+        fetched.places = places;
+        Ok(fetched)
+    }
+
+    /// The records `remote` (positions in `places`, of a store's shards with a table of
+    /// every record): runs of near records, one request each, up to [`READS_IN_FLIGHT`]
+    /// at once.
+    fn read_runs(&self, places: &[RecordAt], mut remote: Vec<usize>) -> Result<Vec<Read>> {
         remote.sort_by_key(|&k| (places[k].file, places[k].offset));
-        // Runs of near records, one request each, up to READS_IN_FLIGHT at once.
         let mut runs: Vec<(std::ops::Range<usize>, u64)> = Vec::new();
         let mut at = 0;
         while at < remote.len() {
@@ -666,7 +666,7 @@ impl RecordAccess {
             runs.push((at..last, end));
             at = last;
         }
-        let read = |r: usize| -> Result<Vec<(usize, RawRecord, RecordAt)>> {
+        let read = |r: usize| -> Result<Vec<Read>> {
             let (run, end) = &runs[r];
             let (first, end) = (places[remote[run.start]], *end);
             let Bytes::Remote(blob) = &self.opened(first.file)?.bytes else {
@@ -685,10 +685,21 @@ impl RecordAccess {
                 })
                 .collect()
         };
-        let mut got = in_flight(runs.len(), READS_IN_FLIGHT, read)?;
-        // Runs of records of shards with marks: each read from the mark at or before its
-        // first record to the mark after its last (runs that meet, as one), its frames
-        // walked.
+        in_flight(runs.len(), READS_IN_FLIGHT, read)
+    }
+
+    /// The records `walks` (positions in `places`, of shards with marks): each run read
+    /// from the mark at or before its first record to the mark after its last (runs
+    /// that meet, as one), its frames walked; a store's up to [`READS_IN_FLIGHT`] at
+    /// once. Their places are found on the way.
+    fn read_walked(
+        &self,
+        places: &[RecordAt],
+        opened: &[&Opened],
+        mut walks: Vec<usize>,
+        slots: &mut Slots,
+        maps: &mut Vec<SharedMap>,
+    ) -> Result<Vec<Read>> {
         walks.sort_by_key(|&k| (places[k].file, places[k].record));
         let mut spans: Vec<Span> = Vec::new();
         for (w, &k) in walks.iter().enumerate() {
@@ -700,6 +711,7 @@ impl RecordAccess {
             match spans.last_mut() {
                 Some(span) if span.file == p.file && before <= span.marks.end => {
                     span.records.end = w + 1;
+                    span.marks.end = span.marks.end.max(before + 1);
                 }
                 _ => spans.push(Span {
                     file: p.file,
@@ -707,16 +719,14 @@ impl RecordAccess {
                     records: w..w + 1,
                 }),
             }
-            let span = spans.last_mut().expect("a span");
-            span.marks.end = span.marks.end.max(before + 1);
         }
         let span_slots: Vec<u32> = (spans.iter())
             .map(|span| match &opened[walks[span.records.start]].bytes {
-                Bytes::Mapped(map) => slot_of(span.file, map, &mut fetched.maps),
+                Bytes::Mapped(map) => slots.of(span.file, map, maps),
                 Bytes::Remote(_) => 0,
             })
             .collect();
-        let walk = |s: usize| -> Result<Vec<(usize, RawRecord, RecordAt)>> {
+        let walk = |s: usize| -> Result<Vec<Read>> {
             let span = &spans[s];
             let shard = opened[walks[span.records.start]];
             let Offsets::Marks(marks) = &shard.offsets else {
@@ -760,13 +770,7 @@ impl RecordAccess {
             Ok(got)
         };
         let limit = if self.in_store { READS_IN_FLIGHT } else { 1 };
-        got.extend(in_flight(spans.len(), limit, walk)?);
-        for (k, record, p) in got {
-            fetched.records[k] = record;
-            places[k] = p;
-        }
-        fetched.places = places;
-        Ok(fetched)
+        in_flight(spans.len(), limit, walk)
     }
 
     /// Walks the frames of `data` (the bytes of shard `file` from record `first` at
@@ -847,6 +851,28 @@ impl RecordAccess {
         let end = framed.len() - FOOTER_LEN;
         let stored = u32::from_le_bytes(framed[end..].try_into().expect("a footer's length"));
         Ok((HEADER_LEN..end, stored))
+    }
+}
+
+/// A record read: its position in the call, its payload and CRC, and its place.
+type Read = (usize, RawRecord, RecordAt);
+
+/// The slot of each shard's map among a call's maps (`None`: not yet among them).
+struct Slots(Vec<Option<u32>>);
+
+impl Slots {
+    /// Shard `file`'s slot among `maps`, its map (`map`) added there the first time.
+    fn of(&mut self, file: usize, map: &Option<SharedMap>, maps: &mut Vec<SharedMap>) -> u32 {
+        match (self.0[file], map) {
+            (Some(slot), _) => slot,
+            (None, Some(map)) => {
+                maps.push(map.clone());
+                let slot = (maps.len() - 1) as u32;
+                self.0[file] = Some(slot);
+                slot
+            }
+            (None, None) => 0,
+        }
     }
 }
 
