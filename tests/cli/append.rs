@@ -79,13 +79,8 @@ fn table(name: &str, days: usize) -> PathBuf {
     for d in 1..=days {
         add_day(&dir, d, d * 1000);
     }
-    settle();
+    crate::settle();
     dir
-}
-
-/// Waits out the second the files were written in.
-fn settle() {
-    std::thread::sleep(std::time::Duration::from_millis(1100));
 }
 
 fn add_day(dir: &Path, day: usize, first: usize) {
@@ -108,7 +103,7 @@ fn a_growing_folder_appends_what_changed_and_keeps_one_snapshot() {
 
     // A new partition: only it is read, into generation 1.
     add_day(&t, 4, 4000);
-    settle();
+    crate::settle();
     let (code, stdout, err) = convert(&t, &out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -152,7 +147,7 @@ fn a_growing_folder_appends_what_changed_and_keeps_one_snapshot() {
     // records go, with the records they held of day=1 and day=3 read again; the others
     // stay.
     write_table(&t.join("day=2/part-0.parquet"), 200, 77_000, 100);
-    settle();
+    crate::settle();
     let (code, stdout, err) = convert(&t, &out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -225,7 +220,7 @@ fn records_read_again_from_inside_a_file_keep_their_rows() {
     // Shard 3 holds day 3's [150, 300) (its second row group in part, its third whole)
     // and day 4's [0, 100): day 4 replaced, it is read again.
     write_table(&t.join("day=4/part-0.parquet"), 300, 44_000, 100);
-    settle();
+    crate::settle();
     let (code, _, err) = convert(&t, &out, &["--append"]);
     assert_eq!(code, 0, "{err}");
     let m = read_manifest(&out, "data");
@@ -239,7 +234,7 @@ fn records_read_again_from_inside_a_file_keep_their_rows() {
     same_as_full(&t, &out, "inside: day 4 replaced");
     // Day 3 replaced: every shard holding its rows goes, and none of them twice.
     write_table(&t.join("day=3/part-0.parquet"), 300, 33_000, 100);
-    settle();
+    crate::settle();
     let (code, _, err) = convert(&t, &out, &["--append"]);
     assert_eq!(code, 0, "{err}");
     same_as_full(&t, &out, "inside: day 3 replaced");
@@ -273,7 +268,7 @@ fn workers_append_one_generation_that_finalize_publishes() {
     }
     add_day(&t, 5, 5000);
     write_table(&t.join("day=2/part-0.parquet"), 200, 22_000, 100);
-    settle();
+    crate::settle();
     let (code, _, err) = convert(&t, &one, &["--append"]);
     assert_eq!(code, 0, "{err}");
     append_with_workers(&t, &many, 2);
@@ -332,7 +327,7 @@ fn workers_append_one_generation_that_finalize_publishes() {
 
     // Another run publishes after the workers planned: finalize refuses their parts.
     add_day(&t, 6, 6000);
-    settle();
+    crate::settle();
     append_with_workers(&t, &many, 2);
     let (code, _, err) = convert(&t, &many, &["--append"]);
     assert_eq!(code, 0, "{err}");
@@ -376,13 +371,13 @@ fn an_image_folder_appends_its_new_images() {
     let (code, _, err) = convert_images(&dir, &out, &[]);
     assert_eq!(code, 0, "{err}");
     let before = listed(&out);
-    settle();
+    crate::settle();
     // dogs/ gains an image after its last (G.JPEG, d.gif, e.bmp, f-really-png.jpg);
     // zebras/, empty, gains its first.
     let png = dir.join("cats/nested/deep/b.png");
     fs::copy(&png, dir.join("dogs/h.png")).unwrap();
     fs::copy(&png, dir.join("zebras/z.png")).unwrap();
-    settle();
+    crate::settle();
     let (code, stdout, err) = convert_images(&dir, &out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -399,7 +394,7 @@ fn an_image_folder_appends_its_new_images() {
 
     // An image replaced, one removed: their folders' shards go.
     fs::copy(dir.join("dogs/e.bmp"), dir.join("cats/a.jpg")).unwrap();
-    settle();
+    crate::settle();
     let (code, stdout, err) = convert_images(&dir, &out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -501,7 +496,7 @@ fn verify_checks_sources_and_generations() {
     let out = scratch("append-verify-out");
     assert_eq!(convert(&t, &out, &[]).0, 0);
     add_day(&t, 4, 4000);
-    settle();
+    crate::settle();
     assert_eq!(convert(&t, &out, &["--append"]).0, 0);
     let (code, stdout, err) = run(["verify", "--deep", s(&out)]);
     assert_eq!(code, 0, "{stdout}{err}");
@@ -556,7 +551,7 @@ fn verify_checks_sources_and_generations() {
         "{report}"
     );
     // After an append the set is as the inputs are; an input gone is not a problem.
-    settle();
+    crate::settle();
     assert_eq!(convert(&t, &out, &["--append"]).0, 0);
     let (code, stdout, err) = run(["verify", "--deep", s(&out)]);
     assert_eq!(code, 0, "{stdout}{err}");
@@ -585,7 +580,7 @@ fn a_killed_append_leaves_a_live_set_and_a_rerun_completes_it() {
     let base = listed(&reference);
     let base_manifest = read_manifest(&reference, "data");
     add_day(&t, 4, 4000);
-    settle();
+    crate::settle();
     assert_eq!(convert(&t, &reference, &["--append"]).0, 0);
     let want = listed(&reference);
     for point in [
@@ -741,7 +736,7 @@ fn a_delta_table_appends_version_by_version() {
     // snapshot's rows are the same, so the set is up to date at the new version, and
     // `verify --deep` passes with the set's old inputs gone.
     let copy = crate::copy_tree(&dir.join("compacted"), "append-delta-vacuumed");
-    settle();
+    crate::settle();
     let out = scratch("append-delta-vacuumed-out");
     delta(&copy, &out, 3, &[]);
     let vacuum = "import sys; from deltalake import DeltaTable; \
@@ -771,7 +766,7 @@ fn a_delta_table_appends_version_by_version() {
     // version 3 deleted, as log retention does): an append needs the target snapshot
     // only.
     let copy = crate::copy_tree(&dir.join("events"), "append-delta-cleaned");
-    settle();
+    crate::settle();
     let out = scratch("append-delta-cleaned-out");
     delta(&copy, &out, 1, &[]);
     for v in 0..3 {
@@ -909,7 +904,7 @@ fn a_killed_append_resumes() {
     let base_manifest = read_manifest(&reference, "data");
     add_day(&t, 4, 4000);
     add_day(&t, 5, 5000);
-    settle();
+    crate::settle();
     assert_eq!(convert(&t, &reference, &["--append"]).0, 0);
     let want = listed(&reference);
     let out = scratch("append-resume-out");
@@ -959,7 +954,7 @@ fn tfrecord_files_append() {
     for f in &files[..2] {
         fs::copy(f, dir.join(f.file_name().unwrap())).unwrap();
     }
-    settle();
+    crate::settle();
     let out = scratch("append-tfrecord-out");
     let tfrecord = |out: &Path, extra: &[&str]| {
         let mut args = vec!["convert", "tfrecord", s(&dir), "-o", s(out)];
@@ -978,7 +973,7 @@ fn tfrecord_files_append() {
     assert_eq!(tfrecord(&out, &[]).0, 0);
     let before = listed(&out);
     fs::copy(&files[2], dir.join(files[2].file_name().unwrap())).unwrap();
-    settle();
+    crate::settle();
     let (code, stdout, err) = tfrecord(&out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -1004,7 +999,7 @@ fn tfrecord_files_append() {
         }
     }
     fs::write(&first, &bytes[..at]).unwrap();
-    settle();
+    crate::settle();
     let (code, stdout, err) = tfrecord(&out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -1036,7 +1031,7 @@ fn tfrecord_files_of_another_kind_stop_an_append() {
         )
         .unwrap();
         if name == "a" {
-            settle();
+            crate::settle();
             let (code, _, err) = run(["convert", "tfrecord", s(&dir), "-o", s(&out)]);
             assert_eq!(code, 0, "{err}");
         }
@@ -1064,10 +1059,10 @@ fn retain_keeps_the_last_generations_pinned_sets() {
     let g0 = listed(&out);
     // Generation 1: a new day. Generation 2: day 1 replaced (retires its shards).
     add_day(&t, 3, 3000);
-    settle();
+    crate::settle();
     assert_eq!(convert(&t, &out, &["--append", "--retain", "2"]).0, 0);
     write_table(&t.join("day=1/part-0.parquet"), 100, 70_000, 100);
-    settle();
+    crate::settle();
     let (code, stdout, err) = convert(&t, &out, &["--append", "--retain", "2", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -1085,7 +1080,7 @@ fn retain_keeps_the_last_generations_pinned_sets() {
     // listed goes.
     for day in [4, 5] {
         add_day(&t, day, day * 1000);
-        settle();
+        crate::settle();
         assert_eq!(convert(&t, &out, &["--append", "--retain", "2"]).0, 0);
     }
     assert!(!pinned1.exists());
@@ -1123,7 +1118,7 @@ fn compact_rewrites_small_generations_as_full_shards() {
     conv(&[]);
     for day in 3..=5 {
         add_day(&t, day, day * 1000);
-        settle();
+        crate::settle();
         conv(&["--append"]);
     }
     let before = read_manifest(&out, "data");
@@ -1161,7 +1156,7 @@ fn compact_rewrites_small_generations_as_full_shards() {
     assert!(stdout.contains("nothing to compact"), "{stdout}");
     // A later change retires the compacted shards holding its file, by their sources.
     write_table(&t.join("day=1/part-0.parquet"), 50, 80_000, 100);
-    settle();
+    crate::settle();
     conv(&["--append"]);
     same_as_full_at(&t, &out, &size, "after compact");
 }
@@ -1224,13 +1219,13 @@ fn splits_by_key_append_and_stay_stable() {
         assert_eq!(code, 0, "{what}: {stdout}{err}");
     };
     add_day(&t, 4, 4000);
-    settle();
+    crate::settle();
     let summary: serde_json::Value =
         serde_json::from_str(&go(&out, &["--append", "--json"])).unwrap();
     assert_eq!(summary["retired"], 0, "{summary}");
     check("a new partition");
     write_table(&t.join("day=2/part-0.parquet"), 120, 52_000, 100);
-    settle();
+    crate::settle();
     let summary: serde_json::Value =
         serde_json::from_str(&go(&out, &["--append", "--json"])).unwrap();
     assert!(summary["retired"].as_u64().unwrap() > 0, "{summary}");
@@ -1252,7 +1247,7 @@ fn compact_refuses_a_corrupt_shard() {
         }
         assert_eq!(run(args).0, 0);
         add_day(&t, day, day * 1000);
-        settle();
+        crate::settle();
     }
     let m = read_manifest(&out, "data");
     let victim = out.join(m["shards"][1]["file"].as_str().unwrap());
