@@ -146,8 +146,21 @@ pub struct Decoder {
 pub(crate) struct Columns {
     columns: Vec<Column>,
     seen: Vec<bool>,
-    /// The column of each feature entry in the last record, in entry order.
-    order: Vec<usize>,
+    /// What each feature entry of the last record was, in entry order (see [`Entry`]).
+    order: Vec<Entry>,
+    /// The names of entries not in the spec, as [`Entry::Skipped`] numbers them.
+    skipped: Vec<Vec<u8>>,
+}
+
+/// Names not in the spec a batch's decoding remembers (see [`Entry::Skipped`]).
+const MAX_SKIPPED: usize = 64;
+
+/// What a record's k-th feature entry was: the spec's feature `i` (its column), or the
+/// `j`-th name not in the spec (a column not asked for).
+#[derive(Debug, Clone, Copy)]
+enum Entry {
+    Column(usize),
+    Skipped(usize),
 }
 
 impl Columns {
@@ -212,6 +225,7 @@ impl Decoder {
         Columns {
             seen: vec![false; columns.len()],
             order: Vec::with_capacity(columns.len()),
+            skipped: Vec::new(),
             columns,
         }
     }
@@ -225,7 +239,7 @@ impl Decoder {
     /// not fit the spec ([`ErrorKind::RecordMismatch`]).
     pub(crate) fn decode(&self, bytes: &[u8], home: Home<'_>, c: &mut Columns) -> Result<()> {
         c.seen.iter_mut().for_each(|s| *s = false);
-        self.parse_record(bytes, home, &mut c.columns, &mut c.seen, &mut c.order)?;
+        self.parse_record(bytes, home, c)?;
         for (i, column) in c.columns.iter_mut().enumerate() {
             if let Some(steps) = &column.step_splits {
                 let steps = steps.len() as u64 - 1;
@@ -249,14 +263,13 @@ impl Decoder {
         Ok(())
     }
 
-    fn parse_record(
-        &self,
-        bytes: &[u8],
-        home: Home<'_>,
-        columns: &mut [Column],
-        seen: &mut [bool],
-        order: &mut Vec<usize>,
-    ) -> Result<()> {
+    fn parse_record(&self, bytes: &[u8], home: Home<'_>, c: &mut Columns) -> Result<()> {
+        let Columns {
+            columns,
+            seen,
+            order,
+            skipped,
+        } = c;
         let mut entry_index = 0;
         fields(bytes, |field, wire, features| {
             if field == 2 && wire == 2 {
@@ -273,22 +286,37 @@ impl Decoder {
                 }
                 let (key, value) = map_entry(entry)?;
                 // Records of a shard list their features in the same order: the k-th
-                // entry is most likely the column the k-th entry of the last record was,
-                // which one comparison confirms; the hash lookup is the fallback.
+                // entry is most likely what the k-th entry of the last record was (a
+                // column, or a feature not asked for), which one comparison confirms;
+                // the hash lookup is the fallback.
                 let k = entry_index;
                 entry_index += 1;
                 let i = match order.get(k) {
-                    Some(&i) if self.spec[i].name.as_bytes() == key => i,
+                    Some(&Entry::Column(i)) if self.spec[i].name.as_bytes() == key => i,
+                    Some(&Entry::Skipped(j)) if skipped[j] == key => return Ok(()),
                     _ => {
-                        let Some(&i) = self.index.get(key) else {
-                            return Ok(());
+                        let entry = match self.index.get(key) {
+                            Some(&i) => Entry::Column(i),
+                            None => match skipped.iter().position(|s| s == key) {
+                                Some(j) => Entry::Skipped(j),
+                                // (Names remembered up to a bound: records of ever new
+                                // names cost a lookup each, not a growing search.)
+                                None if skipped.len() >= MAX_SKIPPED => return Ok(()),
+                                None => {
+                                    skipped.push(key.to_vec());
+                                    Entry::Skipped(skipped.len() - 1)
+                                }
+                            },
                         };
                         if k < order.len() {
-                            order[k] = i;
+                            order[k] = entry;
                         } else if k == order.len() {
-                            order.push(i);
+                            order.push(entry);
                         }
-                        i
+                        match entry {
+                            Entry::Column(i) => i,
+                            Entry::Skipped(_) => return Ok(()),
+                        }
                     }
                 };
                 if std::mem::replace(&mut seen[i], true) {
@@ -479,5 +507,76 @@ mod tests {
         assert_eq!(s.values, Values::Float(vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]));
         assert_eq!(s.row_splits, Some(vec![0, 3, 6]));
         assert_eq!(s.step_splits, Some(vec![0, 2, 2, 3, 5, 5, 6]));
+    }
+
+    /// An Example whose features come in the order given (one `Features` message a
+    /// feature, which protobuf merges).
+    fn in_order(features: &[(&str, Feature)]) -> Vec<u8> {
+        use crate::example::proto::Example;
+        (features.iter())
+            .flat_map(|(name, f)| {
+                let mut one = Features::default();
+                one.feature.insert((*name).into(), f.clone());
+                Example {
+                    features: Some(one),
+                }
+                .encode_to_vec()
+            })
+            .collect()
+    }
+
+    /// Records whose features change their order, among names not asked for (more
+    /// than a batch remembers too), decode each to its own values; a feature twice in a
+    /// record is still refused.
+    #[test]
+    fn columns_asked_for_are_found_whatever_the_order_of_the_others() {
+        let spec = [
+            FeatureSpec::new("x", FeatureKind::Int64, Some(vec![])),
+            FeatureSpec::new("y", FeatureKind::Float, Some(vec![])),
+        ];
+        let decoder = Decoder::new(&spec).unwrap();
+        let mut columns = decoder.start();
+        let mut want = (Vec::new(), Vec::new());
+        for r in 0..200i64 {
+            let (x, y) = (
+                ("x", Feature::int64(vec![r])),
+                ("y", Feature::float(vec![r as f32])),
+            );
+            let other = |n: i64| (format!("other{n}"), Feature::int64(vec![n]));
+            let (a, b) = (other(r % 3), other(1000 + r));
+            let record = match r % 4 {
+                0 => in_order(&[(a.0.as_str(), a.1.clone()), x, y]),
+                1 => in_order(&[x, (a.0.as_str(), a.1.clone()), y]),
+                2 => in_order(&[
+                    y,
+                    (b.0.as_str(), b.1.clone()),
+                    x,
+                    (a.0.as_str(), a.1.clone()),
+                ]),
+                _ => in_order(&[
+                    (b.0.as_str(), b.1.clone()),
+                    (a.0.as_str(), a.1.clone()),
+                    y,
+                    x,
+                ]),
+            };
+            decoder.decode(&record, Home::Owned, &mut columns).unwrap();
+            want.0.push(r);
+            want.1.push(r as f32);
+        }
+        let batch = columns.finish(0, 200, 0);
+        assert_eq!(batch.columns[0].values, Values::Int64(want.0));
+        assert_eq!(batch.columns[1].values, Values::Float(want.1));
+
+        let mut columns = decoder.start();
+        let x = || ("x", Feature::int64(vec![1]));
+        let y = ("y", Feature::float(vec![1.0]));
+        let good = in_order(&[("z", Feature::int64(vec![2])), x(), y.clone()]);
+        decoder.decode(&good, Home::Owned, &mut columns).unwrap();
+        let twice = in_order(&[("z", Feature::int64(vec![2])), x(), x(), y]);
+        let e = decoder
+            .decode(&twice, Home::Owned, &mut columns)
+            .unwrap_err();
+        assert!(e.to_string().contains("\"x\""), "{e}");
     }
 }
