@@ -586,21 +586,24 @@ impl RecordAccess {
         }
         let (mut places, opened) = self.places(indices)?;
         let marked = |k: usize| matches!(opened[k].offsets, Offsets::Marks(_));
-        // Every local record's bytes asked of memory at once (its first lines and its
-        // footer's): random reads overlap.
-        for (k, (p, shard)) in places.iter().zip(&opened).enumerate() {
+        // A local record's framing (its first line and its footer's) asked of memory
+        // `FRAMES_AHEAD` records before it is checked: random reads overlap. Its
+        // payload's lines are the parser's to ask for, while it parses the records
+        // before (asked here, they would wait in line behind each other).
+        let framing = |k: usize| {
+            let (Some(p), Some(shard)) = (places.get(k), opened.get(k)) else {
+                return;
+            };
             if let (Bytes::Mapped(Some(map)), false) = (&shard.bytes, marked(k)) {
-                let (start, end) = (p.offset as usize, (p.offset + p.framed) as usize);
-                for at in (start..end.min(start + 256))
-                    .step_by(64)
-                    .chain([end.saturating_sub(1)])
-                {
+                let end = (p.offset + p.framed) as usize;
+                for at in [p.offset as usize, end.saturating_sub(1)] {
                     if let Some(byte) = map.get(at) {
                         frame::prefetch(byte);
                     }
                 }
             }
-        }
+        };
+        (0..FRAMES_AHEAD).for_each(framing);
         let mut fetched = Fetched {
             records: Vec::with_capacity(places.len()),
             maps: Vec::new(),
@@ -609,6 +612,7 @@ impl RecordAccess {
         let mut slots = Slots(vec![None; self.files.len()]);
         let (mut remote, mut walks): (Vec<usize>, Vec<usize>) = (Vec::new(), Vec::new());
         for (k, (p, shard)) in places.iter().zip(&opened).enumerate() {
+            framing(k + FRAMES_AHEAD);
             let record = match &shard.bytes {
                 _ if marked(k) => {
                     walks.push(k);
@@ -853,6 +857,9 @@ impl RecordAccess {
         Ok((HEADER_LEN..end, stored))
     }
 }
+
+/// Records ahead whose framing is asked of memory while one's is checked.
+const FRAMES_AHEAD: usize = 16;
 
 /// A record read: its position in the call, its payload and CRC, and its place.
 type Read = (usize, RawRecord, RecordAt);

@@ -10,8 +10,11 @@ use crate::pipeline::batch::{Payload, RawBatch};
 use crate::pipeline::cache::{self, CachedRows};
 use crate::tfrecord::frame;
 
-/// Cache lines of the next record fetched ahead while one is parsed.
+/// Cache lines of a record fetched ahead while one is parsed.
 const PREFETCH_LINES: usize = 4;
+
+/// How far ahead: the record that many after the one parsed.
+const RECORDS_AHEAD: usize = 4;
 
 /// Parses raw batches for one feature spec.
 #[derive(Debug, Clone)]
@@ -53,7 +56,7 @@ impl Parser {
         // first lines while this one is checked and parsed.
         let mut failed = None;
         for (k, record) in raw.records.iter().enumerate() {
-            if let Some(next) = raw.records.get(k + 1) {
+            if let Some(next) = raw.records.get(k + RECORDS_AHEAD) {
                 for line in next
                     .bytes(&raw.maps)
                     .iter()
