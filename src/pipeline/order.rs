@@ -89,25 +89,29 @@ impl EpochOrder {
         match (self.shuffle, &self.blocks) {
             (Shuffle::Blocks { block, window }, Some((blocks, short))) => {
                 let geometry = Geometry::new(self.n, block, blocks.len(), *short);
-                // A batch's positions mostly share a window: its permutation and its
-                // blocks found once.
-                let mut within: Option<Window> = None;
-                (start..end)
-                    .map(|p| {
-                        let w = geometry.slot_of(p).0 / window;
-                        let win = match &mut within {
-                            Some(win) if win.w == w => win,
-                            slot => slot.insert(self.window(&geometry, w, window, blocks)),
-                        };
-                        let (slot, offset) =
-                            geometry.slot_of(win.first + win.within.apply(p - win.first));
-                        win.blocks[(slot - w * window) as usize] * block + offset
-                    })
-                    .collect()
+                // The positions window by window (a batch's mostly share one): its
+                // permutation and its blocks found once.
+                let mut out = Vec::with_capacity(end.saturating_sub(start) as usize);
+                let mut p = start;
+                while p < end {
+                    let w = geometry.slot_of(p).0 / window;
+                    let win = self.window(&geometry, w, window, blocks);
+                    let until = end.min(win.first + win.within.len());
+                    let at = out.len();
+                    out.extend((p..until).map(|p| p - win.first));
+                    win.within.apply_all(&mut out[at..]);
+                    for j in &mut out[at..] {
+                        *j = win.record(&geometry, *j);
+                    }
+                    p = until;
+                }
+                out
             }
             _ => {
                 let p = Permutation::new(self.n, self.seed, self.epoch);
-                (start..end).map(|i| p.apply(i)).collect()
+                let mut out: Vec<u64> = (start..end).collect();
+                p.apply_all(&mut out);
+                out
             }
         }
     }
@@ -155,16 +159,13 @@ impl EpochOrder {
         };
         let g = Geometry::new(self.n, block, blocks.len(), *short);
         let win = self.window(&g, w, window, blocks);
-        let record = |j: u64| {
-            let (slot, offset) = g.slot_of(win.first + j);
-            win.blocks[(slot - w * window) as usize] * block + offset
-        };
+        let record = |j: u64| win.record(&g, j);
         // Each position's index among the window's records.
         let picks: Vec<Vec<u64>> = (ranges.iter())
             .map(|&[from, to]| {
-                (from..to)
-                    .map(|p| win.within.apply(p - win.first))
-                    .collect()
+                let mut list: Vec<u64> = (from..to).map(|p| p - win.first).collect();
+                win.within.apply_all(&mut list);
+                list
             })
             .collect();
         let picked: usize = picks.iter().map(Vec::len).sum();
@@ -208,7 +209,7 @@ impl EpochOrder {
         let first = g.start(slots.start);
         let size = g.start(slots.end) - first;
         Window {
-            w,
+            slot: slots.start,
             first,
             within: Permutation::new(size, mix64(self.seed ^ mix64(w + 1)), self.epoch),
             blocks: slots.map(|slot| blocks.apply(slot)).collect(),
@@ -250,25 +251,45 @@ impl Geometry {
         let (block, short) = (self.block, self.short);
         let end_short = short * block + self.last;
         if p < short * block {
-            (p / block, p % block)
+            div_rem(p, block)
         } else if p < end_short {
             (short, p - short * block)
         } else {
-            let q = p - end_short;
-            (short + 1 + q / block, q % block)
+            let (slot, offset) = div_rem(p - end_short, block);
+            (short + 1 + slot, offset)
         }
+    }
+}
+
+/// `(a / b, a % b)`, by a 32-bit division where both fit (a fraction of a 64-bit one's
+/// time on many CPUs; every position of a blocks shuffle takes one).
+#[inline]
+fn div_rem(a: u64, b: u64) -> (u64, u64) {
+    match (u32::try_from(a), u32::try_from(b)) {
+        (Ok(a), Ok(b)) => ((a / b) as u64, (a % b) as u64),
+        _ => (a / b, a % b),
     }
 }
 
 /// One window of blocks, as a batch's positions need it.
 struct Window {
-    w: u64,
+    /// Its first slot.
+    slot: u64,
     /// Its first position.
     first: u64,
     /// The permutation of its positions.
     within: Permutation,
     /// The block in each of its slots.
     blocks: Vec<u64>,
+}
+
+impl Window {
+    /// The record at the window's `j`-th position (`j` < its size) of geometry `g`.
+    #[inline]
+    fn record(&self, g: &Geometry, j: u64) -> u64 {
+        let (slot, offset) = g.slot_of(self.first + j);
+        self.blocks[(slot - self.slot) as usize] * g.block + offset
+    }
 }
 
 #[cfg(test)]

@@ -90,6 +90,28 @@ impl Permutation {
         x
     }
 
+    /// `apply` of each of `positions`, in place (each `< N`). The network passes of
+    /// many positions at once, without a branch between them, overlap in the CPU; the
+    /// few that walk again (the domain is under 4N) are passed again afterwards.
+    pub fn apply_all(&self, positions: &mut [u64]) {
+        debug_assert!(positions.iter().all(|&i| i < self.n));
+        if self.n <= 1 {
+            return;
+        }
+        for x in positions.iter_mut() {
+            *x = self.forward(*x);
+        }
+        let mut again: Vec<usize> = (0..positions.len())
+            .filter(|&i| positions[i] >= self.n)
+            .collect();
+        while !again.is_empty() {
+            for &i in &again {
+                positions[i] = self.forward(positions[i]);
+            }
+            again.retain(|&i| positions[i] >= self.n);
+        }
+    }
+
     /// The position of element `j` (`j < N`): `apply(invert(j)) == j`.
     pub fn invert(&self, j: u64) -> u64 {
         debug_assert!(j < self.n, "element {j} of {}", self.n);
@@ -162,6 +184,22 @@ mod tests {
         let o = order(1, 0);
         let runs = o.windows(2).filter(|w| w[1] == w[0] + 1).count();
         assert!(runs < 10, "{runs} consecutive pairs");
+    }
+
+    /// Many positions at once give what each gives alone, in their order (those that
+    /// walk again among those that do not), small and near 2^40.
+    #[test]
+    fn all_at_once_is_each_alone() {
+        for n in [1u64, 2, 3, 255, 256, 257, 1000, 168_000, (1 << 40) + 12_345] {
+            let p = Permutation::new(n, 11, 2);
+            let positions: Vec<u64> = (0..2000u64).map(|k| mix64(k) % n).collect();
+            let mut all = positions.clone();
+            p.apply_all(&mut all);
+            let each: Vec<u64> = positions.iter().map(|&i| p.apply(i)).collect();
+            assert_eq!(all, each, "n {n}");
+        }
+        let mut none: [u64; 0] = [];
+        Permutation::new(5, 1, 1).apply_all(&mut none);
     }
 
     #[test]
