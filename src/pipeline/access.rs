@@ -64,6 +64,16 @@ impl Offsets {
         }
     }
 
+    /// Asks the CPU for record `k`'s offset (a hint; none with marks).
+    #[inline]
+    fn prefetch(&self, k: usize) {
+        match self {
+            Offsets::Narrow(v) => v.get(k).map(frame::prefetch),
+            Offsets::Wide(v) => v.get(k).map(frame::prefetch),
+            Offsets::Marks(_) => None,
+        };
+    }
+
     /// Record `k`'s offset (of a table of every record's).
     fn get(&self, k: usize) -> u64 {
         match self {
@@ -431,6 +441,8 @@ impl RecordAccess {
         let mut places = Vec::with_capacity(indices.len());
         let mut opened = Vec::with_capacity(indices.len());
         let mut current: Option<(usize, std::ops::Range<u64>, &Opened)> = None;
+        // Each record's shard first, its offsets asked of memory (random entries of the
+        // table: they overlap), then read.
         for &i in indices {
             let (file, first, shard) = match &current {
                 Some((file, range, shard)) if range.contains(&i) => (*file, range.start, *shard),
@@ -442,21 +454,22 @@ impl RecordAccess {
                 }
             };
             let record = i - first;
-            // (A shard's with marks is found when its run is walked.)
-            let (offset, end) = match shard.offsets {
-                Offsets::Marks(_) => (0, 0),
-                _ => (
-                    shard.offsets.get(record as usize),
-                    shard.offsets.get(record as usize + 1),
-                ),
-            };
+            shard.offsets.prefetch(record as usize);
             places.push(RecordAt {
                 file,
                 record,
-                offset,
-                framed: end - offset,
+                offset: 0,
+                framed: 0,
             });
             opened.push(shard);
+        }
+        for (p, shard) in places.iter_mut().zip(&opened) {
+            // (A shard's with marks is found when its run is walked.)
+            if !matches!(shard.offsets, Offsets::Marks(_)) {
+                let k = p.record as usize;
+                p.offset = shard.offsets.get(k);
+                p.framed = shard.offsets.get(k + 1) - p.offset;
+            }
         }
         Ok((places, opened))
     }
