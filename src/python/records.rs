@@ -221,6 +221,9 @@ impl RecordsCore {
         };
         let order = std::sync::Arc::new(EpochOrder::new(n, shuffle, seed, epoch));
         let groups = Groups::new(steps, &order, self.access.by_window());
+        // The batches are made on the threads and freed on Python's: mimalloc frees them
+        // without glibc's arena lock (see `crate::alloc`).
+        crate::alloc::use_mimalloc();
         let shared = std::sync::Arc::new(Shared::default());
         let mut handles = Vec::new();
         for _ in 0..threads.max(1) {
