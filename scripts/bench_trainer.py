@@ -8,7 +8,7 @@ Dataset, shuffle="global" and "blocks", Records[i] one at a time and Records[bat
 
     python scripts/bench_trainer.py SHARDS [--steps N] [--batch-size B] [--device cpu|cuda]
     python scripts/bench_trainer.py SHARDS --tiny      # CI: a few steps, CPU
-    python scripts/bench_trainer.py SHARDS --reader R  # one reader alone, one epoch:
+    python scripts/bench_trainer.py SHARDS --reader R  # one reader alone, two epochs:
         # seq, global, blocks, blocks-marks (blocks over a 1 MiB table bound: one offset
         # a block), records1 (Records[i]), records256 (Records[256 random])
 
@@ -94,9 +94,31 @@ def reader_rate(name, make, records_per_epoch, limit):
     return rate
 
 
+def anon_peak():
+    """A thread sampling the process's anonymous memory (what it allocates, not the
+    shards' mapped pages, which are the page cache's) every 2 ms; returns a function
+    giving its peak in MiB so far."""
+    import threading
+    peak = [0]
+
+    def sample():
+        while True:
+            with open("/proc/self/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        peak[0] = max(peak[0], int(line.split()[1]) // 1024)
+            time.sleep(0.002)
+
+    threading.Thread(target=sample, daemon=True).start()
+    return lambda: peak[0]
+
+
 def reader_alone(shards, reader, b):
-    """One reader's records/s over one epoch (Records: as many records), printed as
-    `records seconds`."""
+    """One reader's records/s, printed as `records seconds first-records first-seconds
+    anon-peak-MiB`: a Dataset's second epoch, and its first with the opening (the offset
+    table's scan of shards without .idx files, once a process); Records: as many records
+    as an epoch, the same figure twice."""
+    anon = anon_peak()
     cols = ["x", "y"]
     t = time.perf_counter()
     n = 0
@@ -105,21 +127,29 @@ def reader_alone(shards, reader, b):
         if reader == "blocks-marks":
             # Over a 1 MiB bound for the offset table: one offset a block, not a record.
             kw = {"shuffle": "blocks", "table_bound": 1 << 20}
-        for batch in tfshard.Dataset(shards, batch_size=b, columns=cols, seed=1, **kw):
-            n += len(batch["y"])
+        ds = tfshard.Dataset(shards, batch_size=b, columns=cols, seed=1, **kw)
+        first = None
+        for _ in range(2):
+            for batch in ds:
+                n += len(batch["y"])
+            if first is None:
+                first = (n, time.perf_counter() - t)
+                n, t = 0, time.perf_counter()
+        print(n, time.perf_counter() - t, *first, anon())
+        return
+    records = tfshard.Records(shards, columns=cols)
+    total = len(records)
+    t = time.perf_counter()
+    rng = np.random.default_rng(1)
+    if reader == "records1":
+        for i in rng.integers(0, total, min(total, 500_000)).tolist():
+            records[i]
+            n += 1
     else:
-        records = tfshard.Records(shards, columns=cols)
-        total = len(records)
-        t = time.perf_counter()
-        rng = np.random.default_rng(1)
-        if reader == "records1":
-            for i in rng.integers(0, total, min(total, 500_000)).tolist():
-                records[i]
-                n += 1
-        else:
-            for _ in range(total // 256):
-                n += len(records[rng.integers(0, total, 256)]["y"])
-    print(n, time.perf_counter() - t)
+        for _ in range(total // 256):
+            n += len(records[rng.integers(0, total, 256)]["y"])
+    s = time.perf_counter() - t
+    print(n, s, n, s, anon())
 
 
 def main():

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The trainer's reader on the standard shards (2M records of a float[32] x, an int64 y and
 # a 16-byte id, in 32 MiB shards; page cache warm), with the release wheel in the torch
-# venv: each reader alone, in its own process (records/s and peak RSS, best of three),
+# venv: each reader alone, in its own process (records/s of its second epoch and of its
+# first, with the opening and the offset table's scan; peak RSS, and peak anonymous
+# memory, the RSS without the shards' mapped pages; best of three),
 # then the fed-model benchmark (scripts/bench_trainer.py: a small model fed by each
 # reader beside synthetic tensors).
 #
@@ -20,18 +22,22 @@ fi
 dir=$data/shards-32mib
 cat "$dir"/*.tfrecord > /dev/null
 echo "== $(ls "$dir"/*.tfrecord | wc -l) shards of $dir, $(nproc) cores; batches of 256, columns x, y"
-printf "%-44s %12s %10s %10s\n" reader records/s "peak MiB" "vs seq"
-declare -A rate
+printf "%-16s %12s %8s %14s %8s %10s %10s\n" reader records/s "vs seq" "1st epoch r/s" "vs seq" "peak MiB" "anon MiB"
+declare -A rate first
 for reader in seq global blocks blocks-marks records1 records256; do
-  best=0
+  best=0 best1=0
   for _ in 1 2 3; do
     /usr/bin/time -f "%M" -o "$data/time.txt" "$tv/bin/python" scripts/bench_trainer.py "$dir" --reader $reader > "$data/out.txt"
-    read -r n s < "$data/out.txt"
+    read -r n s n1 s1 anon < "$data/out.txt"
     r=$(echo "$n / $s" | bc -l)
+    r1=$(echo "$n1 / $s1" | bc -l)
     [ "$(echo "$r > $best" | bc)" = 1 ] && best=$r
+    [ "$(echo "$r1 > $best1" | bc)" = 1 ] && best1=$r1
   done
   rate[$reader]=$best
-  printf "%-44s %12.0f %10d %9.2fx\n" "$reader" "$best" $(( $(cat "$data/time.txt") / 1024 )) "$(echo "$best / ${rate[seq]}" | bc -l)"
+  first[$reader]=$best1
+  printf "%-16s %12.0f %7.2fx %14.0f %7.2fx %10d %10d\n" "$reader" "$best" "$(echo "$best / ${rate[seq]}" | bc -l)" \
+    "$best1" "$(echo "$best1 / ${first[seq]}" | bc -l)" $(( $(cat "$data/time.txt") / 1024 )) "$anon"
 done
 echo
 "$tv/bin/python" scripts/bench_trainer.py "$dir" --steps 300 --workers 2 2>&1 | grep -v Warning
