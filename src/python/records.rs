@@ -615,11 +615,11 @@ impl OrderedBatches {
                 if let Some(batch) = self.shared.take(&mut state, k) {
                     return Some(batch);
                 }
-                if state.running == 0 {
+                let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
+                if state.running == 0 || threads.iter().all(|t| t.is_finished()) {
                     // Every thread done and batch k not made: the epoch's end, unless a
                     // thread died making it. (Each thread's end wakes this wait: waiting
                     // out the timeout instead cost 50 ms an epoch, 15% of one here.)
-                    let mut threads = self.threads.lock().unwrap_or_else(|e| e.into_inner());
                     let died = threads.drain(..).any(|t| t.join().is_err());
                     return died.then(|| {
                         Err(crate::error::Error::from(std::io::Error::other(
@@ -627,6 +627,7 @@ impl OrderedBatches {
                         )))
                     });
                 }
+                drop(threads);
                 state = (self.shared.ready)
                     .wait_timeout(state, std::time::Duration::from_millis(50))
                     .unwrap_or_else(|e| e.into_inner())
