@@ -226,9 +226,11 @@ impl RecordsCore {
         crate::alloc::use_mimalloc();
         let shared = std::sync::Arc::new(Shared::default());
         shared.lock().running = threads.max(1);
+        let opening = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut handles = Vec::new();
         for _ in 0..threads.max(1) {
             let (access, order, shared) = (self.access.clone(), order.clone(), shared.clone());
+            let opening = opening.clone();
             // Windows: two at least (a batch across two waits for the second). Groups of
             // GROUP_RECORDS: 8 at least (32k records, a few MB of batches): the consumer's
             // pauses (Python's collector) no longer stop the threads (1.67 of the 2 cores
@@ -239,6 +241,7 @@ impl RecordsCore {
             } as usize;
             handles.push(std::thread::spawn(move || {
                 let _running = Running(shared.clone());
+                access.open_local(&opening);
                 while let Some(pieces) = shared.claim(&groups, &order, ahead) {
                     let made = match order.window_of(pieces[0].from) {
                         // A window's records read once, block after block (a store's in a

@@ -174,6 +174,24 @@ def test_blocks_over_the_table_bound_keep_one_offset_a_block(small_shards, tmp_p
         tfshard.Dataset(source, shuffle="blocks", table_bound=-1)
 
 
+@pytest.mark.parametrize("shuffle", ["global", "blocks"])
+def test_an_epoch_opens_every_local_shard_before_its_first_batch(small_shards, shuffle):
+    """A manifest's local shards are opened when first read; an epoch's threads open
+    them all first, each shard by one thread (two threads needing one at once walked it
+    twice): with one thread, the whole table is there at the first batch (with blocks,
+    a block of 8 records: one shard). Every record once; the same batches on 2 threads."""
+    kw = dict(batch_size=8, shuffle=shuffle, block_size=8, window=1, seed=4)
+    ds = tfshard.Dataset(small_shards, threads=1, **kw)
+    assert ds.table_bytes == 0
+    batches = iter(ds)
+    first = next(batches)
+    assert ds.table_bytes == (2000 + len(list(small_shards.glob("*.tfrecord")))) * 4
+    got = [first, *batches]
+    every = tfshard.Records(small_shards)[list(range(2000))]["id"]
+    assert sorted(np.concatenate([b["id"] for b in got]).tolist()) == sorted(every.tolist())
+    _assert_same_batches(got, list(tfshard.Dataset(small_shards, threads=2, **kw)))
+
+
 @pytest.mark.parametrize("block_size, window", [(100, 4), (7, 2), (500, 8)])
 def test_blocks_from_a_bucket_are_the_local_batches(s3, small_shards, block_size, window):
     """shuffle="blocks" from a store reads a window's records at once, in runs (a batch
