@@ -139,6 +139,9 @@ pub struct RecordAccess {
     starts: Vec<u64>,
     /// Each shard once opened (on first use where a manifest gave its count).
     shards: Vec<std::sync::OnceLock<Opened>>,
+    /// Held while shard f is opened: a thread that needs it meanwhile waits for it
+    /// rather than walking it too (from a store, reading it twice).
+    opening: Vec<std::sync::Mutex<()>>,
     /// Bytes of each shard, where known before opening it (a manifest's).
     sizes: Vec<Option<u64>>,
     /// Bytes the opened shards' tables hold.
@@ -212,6 +215,9 @@ impl RecordAccess {
             starts: vec![0],
             shards: (0..dataset.shards.len())
                 .map(|_| std::sync::OnceLock::new())
+                .collect(),
+            opening: (0..dataset.shards.len())
+                .map(|_| std::sync::Mutex::new(()))
                 .collect(),
             sizes: (dataset.shards.iter())
                 .map(|f| listed.get(f).map(|s| s.bytes))
@@ -348,6 +354,10 @@ impl RecordAccess {
     /// Shard `f` as [`RecordAccess::opened`] opens it; `None` where its table of every
     /// record would pass what is left of the bound.
     fn walked(&self, f: usize) -> Result<Option<&Opened>> {
+        if let Some(opened) = self.shards[f].get() {
+            return Ok(Some(opened));
+        }
+        let _one = self.opening[f].lock().unwrap_or_else(|e| e.into_inner());
         if let Some(opened) = self.shards[f].get() {
             return Ok(Some(opened));
         }
@@ -1193,7 +1203,8 @@ mod tests {
     }
 
     /// A manifest's shards open when first read; threads that open the local ones
-    /// with one cursor walk each once, and open all of them.
+    /// with one cursor walk each once, and open all of them; threads that read the same
+    /// shards at once walk each once.
     #[test]
     fn threads_opening_a_set_walk_each_shard_once() {
         let out = crate::test_dir("access-open-local");
@@ -1223,6 +1234,15 @@ mod tests {
         access.open_local(&std::sync::atomic::AtomicUsize::new(0));
         access.raw(&[0, 1999]).unwrap();
         assert_eq!(walks(&access), shards as u64, "nothing walked again");
+        // Threads that need the same shards at once, as they read: each walked once too.
+        let access = RecordAccess::open(&set, None, None, DEFAULT_TABLE_BOUND).unwrap();
+        let every: Vec<u64> = (0..2000).collect();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| access.raw(&every).unwrap());
+            }
+        });
+        assert_eq!(walks(&access), shards as u64);
     }
 
     #[test]
