@@ -157,8 +157,7 @@ pub struct RecordAccess {
     /// Whether shards walked from now on keep marks, one a block (the set's table of
     /// every record would pass the bound), not every record's offset.
     marks: bool,
-    /// Shards walked for their offsets (by [`RecordAccess::walked`]), twice where two
-    /// threads met on one.
+    /// Shards walked for their offsets by [`RecordAccess::walked`] (each once).
     walks: std::sync::atomic::AtomicU64,
 }
 
@@ -401,7 +400,7 @@ impl RecordAccess {
         }
         let opened = Opened { bytes, offsets };
         let table = opened.offsets.bytes();
-        // Two threads may open a shard at once: one keeps it.
+        // (Set once: the shard's opening lock is held.)
         if self.shards[f].set(opened).is_ok() {
             self.table
                 .fetch_add(table, std::sync::atomic::Ordering::SeqCst);
