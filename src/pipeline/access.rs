@@ -322,7 +322,7 @@ impl RecordAccess {
     /// and two threads that both needed one walked it twice (the first epoch of the
     /// standard shards read 15% faster opened so). Errors are left for the reads that
     /// need the shard (which name them). A store's shards open as they are read (their
-    /// walks are reads of the store), and so do sets over [`OPEN_AHEAD_BYTES`] (the first
+    /// walks are reads of the store), and so do sets over 4 GiB (the first
     /// batch would wait for every shard's walk).
     pub fn open_local(&self, cursor: &std::sync::atomic::AtomicUsize) {
         if self.in_store || self.data_bytes() > OPEN_AHEAD_BYTES {
