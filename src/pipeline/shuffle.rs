@@ -29,6 +29,11 @@ impl<T> ShuffleBuffer<T> {
 
     /// Adds an element; once the buffer is full, returns a random one.
     pub fn push(&mut self, item: T) -> Option<T> {
+        if self.capacity == 1 {
+            // No shuffling: the element goes straight out (what the draw from one would
+            // give), the buffer and its generator untouched.
+            return Some(item);
+        }
         self.items.push(item);
         if self.items.len() < self.capacity {
             return None;
@@ -77,6 +82,16 @@ mod tests {
         assert_eq!(a, run(1));
         assert_ne!(a, run(2));
         assert_ne!(a, (0..1000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_buffer_of_one_or_none_keeps_the_order() {
+        for capacity in [0, 1] {
+            let mut buf = ShuffleBuffer::new(capacity, 3);
+            let out: Vec<u32> = (0..100).filter_map(|i| buf.push(i)).collect();
+            assert_eq!(out, (0..100).collect::<Vec<_>>(), "capacity {capacity}");
+            assert_eq!(buf.pop(), None);
+        }
     }
 
     #[test]
