@@ -10,7 +10,7 @@
 //!   records, for stores and for sets too large for per-record offsets.
 
 use crate::hash::mix64;
-use crate::pipeline::permute::Permutation;
+use crate::pipeline::permute::{div_rem, Permutation};
 
 /// How an epoch's records are ordered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,16 +258,6 @@ impl Geometry {
             let (slot, offset) = div_rem(p - end_short, block);
             (short + 1 + slot, offset)
         }
-    }
-}
-
-/// `(a / b, a % b)`, by a 32-bit division where both fit (a fraction of a 64-bit one's
-/// time on many CPUs; every position of a blocks shuffle takes one).
-#[inline]
-fn div_rem(a: u64, b: u64) -> (u64, u64) {
-    match (u32::try_from(a), u32::try_from(b)) {
-        (Ok(a), Ok(b)) => ((a / b) as u64, (a % b) as u64),
-        _ => (a / b, a % b),
     }
 }
 

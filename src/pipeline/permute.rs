@@ -1,25 +1,29 @@
 //! A keyed bijection of `[0, N)`: the order in which a global shuffle visits an epoch's
 //! records (or blocks of them), from (seed, epoch), in O(1) memory whatever N.
 //!
-//! A balanced Feistel network over the smallest even number of bits that holds N, with
-//! six rounds of a keyed 64-bit mix, is a bijection of `[0, 2^bits)`; **cycle
-//! walking** (applying it again while the value is `>= N`) restricts it to `[0, N)`,
-//! still a bijection, since the walk from any `i < N` returns below N before it could
-//! meet another start. The domain is under 4N, so a position costs under four network
-//! passes on average. [`Permutation::invert`] walks the inverse network.
+//! A Feistel network over pairs `(l, r)` of `[0, a) × [0, b)` (`a = ⌈√N⌉`, `b =
+//! ⌈N / a⌉`: position `x` is `l·b + r`), whose rounds add a keyed 64-bit mix of one
+//! half to the other modulo its size (the halves' sizes alternate, Black and Rogaway's
+//! generalised Feistel), is a bijection of `[0, a·b)`; **cycle walking** (applying it
+//! again while the value is `>= N`) restricts it to `[0, N)`, still a bijection, since
+//! the walk from any `i < N` returns below N before it could meet another start. The
+//! domain is under `N + a`, so a position costs one network pass but for about one in
+//! `√N`. [`Permutation::invert`] walks the inverse network.
 
 use crate::hash::mix64;
 
-/// Feistel rounds: enough for a mix whose outputs look independent of the inputs'
-/// order (three are a pseudo-random permutation in theory; six leave a margin).
+/// Feistel rounds (even: the pair comes out as it went in, `[0, a) × [0, b)`): enough
+/// for a mix whose outputs look independent of the inputs' order (three are a
+/// pseudo-random permutation in theory; six leave a margin).
 const ROUNDS: usize = 6;
 
 /// A permutation of `[0, n)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Permutation {
     n: u64,
-    /// Bits of each half of the network's input.
-    half: u32,
+    /// The sizes of the halves: the network permutes `[0, a·b)`, `a·b >= n`.
+    a: u64,
+    b: u64,
     keys: [u64; ROUNDS],
 }
 
@@ -27,14 +31,19 @@ impl Permutation {
     /// The permutation of `[0, n)` that `(seed, epoch)` names: the same for the same
     /// three, another for another seed or epoch.
     pub fn new(n: u64, seed: u64, epoch: u64) -> Permutation {
-        let bits = 64 - n.saturating_sub(1).leading_zeros();
-        let half = bits.div_ceil(2);
+        let a = n.isqrt() + u64::from(n.isqrt() * n.isqrt() < n);
+        let b = n.div_ceil(a.max(1)).max(1);
         let base = mix64(seed ^ mix64(epoch.wrapping_add(0x6a09_e667_f3bc_c909)));
         let mut keys = [0; ROUNDS];
         for (r, key) in keys.iter_mut().enumerate() {
             *key = mix64(base.wrapping_add((r as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
         }
-        Permutation { n, half, keys }
+        Permutation {
+            n,
+            a: a.max(1),
+            b,
+            keys,
+        }
     }
 
     /// N.
@@ -47,34 +56,44 @@ impl Permutation {
         self.n == 0
     }
 
-    fn mask(&self) -> u64 {
-        if self.half >= 64 {
-            u64::MAX
+    /// Round `k`'s keyed value of half `half`, in `[0, m)` (`m` the other half's
+    /// size): the mix's high bits scaled (a multiply, not a division).
+    #[inline(always)]
+    fn round(half: u64, key: u64, m: u64) -> u64 {
+        ((u128::from(mix64(half ^ key)) * u128::from(m)) >> 64) as u64
+    }
+
+    /// The network's halves' sizes in round `k`: the half added to's, then the other's.
+    #[inline(always)]
+    fn sizes(&self, k: usize) -> (u64, u64) {
+        if k % 2 == 0 {
+            (self.a, self.b)
         } else {
-            (1u64 << self.half) - 1
+            (self.b, self.a)
         }
     }
 
-    fn round(&self, value: u64, key: u64) -> u64 {
-        mix64(value ^ key) & self.mask()
-    }
-
+    #[inline(always)]
     fn forward(&self, x: u64) -> u64 {
-        let mask = self.mask();
-        let (mut left, mut right) = (x >> self.half, x & mask);
-        for &key in &self.keys {
-            (left, right) = (right, left ^ self.round(right, key));
+        let (mut l, mut r) = div_rem(x, self.b);
+        for (k, &key) in self.keys.iter().enumerate() {
+            // (l, r) in [0, m) × [0, o) → (r, l + F(r) mod m) in [0, o) × [0, m).
+            let (m, _) = self.sizes(k);
+            let sum = l + Self::round(r, key, m);
+            (l, r) = (r, if sum >= m { sum - m } else { sum });
         }
-        (left << self.half) | right
+        l * self.b + r
     }
 
     fn backward(&self, x: u64) -> u64 {
-        let mask = self.mask();
-        let (mut left, mut right) = (x >> self.half, x & mask);
-        for &key in self.keys.iter().rev() {
-            (left, right) = (right ^ self.round(left, key), left);
+        let (mut l, mut r) = div_rem(x, self.b);
+        for (k, &key) in self.keys.iter().enumerate().rev() {
+            // Round k's output (r', l' + F(r') mod m) back to (l', r').
+            let (m, _) = self.sizes(k);
+            let f = Self::round(l, key, m);
+            (l, r) = (if r >= f { r - f } else { r + m - f }, l);
         }
-        (left << self.half) | right
+        l * self.b + r
     }
 
     /// The element at position `i` (`i < N`).
@@ -90,25 +109,40 @@ impl Permutation {
         x
     }
 
-    /// `apply` of each of `positions`, in place (each `< N`). The network passes of
-    /// many positions at once, without a branch between them, overlap in the CPU; the
-    /// few that walk again (the domain is under 4N) are passed again afterwards.
+    /// `apply` of each of `positions`, in place (each `< N`). Positions go through the
+    /// network `LANES` at a time, round by round: their mixes, independent of each
+    /// other, overlap in the CPU (one position's rounds wait on each other). The few
+    /// that walk again are passed again afterwards.
     pub fn apply_all(&self, positions: &mut [u64]) {
         debug_assert!(positions.iter().all(|&i| i < self.n));
         if self.n <= 1 {
             return;
         }
-        for x in positions.iter_mut() {
-            *x = self.forward(*x);
-        }
-        let mut again: Vec<usize> = (0..positions.len())
-            .filter(|&i| positions[i] >= self.n)
-            .collect();
-        while !again.is_empty() {
-            for &i in &again {
-                positions[i] = self.forward(positions[i]);
+        const LANES: usize = 8;
+        let mut again = false;
+        for chunk in positions.chunks_mut(LANES) {
+            let (mut l, mut r) = ([0u64; LANES], [0u64; LANES]);
+            for (x, (l, r)) in chunk.iter().zip(l.iter_mut().zip(&mut r)) {
+                (*l, *r) = div_rem(*x, self.b);
             }
-            again.retain(|&i| positions[i] >= self.n);
+            for (k, &key) in self.keys.iter().enumerate() {
+                let (m, _) = self.sizes(k);
+                for (l, r) in l.iter_mut().zip(&mut r) {
+                    let sum = *l + Self::round(*r, key, m);
+                    (*l, *r) = (*r, if sum >= m { sum - m } else { sum });
+                }
+            }
+            for (x, (l, r)) in chunk.iter_mut().zip(l.iter().zip(&r)) {
+                *x = l * self.b + r;
+                again |= *x >= self.n;
+            }
+        }
+        if again {
+            for x in positions.iter_mut() {
+                while *x >= self.n {
+                    *x = self.forward(*x);
+                }
+            }
         }
     }
 
@@ -123,6 +157,16 @@ impl Permutation {
             x = self.backward(x);
         }
         x
+    }
+}
+
+/// `(a / b, a % b)`, by a 32-bit division where both fit (a fraction of a 64-bit one's
+/// time on many CPUs; every position takes one).
+#[inline(always)]
+pub(crate) fn div_rem(a: u64, b: u64) -> (u64, u64) {
+    match (u32::try_from(a), u32::try_from(b)) {
+        (Ok(a), Ok(b)) => ((a / b) as u64, (a % b) as u64),
+        _ => (a / b, a % b),
     }
 }
 

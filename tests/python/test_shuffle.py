@@ -145,6 +145,10 @@ def test_states_that_cannot_continue_are_refused(small_shards, tmp_path, tfshard
     with pytest.raises(ValueError, match="other shards"):
         fewer = tfshard.Dataset(sorted(small_shards.glob("*.tfrecord"))[:2], shuffle="global", seed=5, columns=["id"])
         fewer.load_state_dict(state)
+    # A state of the order before this one's (version 2: a Feistel network over a
+    # power of four) would continue another order.
+    with pytest.raises(ValueError, match="earlier tfshard"):
+        dataset(small_shards, "global", 1, 0).load_state_dict({**state, "version": 2})
     buffered = tfshard.Dataset(small_shards, batch_size=64, seed=5)
     next(iter(buffered))
     with pytest.raises(ValueError, match="shuffle"):

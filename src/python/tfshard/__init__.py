@@ -291,7 +291,7 @@ def _dataset_states(state: Any) -> List[Dict[str, Any]]:
     """The Dataset states in ``state``: itself, or those nested in a StatefulDataLoader's
     state (one per worker)."""
     if isinstance(state, dict):
-        if state.get("version") in (1, 2) and "epoch" in state and "batches" in state:
+        if state.get("version") in (1, 2, 3) and "epoch" in state and "batches" in state:
             return [state]
         found: List[Dict[str, Any]] = []
         for value in state.values():
@@ -579,7 +579,7 @@ class Dataset:
                 state.update(worker=worker, workers=workers)
             return state
         return {
-            "version": 2,
+            "version": 3,
             "tfshard": True,
             "shuffle": self.shuffle,
             "seed": self.seed,
@@ -660,7 +660,13 @@ class Dataset:
 
     def _load_global(self, found: List[Dict[str, Any]]) -> None:
         first = found[0]
-        if first.get("version") != 2:
+        if first.get("version") == 2:
+            raise ValueError(
+                "the state was taken by an earlier tfshard (state version 2), whose shuffled order "
+                "differs: it would not continue the same epoch; start its epoch again "
+                f"(set_epoch({first.get('epoch')})) or resume with the tfshard that took it"
+            )
+        if first.get("version") != 3:
             raise ValueError(
                 f'the state was taken with shuffle="buffer", this dataset has shuffle="{self.shuffle}"'
             )
