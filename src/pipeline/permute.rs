@@ -246,6 +246,27 @@ mod tests {
         Permutation::new(5, 1, 1).apply_all(&mut none);
     }
 
+    /// Over seeds, where a position's record lands is spread evenly over the set (a
+    /// network whose rounds mixed poorly would favour some of it), for a square N and
+    /// for one just above (the halves of unequal size, positions walked again).
+    #[test]
+    fn a_position_lands_anywhere_alike() {
+        for n in [1024u64, 1025, 2_000_000] {
+            for position in [0, n / 2, n - 1] {
+                let mut tenths = [0u32; 10];
+                for seed in 0..4000 {
+                    let j = Permutation::new(n, seed, 1).apply(position);
+                    tenths[(j * 10 / n) as usize] += 1;
+                }
+                // 400 each; a binomial's deviation is 19.
+                assert!(
+                    tenths.iter().all(|&c| (320..480).contains(&c)),
+                    "n {n}, position {position}: {tenths:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn tiny_sets() {
         assert!(Permutation::new(0, 1, 1).is_empty());
