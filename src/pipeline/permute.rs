@@ -56,20 +56,20 @@ impl Permutation {
         self.n == 0
     }
 
-    /// Round `k`'s keyed value of half `half`, in `[0, m)` (`m` the other half's
-    /// size): the mix's high bits scaled (a multiply, not a division).
+    /// A round's keyed value of half `half`, in `[0, m)` (`m` the size of the half it
+    /// is added to): the mix's high bits scaled (a multiply, not a division).
     #[inline(always)]
     fn round(half: u64, key: u64, m: u64) -> u64 {
         ((u128::from(mix64(half ^ key)) * u128::from(m)) >> 64) as u64
     }
 
-    /// The network's halves' sizes in round `k`: the half added to's, then the other's.
+    /// The size of the half round `k` adds to (`a` and `b` in turn).
     #[inline(always)]
-    fn sizes(&self, k: usize) -> (u64, u64) {
-        if k % 2 == 0 {
-            (self.a, self.b)
+    fn size(&self, k: usize) -> u64 {
+        if k.is_multiple_of(2) {
+            self.a
         } else {
-            (self.b, self.a)
+            self.b
         }
     }
 
@@ -78,7 +78,7 @@ impl Permutation {
         let (mut l, mut r) = div_rem(x, self.b);
         for (k, &key) in self.keys.iter().enumerate() {
             // (l, r) in [0, m) × [0, o) → (r, l + F(r) mod m) in [0, o) × [0, m).
-            let (m, _) = self.sizes(k);
+            let m = self.size(k);
             let sum = l + Self::round(r, key, m);
             (l, r) = (r, if sum >= m { sum - m } else { sum });
         }
@@ -89,7 +89,7 @@ impl Permutation {
         let (mut l, mut r) = div_rem(x, self.b);
         for (k, &key) in self.keys.iter().enumerate().rev() {
             // Round k's output (r', l' + F(r') mod m) back to (l', r').
-            let (m, _) = self.sizes(k);
+            let m = self.size(k);
             let f = Self::round(l, key, m);
             (l, r) = (if r >= f { r - f } else { r + m - f }, l);
         }
@@ -126,7 +126,7 @@ impl Permutation {
                 (*l, *r) = div_rem(*x, self.b);
             }
             for (k, &key) in self.keys.iter().enumerate() {
-                let (m, _) = self.sizes(k);
+                let m = self.size(k);
                 for (l, r) in l.iter_mut().zip(&mut r) {
                     let sum = *l + Self::round(*r, key, m);
                     (*l, *r) = (*r, if sum >= m { sum - m } else { sum });
