@@ -1072,9 +1072,13 @@ fn idx_offsets(file: &Path, io: IoOptions, size: u64) -> Result<Option<Offsets>>
     };
     let mut offsets = Vec::new();
     let mut next = 0u64;
-    for (n, line) in String::from_utf8_lossy(&text).lines().enumerate() {
-        let mut fields = line.split_ascii_whitespace().map(str::parse::<u64>);
-        let (Some(Ok(offset)), Some(Ok(framed))) = (fields.next(), fields.next()) else {
+    // Its lines (the last one's newline optional), read as bytes: a shard's index has a
+    // line a record (the text's parsers cost as much as a walk of the frames).
+    let text = text.strip_suffix(b"\n").unwrap_or(&text);
+    let lines = text.split(|&b| b == b'\n').filter(|_| !text.is_empty());
+    for (n, line) in lines.enumerate() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some((offset, framed)) = offset_and_size(line) else {
             return Err(bad(n + 1, "not `offset size`"));
         };
         if offset != next {
@@ -1091,6 +1095,28 @@ fn idx_offsets(file: &Path, io: IoOptions, size: u64) -> Result<Option<Offsets>>
     }
     offsets.push(size);
     Ok(Some(Offsets::of(offsets)))
+}
+
+/// The two numbers an index line starts with (`offset size`: decimal, blank-separated;
+/// what follows them is not read); `None` for anything else.
+fn offset_and_size(line: &[u8]) -> Option<(u64, u64)> {
+    let mut at = 0;
+    let mut number = || -> Option<u64> {
+        while line.get(at).is_some_and(u8::is_ascii_whitespace) {
+            at += 1;
+        }
+        let start = at;
+        let mut value = 0u64;
+        while let Some(digit) = line.get(at).filter(|b| b.is_ascii_digit()) {
+            value = value
+                .checked_mul(10)?
+                .checked_add(u64::from(digit - b'0'))?;
+            at += 1;
+        }
+        // A number ends at a blank or at the line's end.
+        (at > start && line.get(at).is_none_or(u8::is_ascii_whitespace)).then_some(value)
+    };
+    Some((number()?, number()?))
 }
 
 /// What a walk of a shard's frames keeps.
@@ -1253,8 +1279,36 @@ mod tests {
         assert_eq!(access.raw(&[1]).unwrap(), [b"one"]);
         // One that does not run through the shard is refused.
         std::fs::write(dir.join("a.tfrecord.idx"), "0 20\n21 18\n").unwrap();
-        let e = open(vec![a], 0).unwrap_err();
+        let e = open(vec![a.clone()], 0).unwrap_err();
         assert!(e.to_string().contains("a.tfrecord.idx line 2"), "{e}");
+        // Blanks around the numbers, a field after them, CRLF and no last newline read;
+        // anything else on a line is named.
+        std::fs::write(dir.join("a.tfrecord.idx"), " 0\t20 x\r\n20 19").unwrap();
+        assert_eq!(
+            open(vec![a.clone()], 0).unwrap().raw(&[1]).unwrap(),
+            [b"one"]
+        );
+        for (text, line) in [
+            ("0 20\n\n20 19\n", 2),
+            ("0 20\n20\n", 2),
+            ("0x 20\n20 19\n", 1),
+            ("0 20\n20 -19\n", 2),
+            ("0 20\n20 99999999999999999999\n", 2),
+            // (No line: the records end before the shard.)
+            ("", 0),
+        ] {
+            std::fs::write(dir.join("a.tfrecord.idx"), text).unwrap();
+            let e = open(vec![a.clone()], 0).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("a.tfrecord.idx line {line}")),
+                "{text:?}: {e}"
+            );
+        }
+        // An empty shard's index is empty.
+        let empty = shard(&dir, "e.tfrecord", &[]);
+        std::fs::write(dir.join("e.tfrecord.idx"), "").unwrap();
+        std::fs::write(dir.join("a.tfrecord.idx"), "0 20\n20 19\n").unwrap();
+        assert_eq!(open(vec![empty, a], 0).unwrap().counts(), [0, 2]);
     }
 
     #[test]
