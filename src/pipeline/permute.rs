@@ -29,8 +29,10 @@ pub struct Permutation {
 
 impl Permutation {
     /// The permutation of `[0, n)` that `(seed, epoch)` names: the same for the same
-    /// three, another for another seed or epoch.
+    /// three, another for another seed or epoch. `n` is under `2^64 - 2^32` (the
+    /// network's domain, under `n + 2^32`, fits 64 bits).
     pub fn new(n: u64, seed: u64, epoch: u64) -> Permutation {
+        debug_assert!(n < u64::MAX - u64::from(u32::MAX), "{n} positions");
         let a = n.isqrt() + u64::from(n.isqrt() * n.isqrt() < n);
         let b = n.div_ceil(a.max(1)).max(1);
         let base = mix64(seed ^ mix64(epoch.wrapping_add(0x6a09_e667_f3bc_c909)));
