@@ -333,9 +333,8 @@ impl RecordAccess {
             if f >= self.files.len() {
                 return;
             }
-            if self.shards[f].get().is_none() {
-                let _ = self.walked(f);
-            }
+            // (One opened already is found as it is.)
+            let _ = self.walked(f);
         }
     }
 
