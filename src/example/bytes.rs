@@ -7,16 +7,15 @@
 //! memory bounded.
 
 use std::fmt;
-use std::sync::Arc;
 
 /// Values at least this long are referenced in place, not copied.
 pub const REFERENCE_MIN: usize = 16 << 10;
 
-/// A mapped file a value is referenced in (a shard, mapped by the reader; the codec
-/// knows it only as bytes).
-pub type SharedMap = Arc<memmap2::Mmap>;
+/// The bytes a value is referenced in (a shard's map, or a store's read; the codec knows
+/// them only as bytes).
+pub type SharedBytes = bytes::Bytes;
 
-type Buffer = SharedMap;
+type Buffer = SharedBytes;
 
 /// Buffer index of the values copied into `copied`.
 const COPIED: u32 = 0;
@@ -40,8 +39,9 @@ pub struct BytesValues {
 /// Where the record being parsed lives.
 #[derive(Clone, Copy)]
 pub(crate) enum Home<'a> {
-    /// At `start` in a mapped shard: long values are referenced.
-    Mapped(&'a SharedMap, usize),
+    /// At `start` in shared bytes (a mapped shard, a store's read): long values are
+    /// referenced.
+    Mapped(&'a SharedBytes, usize),
     /// In a pooled buffer: every value is copied.
     Owned,
 }
@@ -151,15 +151,20 @@ impl BytesValues {
         });
     }
 
-    fn buffer_of(&mut self, map: &SharedMap) -> u32 {
+    fn buffer_of(&mut self, map: &SharedBytes) -> u32 {
         // Records of one batch come from a few files; the last one is the likeliest.
-        let found = self.buffers.iter().rposition(|m| Arc::ptr_eq(m, map));
+        let found = self.buffers.iter().rposition(|m| same(m, map));
         let index = found.unwrap_or_else(|| {
             self.buffers.push(map.clone());
             self.buffers.len() - 1
         });
         index as u32 + 1
     }
+}
+
+/// Whether `a` and `b` are the same bytes (one buffer, not equal contents).
+pub fn same(a: &SharedBytes, b: &SharedBytes) -> bool {
+    a.as_ptr() == b.as_ptr() && a.len() == b.len()
 }
 
 impl PartialEq for BytesValues {
@@ -198,8 +203,9 @@ mod tests {
         let path = crate::test_dir("example-bytes").join("record");
         std::fs::write(&path, &record).unwrap();
         // SAFETY: a file of this test's own, not changed while mapped.
-        let map =
-            Arc::new(unsafe { memmap2::Mmap::map(&std::fs::File::open(&path).unwrap()) }.unwrap());
+        let map = SharedBytes::from_owner(
+            unsafe { memmap2::Mmap::map(&std::fs::File::open(&path).unwrap()) }.unwrap(),
+        );
         let mut values = BytesValues::new();
         values.push_from(&map[..2], &map, Home::Mapped(&map, 0));
         values.push_from(&map[2..], &map, Home::Mapped(&map, 0));

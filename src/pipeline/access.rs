@@ -25,7 +25,7 @@ use crate::pipeline::parse::Parser;
 use crate::store::storage::Blob;
 use crate::store::IoOptions;
 use crate::tfrecord::frame::{self, FOOTER_LEN, FRAME_OVERHEAD, HEADER_LEN};
-use crate::tfrecord::mapped::{MappedRecords, SharedMap};
+use crate::tfrecord::mapped::{MappedRecords, SharedBytes};
 use crate::tfrecord::reader::frame_error;
 use crate::tfrecord::Compression;
 
@@ -109,7 +109,7 @@ const MARK_BYTES: u64 = 16;
 #[derive(Debug)]
 enum Bytes {
     /// A local file, mapped (`None`: empty).
-    Mapped(Option<SharedMap>),
+    Mapped(Option<SharedBytes>),
     /// An object in a store.
     Remote(Blob),
 }
@@ -439,6 +439,11 @@ impl RecordAccess {
         self.block
     }
 
+    /// Whether the shards are in a store (read with ranged requests).
+    pub fn in_store(&self) -> bool {
+        self.in_store
+    }
+
     /// Whether the shards walked keep marks (one offset a block), not every record's.
     pub fn marks(&self) -> bool {
         self.marks
@@ -517,7 +522,7 @@ impl RecordAccess {
     /// An index out of range; a record whose framing or CRCs are wrong (file, record,
     /// offset); a store error.
     pub fn raw(&self, indices: &[u64]) -> Result<Vec<Vec<u8>>> {
-        let fetched = self.fetch(indices)?;
+        let fetched = self.fetch(indices, &[])?;
         (fetched.records.iter().zip(&fetched.places))
             .map(|(r, at)| {
                 let bytes = r.bytes(&fetched.maps);
@@ -536,22 +541,28 @@ impl RecordAccess {
     ///
     /// As [`RecordAccess::raw`]; a record that does not fit the spec; no spec given.
     pub fn batch(&self, indices: &[u64]) -> Result<Batch> {
-        let fetched = self.fetch(indices)?;
+        let fetched = self.fetch(indices, &[])?;
         self.parse(fetched.records, fetched.maps)
     }
 
     /// Records `records` (each read once, best in runs of consecutive records: a window
     /// of blocks' records) decoded into one batch in that order, then the batches of
-    /// `rows`, each a list of its rows there.
+    /// `rows`, each a list of its rows there; a store's runs read by the requests of
+    /// `planned` that hold them ([`ReadAhead::plan`]; else by requests of their own).
     ///
     /// # Errors
     ///
     /// As [`RecordAccess::batch`].
-    pub fn batches(&self, records: &[u64], rows: &[Vec<u32>]) -> Result<Vec<Batch>> {
+    pub fn batches(
+        &self,
+        records: &[u64],
+        rows: &[Vec<u32>],
+        planned: Option<&Planned>,
+    ) -> Result<Vec<Batch>> {
         let Some(parser) = &self.parser else {
             return Err(Error::invalid_option("records", "opened for raw records"));
         };
-        let fetched = self.fetch(records)?;
+        let fetched = self.fetch(records, planned.map_or(&[], |p| &p.reads[..]))?;
         // Decoded `DECODED_ROWS` at a time: arrays that the allocator reuses, not fresh
         // pages for a window's.
         let mut raw = fetched.records.into_iter();
@@ -602,14 +613,14 @@ impl RecordAccess {
     ///
     /// As [`RecordAccess::batch`].
     pub fn each(&self, indices: &[u64]) -> Result<Vec<Batch>> {
-        let fetched = self.fetch(indices)?;
+        let fetched = self.fetch(indices, &[])?;
         let maps = fetched.maps;
         (fetched.records.into_iter())
             .map(|r| self.parse(vec![r], maps.clone()))
             .collect()
     }
 
-    fn parse(&self, records: Vec<RawRecord>, maps: Vec<SharedMap>) -> Result<Batch> {
+    fn parse(&self, records: Vec<RawRecord>, maps: Vec<SharedBytes>) -> Result<Batch> {
         let Some(parser) = &self.parser else {
             return Err(Error::invalid_option("records", "opened for raw records"));
         };
@@ -625,7 +636,7 @@ impl RecordAccess {
     /// Records `indices`, their framing checked (the payloads' CRCs are the caller's to
     /// check): a local shard's as ranges of its map (nothing copied), a store's read with
     /// one request per run of near records.
-    fn fetch(&self, indices: &[u64]) -> Result<Fetched> {
+    fn fetch(&self, indices: &[u64], planned: &[std::sync::Arc<Pending>]) -> Result<Fetched> {
         let n = self.len();
         if let Some(&bad) = indices.iter().find(|&&i| i >= n) {
             return Err(Error::invalid_option(
@@ -668,7 +679,7 @@ impl RecordAccess {
                     RawRecord::default()
                 }
                 Bytes::Mapped(map) => {
-                    let data: &[u8] = map.as_deref().map_or(&[][..], |m| &m[..]);
+                    let data: &[u8] = map.as_deref().map_or(&[][..], |m| m);
                     let end = (p.offset + p.framed) as usize;
                     let framed = data.get(p.offset as usize..end).unwrap_or(&[]);
                     let (range, crc) = self.frame(framed, p)?;
@@ -687,8 +698,8 @@ impl RecordAccess {
             };
             fetched.records.push(record);
         }
-        let mut got = self.read_runs(&places, remote)?;
-        got.extend(self.read_walked(&places, &opened, walks, &mut slots, &mut fetched.maps)?);
+        self.read_runs(&places, remote, &mut fetched, planned)?;
+        let got = self.read_walked(&places, &opened, walks, &mut slots, &mut fetched.maps)?;
         for (k, record, p) in got {
             fetched.records[k] = record;
             places[k] = p;
@@ -697,12 +708,15 @@ impl RecordAccess {
         Ok(fetched)
     }
 
-    /// The records `remote` (positions in `places`, of a store's shards with a table of
-    /// every record): runs of near records, one request each, up to [`READS_IN_FLIGHT`]
-    /// at once.
-    fn read_runs(&self, places: &[RecordAt], mut remote: Vec<usize>) -> Result<Vec<Read>> {
-        remote.sort_by_key(|&k| (places[k].file, places[k].offset));
-        let mut runs: Vec<(std::ops::Range<usize>, u64)> = Vec::new();
+    /// The runs of near records among `remote` (positions in `places`, of a store's
+    /// shards with a table of every record), sorted by place: each run's positions in
+    /// `remote` and its shard's bytes.
+    fn runs(
+        places: &[RecordAt],
+        remote: &mut [usize],
+    ) -> Vec<(std::ops::Range<usize>, usize, std::ops::Range<u64>)> {
+        remote.sort_unstable_by_key(|&k| (places[k].file, places[k].offset));
+        let mut runs = Vec::new();
         let mut at = 0;
         while at < remote.len() {
             let first = places[remote[at]];
@@ -716,29 +730,112 @@ impl RecordAccess {
                 end = end.max(p.offset + p.framed);
                 last += 1;
             }
-            runs.push((at..last, end));
+            runs.push((at..last, first.file, first.offset..end));
             at = last;
         }
-        let read = |r: usize| -> Result<Vec<Read>> {
-            let (run, end) = &runs[r];
-            let (first, end) = (places[remote[run.start]], *end);
-            let Bytes::Remote(blob) = &self.opened(first.file)?.bytes else {
-                unreachable!("remote records are a store's");
+        runs
+    }
+
+    /// The runs (shard, bytes) that reading `records` (a window's) from a store makes:
+    /// what [`ReadAhead::plan`] plans. None for local shards or shards with marks.
+    ///
+    /// # Errors
+    ///
+    /// A shard that cannot be opened.
+    pub fn window_runs(&self, records: &[u64]) -> Result<Vec<(usize, std::ops::Range<u64>)>> {
+        if !self.in_store || self.marks {
+            return Ok(Vec::new());
+        }
+        let (places, opened) = self.places(records)?;
+        let mut remote: Vec<usize> = (0..places.len())
+            .filter(|&k| !matches!(opened[k].offsets, Offsets::Marks(_)))
+            .collect();
+        let runs = RecordAccess::runs(&places, &mut remote);
+        Ok(runs
+            .into_iter()
+            .map(|(_, file, range)| (file, range))
+            .collect())
+    }
+
+    /// Makes the requests of `planned` that are its own, up to [`READS_IN_FLIGHT`] at
+    /// once, each filled for the windows that wait for it.
+    ///
+    /// # Errors
+    ///
+    /// The first error of a request (the others it made are filled with it too).
+    pub fn read_planned(&self, planned: &Planned) -> Result<()> {
+        let own = &planned.own.0;
+        let mut reads = Vec::with_capacity(own.len());
+        for p in own {
+            let Bytes::Remote(blob) = &self.opened(p.file)?.bytes else {
+                unreachable!("planned reads are a store's");
             };
-            let data = blob.read_range(first.offset..end)?;
-            (remote[run.clone()].iter())
-                .map(|&k| {
-                    let p = places[k];
-                    let from = (p.offset - first.offset) as usize;
-                    // (A store that answered short: the frame check names what is missing.)
-                    let framed = data.get(from..from + p.framed as usize).unwrap_or(&[]);
-                    let (range, crc) = self.frame(framed, &p)?;
-                    let payload = Payload::Owned(framed[range].to_vec());
-                    Ok((k, payload.with_crc(crc, &p), p))
-                })
-                .collect()
-        };
-        in_flight(runs.len(), READS_IN_FLIGHT, read)
+            reads.push((blob, p.range.clone()));
+        }
+        match Blob::read_ranges(&reads, READS_IN_FLIGHT) {
+            Ok(got) => {
+                for (p, bytes) in own.iter().zip(got) {
+                    p.fill(Ok(bytes));
+                }
+                Ok(())
+            }
+            Err(e) => {
+                for p in own {
+                    p.fill(Err(e.to_string()));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The records `remote` (positions in `places`, of a store's shards with a table of
+    /// every record) into `fetched`: runs of near records, each read by a request of
+    /// `planned` that holds it, else by one of its own (up to [`READS_IN_FLIGHT`] at
+    /// once); each record a range of the bytes read (nothing copied).
+    fn read_runs(
+        &self,
+        places: &[RecordAt],
+        mut remote: Vec<usize>,
+        fetched: &mut Fetched,
+        planned: &[std::sync::Arc<Pending>],
+    ) -> Result<()> {
+        let runs = RecordAccess::runs(places, &mut remote);
+        let mut got: Vec<Option<SharedBytes>> = Vec::with_capacity(runs.len());
+        let mut reads = Vec::new();
+        for (_, file, range) in &runs {
+            match planned.iter().find_map(|p| p.bytes(*file, range)) {
+                Some(Ok(bytes)) => got.push(Some(bytes)),
+                Some(Err(e)) => {
+                    let e = std::io::Error::other(e);
+                    return Err(Error::from(e).with_file(&self.files[*file]));
+                }
+                None => {
+                    let Bytes::Remote(blob) = &self.opened(*file)?.bytes else {
+                        unreachable!("remote records are a store's");
+                    };
+                    reads.push((blob, range.clone()));
+                    got.push(None);
+                }
+            }
+        }
+        let mut read = Blob::read_ranges(&reads, READS_IN_FLIGHT)?.into_iter();
+        for ((run, _, range), data) in runs.into_iter().zip(got) {
+            let Some(data) = data.or_else(|| read.next()) else {
+                unreachable!("a run read");
+            };
+            let slot = fetched.maps.len() as u32;
+            for &k in &remote[run] {
+                let p = places[k];
+                let from = (p.offset - range.start) as usize;
+                // (A store that answered short: the frame check names what is missing.)
+                let framed = data.get(from..from + p.framed as usize).unwrap_or(&[]);
+                let (within, crc) = self.frame(framed, &p)?;
+                let range = from + within.start..from + within.end;
+                fetched.records[k] = Payload::Mapped { slot, range }.with_crc(crc, &p);
+            }
+            fetched.maps.push(data);
+        }
+        Ok(())
     }
 
     /// The records `walks` (positions in `places`, of shards with marks): each run read
@@ -751,7 +848,7 @@ impl RecordAccess {
         opened: &[&Opened],
         mut walks: Vec<usize>,
         slots: &mut Slots,
-        maps: &mut Vec<SharedMap>,
+        maps: &mut Vec<SharedBytes>,
     ) -> Result<Vec<Read>> {
         walks.sort_by_key(|&k| (places[k].file, places[k].record));
         let mut spans: Vec<Span> = Vec::new();
@@ -789,7 +886,7 @@ impl RecordAccess {
             let remote;
             let data: &[u8] = match &shard.bytes {
                 Bytes::Mapped(map) => {
-                    let map: &[u8] = map.as_deref().map_or(&[][..], |m| &m[..]);
+                    let map: &[u8] = map.as_deref().map_or(&[][..], |m| m);
                     map.get(from as usize..to as usize).unwrap_or(&[])
                 }
                 Bytes::Remote(blob) => {
@@ -907,6 +1004,239 @@ impl RecordAccess {
     }
 }
 
+/// Bytes of later windows' runs a store's window reads with its own (at most): adjoining
+/// runs of the next windows come in the same request, so an epoch of blocks makes fewer,
+/// larger requests (a store answers a request in about the time it answers a larger one).
+pub const AHEAD_BYTES: u64 = 64 << 20;
+
+/// Windows ahead whose runs a window's requests may take in.
+pub const AHEAD_WINDOWS: u64 = 4;
+
+/// A request for bytes of a store's shard: made by the reader of one window, its bytes
+/// used by the windows whose runs it covers.
+#[derive(Debug)]
+struct Pending {
+    file: usize,
+    range: std::ops::Range<u64>,
+    got: std::sync::Mutex<Option<std::result::Result<SharedBytes, String>>>,
+    done: std::sync::Condvar,
+}
+
+impl Pending {
+    fn new(file: usize, range: std::ops::Range<u64>) -> Pending {
+        Pending {
+            file,
+            range,
+            got: std::sync::Mutex::new(None),
+            done: std::sync::Condvar::new(),
+        }
+    }
+
+    fn fill(&self, got: std::result::Result<SharedBytes, String>) {
+        let mut slot = self.got.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            *slot = Some(got);
+            self.done.notify_all();
+        }
+    }
+
+    /// Bytes `range` of its file, once read (`None`: it does not hold them).
+    fn bytes(
+        &self,
+        file: usize,
+        range: &std::ops::Range<u64>,
+    ) -> Option<std::result::Result<SharedBytes, String>> {
+        if file != self.file || range.start < self.range.start || range.end > self.range.end {
+            return None;
+        }
+        let mut got = self.got.lock().unwrap_or_else(|e| e.into_inner());
+        while got.is_none() {
+            got = self.done.wait(got).unwrap_or_else(|e| e.into_inner());
+        }
+        let from = (range.start - self.range.start) as usize;
+        let to = (range.end - self.range.start) as usize;
+        Some(match got.as_ref().expect("filled") {
+            Ok(bytes) if to <= bytes.len() => Ok(bytes.slice(from..to)),
+            // (A store that answered short: the frame checks name what is missing.)
+            Ok(bytes) => Ok(bytes.slice(from.min(bytes.len())..)),
+            Err(e) => Err(e.clone()),
+        })
+    }
+}
+
+/// The requests one window's reader makes ([`ReadAhead::plan`]): filled, each with an
+/// error if not with bytes, when dropped (a window waiting for one never waits for ever).
+#[derive(Debug, Default)]
+struct Own(Vec<std::sync::Arc<Pending>>);
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            p.fill(Err("not read: an earlier error stopped its reader".into()));
+        }
+    }
+}
+
+/// What one window reads: the requests it makes, and those (its own and earlier
+/// windows') that hold its runs.
+#[derive(Debug, Default)]
+pub struct Planned {
+    own: Own,
+    reads: Vec<std::sync::Arc<Pending>>,
+}
+
+/// A run of one window's records: shard `file`'s bytes `range`, and the request that
+/// reads it once one does.
+#[derive(Debug)]
+struct PlannedRun {
+    file: usize,
+    range: std::ops::Range<u64>,
+    read: Option<std::sync::Arc<Pending>>,
+    /// Whether an earlier window's request reads it (its bytes counted in `held`).
+    ahead: bool,
+}
+
+#[derive(Debug, Default)]
+struct AheadState {
+    /// The runs of windows not yet read, by window.
+    runs: std::collections::BTreeMap<u64, Vec<PlannedRun>>,
+    /// Bytes of those runs already in a request.
+    held: u64,
+}
+
+/// A store's windows of blocks read a few windows ahead ([`AHEAD_WINDOWS`],
+/// [`AHEAD_BYTES`]): a window's runs are requested with the runs of the next windows that
+/// adjoin them, each request then used by every window it covers.
+#[derive(Debug, Default)]
+pub struct ReadAhead {
+    state: std::sync::Mutex<AheadState>,
+    windows: u64,
+    bytes: u64,
+}
+
+impl ReadAhead {
+    /// Requests that take in runs up to `windows` windows ahead, at most `bytes` of them
+    /// read before their window.
+    pub fn new(windows: u64, bytes: u64) -> ReadAhead {
+        ReadAhead {
+            state: std::sync::Mutex::default(),
+            windows,
+            bytes,
+        }
+    }
+
+    /// Window `w`'s reads: each run (`runs_of(v)`: window v's runs, asked for the windows
+    /// from `w` to `windows` ahead not yet asked) read by a request an earlier window
+    /// made, or by one of its own, which takes in the runs of the windows ahead (and its
+    /// own) that adjoin it while their bytes fit `bytes`.
+    ///
+    /// # Errors
+    ///
+    /// The first error of `runs_of`.
+    pub fn plan(
+        &self,
+        w: u64,
+        runs_of: impl Fn(u64) -> Result<Vec<(usize, std::ops::Range<u64>)>>,
+    ) -> Result<Planned> {
+        let lock = || self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let last = w.saturating_add(self.windows);
+        let missing: Vec<u64> = {
+            let state = lock();
+            (w..=last).filter(|v| !state.runs.contains_key(v)).collect()
+        };
+        // (Found outside the lock: a shard opened for it is a read of the store.)
+        let mut found = Vec::with_capacity(missing.len());
+        for v in missing {
+            found.push((v, runs_of(v)?));
+        }
+        let mut state = lock();
+        let state = &mut *state;
+        for (v, runs) in found {
+            state.runs.entry(v).or_insert_with(|| {
+                (runs.into_iter())
+                    .map(|(file, range)| PlannedRun {
+                        file,
+                        range,
+                        read: None,
+                        ahead: false,
+                    })
+                    .collect()
+            });
+        }
+        // Windows before `w` this reader had no positions in: never read.
+        let kept = state.runs.split_off(&w);
+        for run in std::mem::replace(&mut state.runs, kept).values().flatten() {
+            if run.ahead {
+                state.held -= run.range.end - run.range.start;
+            }
+        }
+        let mut planned = Planned::default();
+        let count = state.runs.get(&w).map_or(0, Vec::len);
+        for i in 0..count {
+            let run = &state.runs[&w][i];
+            if let Some(read) = &run.read {
+                if !planned
+                    .reads
+                    .iter()
+                    .any(|p| std::sync::Arc::ptr_eq(p, read))
+                {
+                    planned.reads.push(read.clone());
+                }
+                continue;
+            }
+            let (file, mut range) = (run.file, run.range.clone());
+            let mut taken = vec![(w, i)];
+            let mut more = 0;
+            loop {
+                let before = taken.len();
+                for (&v, runs) in state.runs.range(w..=last) {
+                    for (j, r) in runs.iter().enumerate() {
+                        // (Runs that meet: a gap would be read for nothing, and
+                        // perhaps again for a window past the bound.)
+                        let near = r.range.start <= range.end && r.range.end >= range.start;
+                        if r.read.is_some() || r.file != file || !near || taken.contains(&(v, j)) {
+                            continue;
+                        }
+                        let len = r.range.end - r.range.start;
+                        if v > w && state.held + more + len > self.bytes {
+                            continue;
+                        }
+                        if v > w {
+                            more += len;
+                        }
+                        range = range.start.min(r.range.start)..range.end.max(r.range.end);
+                        taken.push((v, j));
+                    }
+                }
+                if taken.len() == before {
+                    break;
+                }
+            }
+            let read = std::sync::Arc::new(Pending::new(file, range));
+            for (v, j) in taken {
+                let r = &mut state.runs.get_mut(&v).expect("a planned window")[j];
+                r.read = Some(read.clone());
+                r.ahead = v > w;
+            }
+            state.held += more;
+            planned.own.0.push(read.clone());
+            planned.reads.push(read);
+        }
+        for run in state.runs.remove(&w).into_iter().flatten() {
+            if run.ahead {
+                state.held -= run.range.end - run.range.start;
+            }
+        }
+        Ok(planned)
+    }
+
+    /// Bytes of later windows' runs read ahead of their window now.
+    #[cfg(test)]
+    fn held(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).held
+    }
+}
+
 /// Bytes of local shards [`RecordAccess::open_local`] opens before reading (about a
 /// second's walk of their frames on two cores).
 const OPEN_AHEAD_BYTES: u64 = 4 << 30;
@@ -922,7 +1252,7 @@ struct Slots(Vec<Option<u32>>);
 
 impl Slots {
     /// Shard `file`'s slot among `maps`, its map (`map`) added there the first time.
-    fn of(&mut self, file: usize, map: &Option<SharedMap>, maps: &mut Vec<SharedMap>) -> u32 {
+    fn of(&mut self, file: usize, map: &Option<SharedBytes>, maps: &mut Vec<SharedBytes>) -> u32 {
         match (self.0[file], map) {
             (Some(slot), _) => slot,
             (None, Some(map)) => {
@@ -993,7 +1323,7 @@ fn in_flight<T: Send>(
 /// bytes) and stored CRC, and where each came from.
 struct Fetched {
     records: Vec<RawRecord>,
-    maps: Vec<SharedMap>,
+    maps: Vec<SharedBytes>,
     places: Vec<RecordAt>,
 }
 
@@ -1475,5 +1805,106 @@ mod tests {
             e.contains("a.tfrecord") && e.contains("record 1") && e.contains("offset 20"),
             "{e}"
         );
+    }
+
+    /// Windows of 8 blocks (1,000 bytes each, 8 to a shard of 13) in a shuffled order, a
+    /// block's bytes a run.
+    fn shuffled_windows() -> Vec<Vec<(usize, std::ops::Range<u64>)>> {
+        let mut blocks: Vec<u64> = (0..104).collect();
+        let mut x = 7u64;
+        for i in (1..blocks.len()).rev() {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            blocks.swap(i, (x >> 33) as usize % (i + 1));
+        }
+        (blocks.chunks(8))
+            .map(|w| {
+                let mut runs: Vec<_> = (w.iter())
+                    .map(|&b| ((b / 8) as usize, (b % 8) * 1000..(b % 8 + 1) * 1000))
+                    .collect();
+                runs.sort_by_key(|(f, r)| (*f, r.start));
+                runs
+            })
+            .collect()
+    }
+
+    #[test]
+    fn read_ahead_reads_each_run_once_within_its_bound() {
+        let windows = shuffled_windows();
+        let runs: usize = windows.iter().map(Vec::len).sum();
+        let mut made = Vec::new();
+        for bound in [0, 3000, 16_000, 1 << 20] {
+            let ahead = ReadAhead::new(4, bound);
+            let mut requests: Vec<(usize, std::ops::Range<u64>)> = Vec::new();
+            for (w, mine) in windows.iter().enumerate() {
+                let planned = ahead
+                    .plan(w as u64, |v| {
+                        Ok(windows.get(v as usize).cloned().unwrap_or_default())
+                    })
+                    .unwrap();
+                assert!(ahead.held() <= bound, "{} over {bound}", ahead.held());
+                for p in &planned.own.0 {
+                    requests.push((p.file, p.range.clone()));
+                    let bytes = vec![p.file as u8; (p.range.end - p.range.start) as usize];
+                    p.fill(Ok(SharedBytes::from(bytes)));
+                }
+                // Every run of the window is in a request it reads, read by then.
+                for (file, range) in mine {
+                    let got = planned.reads.iter().find_map(|p| p.bytes(*file, range));
+                    let got = got.expect("a request holds the run").unwrap();
+                    assert_eq!(got.len() as u64, range.end - range.start);
+                    assert!(got.iter().all(|&b| b == *file as u8));
+                }
+            }
+            assert_eq!(ahead.held(), 0, "every byte read ahead was read");
+            // No byte is requested twice.
+            requests.sort_by_key(|(f, r)| (*f, r.start));
+            for pair in requests.windows(2) {
+                assert!(
+                    pair[0].0 != pair[1].0 || pair[0].1.end <= pair[1].1.start,
+                    "{pair:?}"
+                );
+            }
+            made.push(requests.len());
+        }
+        // Without a bound only a window's own adjoining runs share a request; each more
+        // bytes ahead makes fewer requests.
+        assert!(
+            made[0] <= runs && made.windows(2).all(|m| m[1] <= m[0]),
+            "{made:?}"
+        );
+        assert!(made[3] < made[0] * 3 / 4, "{made:?}");
+    }
+
+    #[test]
+    fn a_request_its_reader_never_made_fails_the_windows_that_wait_for_it() {
+        let windows = shuffled_windows();
+        let ahead = ReadAhead::new(4, 1 << 20);
+        let runs_of = |v: u64| Ok(windows.get(v as usize).cloned().unwrap_or_default());
+        let first = ahead.plan(0, runs_of).unwrap();
+        let mut later = Vec::new();
+        for w in 1..=4 {
+            later.push(ahead.plan(w, runs_of).unwrap());
+        }
+        // A later window that reads a run the first window's requests took in.
+        let (w, (file, range)) = (0..later.len())
+            .find_map(|k| {
+                let run =
+                    windows[k + 1].iter().find(|(f, r)| {
+                        first.own.0.iter().any(|o| {
+                            o.file == *f && o.range.start <= r.start && r.end <= o.range.end
+                        })
+                    })?;
+                Some((k, run.clone()))
+            })
+            .expect("the first window reads ahead");
+        drop(first); // (its reader stopped before making its requests)
+        let got = later[w]
+            .reads
+            .iter()
+            .find_map(|p| p.bytes(file, &range))
+            .unwrap();
+        assert!(got.unwrap_err().contains("not read"));
     }
 }

@@ -5,7 +5,7 @@
 use std::ops::Range;
 
 use crate::pipeline::cache::CachedRows;
-use crate::tfrecord::mapped::SharedMap;
+use crate::tfrecord::mapped::SharedBytes;
 
 /// Where a record came from, for error messages.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -18,18 +18,19 @@ pub struct Origin {
     pub offset: u64,
 }
 
-/// A record's bytes: a range of a mapped file, or a pooled buffer (compressed files, or
-/// when mapping is off).
+/// A record's bytes: a range of shared bytes (a mapped file, or a store's read), or a
+/// pooled buffer (compressed files, or when mapping is off).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Payload {
     /// Copied out of a stream; the buffer is reused once parsed.
     Owned(Vec<u8>),
-    /// A range of a mapped file: nothing copied. The batch holds the map (one reference
-    /// a file per batch, not one a record: a reference counted per record was the
-    /// producer's costliest step, its count's cache line passed between the cores).
+    /// A range of shared bytes (a mapped file, or the body of a store's ranged read):
+    /// nothing copied. The batch holds the bytes (one reference a file or read per batch,
+    /// not one a record: a reference counted per record was the producer's costliest
+    /// step, its count's cache line passed between the cores).
     Mapped {
-        /// The map's place in the batch's [`RawBatch::maps`] (set when the record is
+        /// The bytes' place in the batch's [`RawBatch::maps`] (set when the record is
         /// batched; in the shuffle buffer the record's file names it).
         slot: u32,
         /// The payload within it.
@@ -57,7 +58,7 @@ pub struct RawRecord {
 impl RawRecord {
     /// The payload's bytes; a mapped one's map is among `maps` (its batch's).
     #[inline]
-    pub fn bytes<'a>(&'a self, maps: &'a [SharedMap]) -> &'a [u8] {
+    pub fn bytes<'a>(&'a self, maps: &'a [SharedBytes]) -> &'a [u8] {
         match &self.payload {
             Payload::Owned(v) => v,
             Payload::Mapped { slot, range } => &maps[*slot as usize][range.clone()],
@@ -87,7 +88,7 @@ pub struct RawBatch {
     /// The records (none for a batch of cached rows).
     pub records: Vec<RawRecord>,
     /// The maps its mapped records point into (see [`Payload::Mapped`]).
-    pub maps: Vec<SharedMap>,
+    pub maps: Vec<SharedBytes>,
     /// A batch of the epoch that fills the cache: it goes into the cache once parsed.
     pub fill: bool,
     /// Only for the cache (the filling epoch's dropped remainder): not delivered.

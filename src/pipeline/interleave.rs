@@ -15,7 +15,7 @@ use std::sync::Arc;
 use crate::error::Result;
 use crate::pipeline::batch::{Origin, Payload, RawRecord};
 use crate::pipeline::memory::{Held, Pool};
-use crate::tfrecord::mapped::SharedMap;
+use crate::tfrecord::mapped::SharedBytes;
 use crate::tfrecord::{Compression, MappedRecords, RecordReader, Source};
 
 /// An open file of the cycle.
@@ -29,7 +29,7 @@ enum Open {
 /// shuffle buffer name their file, not its map, so the map is kept here until the last
 /// of them is in a batch (which then holds it).
 struct Live {
-    map: SharedMap,
+    map: SharedBytes,
     /// Records of it batched (or let go) so far.
     batched: u64,
     /// Records of it handed out, once the file is done.
@@ -272,7 +272,7 @@ impl Interleave {
     /// The maps of a batch's mapped records, each record's slot set to its map's place
     /// among them. Records let go unbatched pass through here too, so that their files'
     /// maps are released.
-    pub fn batch_maps(&mut self, records: &mut [RawRecord]) -> Vec<SharedMap> {
+    pub fn batch_maps(&mut self, records: &mut [RawRecord]) -> Vec<SharedBytes> {
         // (file, records) of the batch, in the order first seen: a few files, the last
         // one the likeliest.
         let mut files: Vec<(usize, u64)> = Vec::new();

@@ -228,8 +228,17 @@ impl RecordsCore {
         shared.lock().running = threads.max(1);
         let opening = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let mut handles = Vec::new();
+        // A store's windows read a few ahead (fewer, larger requests).
+        let read_ahead = (groups.windows > 0 && self.access.in_store() && !self.access.marks())
+            .then(|| {
+                std::sync::Arc::new(crate::pipeline::access::ReadAhead::new(
+                    crate::pipeline::access::AHEAD_WINDOWS,
+                    crate::pipeline::access::AHEAD_BYTES,
+                ))
+            });
         for _ in 0..threads.max(1) {
             let (access, order, shared) = (self.access.clone(), order.clone(), shared.clone());
+            let read_ahead = read_ahead.clone();
             let opening = opening.clone();
             // Windows: two at least (a batch across two waits for the second). Groups of
             // GROUP_RECORDS: 8 at least (32k records, a few MB of batches): the consumer's
@@ -245,13 +254,31 @@ impl RecordsCore {
                 while let Some(pieces) = shared.claim(&groups, &order, ahead) {
                     let made = match order.window_of(pieces[0].from) {
                         // A window's records read once, block after block (a store's in a
-                        // request a run), decoded in that order, then gathered into
-                        // their batches.
+                        // request a run, with the adjoining runs of the next windows),
+                        // decoded in that order, then gathered into their batches.
                         Some(w) if groups.windows > 0 => {
                             let ranges: Vec<[u64; 2]> =
                                 pieces.iter().map(|p| [p.from, p.to]).collect();
                             let (records, rows) = order.window_reads(w, &ranges);
-                            access.batches(&records, &rows)
+                            // (Window v's runs: this reader's positions in it read.)
+                            let runs_of = |v: u64| match groups.pieces(v, &order) {
+                                _ if v == w => access.window_runs(&records),
+                                Some((pieces, _)) => {
+                                    let ranges: Vec<[u64; 2]> =
+                                        pieces.iter().map(|p| [p.from, p.to]).collect();
+                                    access.window_runs(&order.window_reads(v, &ranges).0)
+                                }
+                                None => Ok(Vec::new()),
+                            };
+                            match &read_ahead {
+                                Some(read_ahead) => {
+                                    read_ahead.plan(w, runs_of).and_then(|planned| {
+                                        access.read_planned(&planned)?;
+                                        access.batches(&records, &rows, Some(&planned))
+                                    })
+                                }
+                                None => access.batches(&records, &rows, None),
+                            }
                         }
                         _ => (pieces.iter())
                             .map(|p| access.batch(&order.records(p.from, p.to)))

@@ -625,6 +625,23 @@ impl Blob {
         self.storage.read_range(&self.object, range)
     }
 
+    /// Each of `reads` (a blob and a range of it), up to `limit` requests at once on the
+    /// I/O runtime (no thread of their own), in the order given.
+    ///
+    /// # Errors
+    ///
+    /// The first error of a read, as [`Storage::read_range`].
+    pub fn read_ranges(reads: &[(&Blob, Range<u64>)], limit: usize) -> Result<Vec<Bytes>> {
+        use futures_util::{StreamExt, TryStreamExt};
+        let each = (reads.iter())
+            .map(|(blob, range)| blob.storage.read_range_async(&blob.object, range.clone()));
+        super::block_on(
+            futures_util::stream::iter(each)
+                .buffered(limit.max(1))
+                .try_collect(),
+        )
+    }
+
     /// All of it.
     ///
     /// # Errors

@@ -29,8 +29,18 @@ use crate::tfrecord::reader::{frame_error, truncated_data_detail, truncated_head
 /// How far ahead of the walk to prefetch.
 const PREFETCH_AHEAD: usize = 2048;
 
-/// A mapped file, shared by the records that point into it.
-pub type SharedMap = Arc<Mmap>;
+/// Bytes shared by the records that point into them: a mapped file (its map the owner,
+/// cloned by reference count), or the body of a store's ranged read.
+pub type SharedBytes = bytes::Bytes;
+
+/// A map as the owner of [`SharedBytes`].
+struct Owner(Arc<Mmap>);
+
+impl AsRef<[u8]> for Owner {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
 
 /// A file's size and modification time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +63,7 @@ impl Stamp {
 /// when it was mapped: [`KeptMap::check_unchanged`] refuses a file written since.
 #[derive(Debug)]
 pub struct KeptMap {
-    map: SharedMap,
+    map: Arc<Mmap>,
     name: PathBuf,
     path: PathBuf,
     stamp: Stamp,
@@ -114,7 +124,9 @@ pub struct MappedRecord {
 
 /// Walks the records of a mapped, uncompressed file.
 pub struct MappedRecords {
-    map: Option<SharedMap>,
+    map: Option<Arc<Mmap>>,
+    /// The map's bytes, as the records' batches hold them.
+    shared: Option<SharedBytes>,
     path: PathBuf,
     /// The file as error messages name it (its path unless [`MappedRecords::named`]).
     name: PathBuf,
@@ -148,6 +160,7 @@ impl MappedRecords {
             Some(Arc::new(map))
         };
         Ok(MappedRecords {
+            shared: map.clone().map(|m| SharedBytes::from_owner(Owner(m))),
             map,
             path: path.to_path_buf(),
             name: path.to_path_buf(),
@@ -159,8 +172,8 @@ impl MappedRecords {
     }
 
     /// The map the records point into (`None` for an empty file).
-    pub fn map(&self) -> Option<&SharedMap> {
-        self.map.as_ref()
+    pub fn map(&self) -> Option<&SharedBytes> {
+        self.shared.as_ref()
     }
 
     /// The path mapped.

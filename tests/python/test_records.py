@@ -235,6 +235,39 @@ def logged_s3(tmp_path):
         yield bucket, requests
 
 
+def test_blocks_from_a_bucket_read_the_next_windows_with_a_window(logged_s3, small_shards, tmp_path):
+    """A store's windows of blocks are read a few windows ahead: the runs of the next
+    windows that meet one of a window's come in its request. Here every window is within
+    reach (5 windows of 4 blocks), so an epoch reads each shard in one request, where a
+    window at a time makes one for each shard each window reads from; the batches are
+    those of the same shards on disk (a second epoch's: the first opens the shards)."""
+    import json
+
+    bucket, requests = logged_s3
+    name = bucket("pytest-ahead")
+    local = tmp_path / "local"
+    for out in (f"s3://{name}/small", str(local)):
+        tfshard.convert(small_shards, out, format="tfrecord", target_shard_size="100KB")
+    kw = dict(batch_size=64, shuffle="blocks", block_size=100, window=4, seed=3, threads=1)
+    ds = tfshard.Dataset(f"s3://{name}/small", **kw)
+    list(ds)  # (the first epoch opens the shards: a walk of each, no .idx files)
+    requests()
+    got = list(ds)
+    counts = [s["records"] for s in json.loads((local / "data.manifest.json").read_text())["shards"]]
+    reads = [path for method, path in requests() if method == "GET" and path.endswith(".tfrecord")]
+    assert sorted(reads) == sorted(set(reads)) and len(reads) == len(counts), reads
+    # A window at a time: a request for each shard a window's records are in.
+    index = {v: i for i, v in enumerate(tfshard.Records(str(local))[list(range(2000))]["id"].tolist())}
+    records = [index[v] for b in got for v in b["id"].tolist()]
+    starts = np.cumsum([0, *counts])
+    shard_of = np.searchsorted(starts, records, side="right")
+    by_window = sum(len(set(shard_of[w:w + 400].tolist())) for w in range(0, 2000, 400))
+    assert len(reads) < by_window, (len(reads), by_window)
+    on_disk = tfshard.Dataset(str(local), **kw)
+    list(on_disk)
+    _assert_same_batches(got, list(on_disk))
+
+
 def test_opening_a_10000_shard_set_from_its_manifest_reads_one_object(logged_s3, small_shards, tmp_path):
     """A set of 10,000 shards opened from its manifest: no listing, one object read (the
     manifest); a record reads its own shard only. Only the manifest and the shard read are
