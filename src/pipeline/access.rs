@@ -1100,7 +1100,10 @@ struct PlannedRun {
 struct AheadState {
     /// The runs of windows not yet read, by window.
     runs: std::collections::BTreeMap<u64, Vec<PlannedRun>>,
-    /// Bytes of those runs already in a request.
+    /// Windows planned (their runs read or being read). Threads plan in the order they
+    /// claim, not always the windows': a window planned is not found again.
+    planned: std::collections::HashSet<u64>,
+    /// Bytes of runs in `runs` already in a request.
     held: u64,
 }
 
@@ -1142,7 +1145,8 @@ impl ReadAhead {
         let last = w.saturating_add(self.windows);
         let missing: Vec<u64> = {
             let state = lock();
-            (w..=last).filter(|v| !state.runs.contains_key(v)).collect()
+            let known = |v: &u64| state.runs.contains_key(v) || state.planned.contains(v);
+            (w..=last).filter(|v| !known(v)).collect()
         };
         // (Found outside the lock: a shard opened for it is a read of the store.)
         let mut found = Vec::with_capacity(missing.len());
@@ -1152,6 +1156,9 @@ impl ReadAhead {
         let mut state = lock();
         let state = &mut *state;
         for (v, runs) in found {
+            if state.planned.contains(&v) {
+                continue;
+            }
             state.runs.entry(v).or_insert_with(|| {
                 (runs.into_iter())
                     .map(|(file, range)| PlannedRun {
@@ -1163,13 +1170,8 @@ impl ReadAhead {
                     .collect()
             });
         }
-        // Windows before `w` this reader had no positions in: never read.
-        let kept = state.runs.split_off(&w);
-        for run in std::mem::replace(&mut state.runs, kept).values().flatten() {
-            if run.ahead {
-                state.held -= run.range.end - run.range.start;
-            }
-        }
+        // (Windows this reader has no positions in keep an empty entry: never planned.)
+        state.planned.insert(w);
         let mut planned = Planned::default();
         let count = state.runs.get(&w).map_or(0, Vec::len);
         for i in 0..count {
@@ -1875,6 +1877,44 @@ mod tests {
             "{made:?}"
         );
         assert!(made[3] < made[0] * 3 / 4, "{made:?}");
+    }
+
+    #[test]
+    fn windows_planned_out_of_order_read_each_byte_once() {
+        // Two threads: the one that claims a window may plan it after the next one's.
+        let windows = shuffled_windows();
+        let ahead = ReadAhead::new(4, 1 << 20);
+        let runs_of = |v: u64| Ok(windows.get(v as usize).cloned().unwrap_or_default());
+        let mut requests: Vec<(usize, std::ops::Range<u64>)> = Vec::new();
+        let mut order: Vec<u64> = (0..windows.len() as u64).collect();
+        for pair in order.chunks_mut(2) {
+            pair.reverse();
+        }
+        for w in order {
+            let planned = ahead.plan(w, runs_of).unwrap();
+            for p in &planned.own.0 {
+                requests.push((p.file, p.range.clone()));
+                p.fill(Ok(SharedBytes::from(vec![
+                    0;
+                    (p.range.end - p.range.start)
+                        as usize
+                ])));
+            }
+            for (file, range) in &windows[w as usize] {
+                assert!(planned
+                    .reads
+                    .iter()
+                    .any(|p| p.bytes(*file, range).is_some()));
+            }
+        }
+        assert_eq!(ahead.held(), 0);
+        requests.sort_by_key(|(f, r)| (*f, r.start));
+        for pair in requests.windows(2) {
+            assert!(
+                pair[0].0 != pair[1].0 || pair[0].1.end <= pair[1].1.start,
+                "{pair:?}"
+            );
+        }
     }
 
     #[test]
