@@ -19,6 +19,7 @@ use crate::dataset::Dataset;
 use crate::error::{Error, FrameDetail, FrameProblem, Result};
 use crate::example::columnar::Batch;
 use crate::example::FeatureSpec;
+use crate::pipeline::ahead::{Pending, Planned};
 use crate::pipeline::batch::{Origin, Payload, RawBatch, RawRecord};
 use crate::pipeline::chunk::{CachedRows, Chunk};
 use crate::pipeline::parse::Parser;
@@ -548,7 +549,7 @@ impl RecordAccess {
     /// Records `records` (each read once, best in runs of consecutive records: a window
     /// of blocks' records) decoded into one batch in that order, then the batches of
     /// `rows`, each a list of its rows there; a store's runs read by the requests of
-    /// `planned` that hold them ([`ReadAhead::plan`]; else by requests of their own).
+    /// `planned` that hold them ([`crate::pipeline::ahead::ReadAhead::plan`]; else by requests of their own).
     ///
     /// # Errors
     ///
@@ -562,7 +563,7 @@ impl RecordAccess {
         let Some(parser) = &self.parser else {
             return Err(Error::invalid_option("records", "opened for raw records"));
         };
-        let fetched = self.fetch(records, planned.map_or(&[], |p| &p.reads[..]))?;
+        let fetched = self.fetch(records, planned.map_or(&[], Planned::reads))?;
         // Decoded `DECODED_ROWS` at a time: arrays that the allocator reuses, not fresh
         // pages for a window's.
         let mut raw = fetched.records.into_iter();
@@ -737,7 +738,7 @@ impl RecordAccess {
     }
 
     /// The runs (shard, bytes) that reading `records` (a window's) from a store makes:
-    /// what [`ReadAhead::plan`] plans. None for local shards or shards with marks.
+    /// what [`crate::pipeline::ahead::ReadAhead::plan`] plans. None for local shards or shards with marks.
     ///
     /// # Errors
     ///
@@ -764,13 +765,13 @@ impl RecordAccess {
     ///
     /// The first error of a request (the others it made are filled with it too).
     pub fn read_planned(&self, planned: &Planned) -> Result<()> {
-        let own = &planned.own.0;
+        let own = planned.own();
         let mut reads = Vec::with_capacity(own.len());
         for p in own {
-            let Bytes::Remote(blob) = &self.opened(p.file)?.bytes else {
+            let Bytes::Remote(blob) = &self.opened(p.file())?.bytes else {
                 unreachable!("planned reads are a store's");
             };
-            reads.push((blob, p.range.clone()));
+            reads.push((blob, p.range()));
         }
         match Blob::read_ranges(&reads, READS_IN_FLIGHT) {
             Ok(got) => {
@@ -1001,241 +1002,6 @@ impl RecordAccess {
         let end = framed.len() - FOOTER_LEN;
         let stored = u32::from_le_bytes(framed[end..].try_into().expect("a footer's length"));
         Ok((HEADER_LEN..end, stored))
-    }
-}
-
-/// Bytes of later windows' runs a store's window reads with its own (at most): adjoining
-/// runs of the next windows come in the same request, so an epoch of blocks makes fewer,
-/// larger requests (a store answers a request in about the time it answers a larger one).
-pub const AHEAD_BYTES: u64 = 64 << 20;
-
-/// Windows ahead whose runs a window's requests may take in.
-pub const AHEAD_WINDOWS: u64 = 4;
-
-/// A request for bytes of a store's shard: made by the reader of one window, its bytes
-/// used by the windows whose runs it covers.
-#[derive(Debug)]
-struct Pending {
-    file: usize,
-    range: std::ops::Range<u64>,
-    got: std::sync::Mutex<Option<std::result::Result<SharedBytes, String>>>,
-    done: std::sync::Condvar,
-}
-
-impl Pending {
-    fn new(file: usize, range: std::ops::Range<u64>) -> Pending {
-        Pending {
-            file,
-            range,
-            got: std::sync::Mutex::new(None),
-            done: std::sync::Condvar::new(),
-        }
-    }
-
-    fn fill(&self, got: std::result::Result<SharedBytes, String>) {
-        let mut slot = self.got.lock().unwrap_or_else(|e| e.into_inner());
-        if slot.is_none() {
-            *slot = Some(got);
-            self.done.notify_all();
-        }
-    }
-
-    /// Bytes `range` of its file, once read (`None`: it does not hold them).
-    fn bytes(
-        &self,
-        file: usize,
-        range: &std::ops::Range<u64>,
-    ) -> Option<std::result::Result<SharedBytes, String>> {
-        if file != self.file || range.start < self.range.start || range.end > self.range.end {
-            return None;
-        }
-        let mut got = self.got.lock().unwrap_or_else(|e| e.into_inner());
-        while got.is_none() {
-            got = self.done.wait(got).unwrap_or_else(|e| e.into_inner());
-        }
-        let from = (range.start - self.range.start) as usize;
-        let to = (range.end - self.range.start) as usize;
-        Some(match got.as_ref().expect("filled") {
-            Ok(bytes) if to <= bytes.len() => Ok(bytes.slice(from..to)),
-            // (A store that answered short: the frame checks name what is missing.)
-            Ok(bytes) => Ok(bytes.slice(from.min(bytes.len())..)),
-            Err(e) => Err(e.clone()),
-        })
-    }
-}
-
-/// The requests one window's reader makes ([`ReadAhead::plan`]): filled, each with an
-/// error if not with bytes, when dropped (a window waiting for one never waits for ever).
-#[derive(Debug, Default)]
-struct Own(Vec<std::sync::Arc<Pending>>);
-
-impl Drop for Own {
-    fn drop(&mut self) {
-        for p in &self.0 {
-            p.fill(Err("not read: an earlier error stopped its reader".into()));
-        }
-    }
-}
-
-/// What one window reads: the requests it makes, and those (its own and earlier
-/// windows') that hold its runs.
-#[derive(Debug, Default)]
-pub struct Planned {
-    own: Own,
-    reads: Vec<std::sync::Arc<Pending>>,
-}
-
-/// A run of one window's records: shard `file`'s bytes `range`, and the request that
-/// reads it once one does.
-#[derive(Debug)]
-struct PlannedRun {
-    file: usize,
-    range: std::ops::Range<u64>,
-    read: Option<std::sync::Arc<Pending>>,
-    /// Whether an earlier window's request reads it (its bytes counted in `held`).
-    ahead: bool,
-}
-
-#[derive(Debug, Default)]
-struct AheadState {
-    /// The runs of windows not yet read, by window.
-    runs: std::collections::BTreeMap<u64, Vec<PlannedRun>>,
-    /// Windows planned (their runs read or being read). Threads plan in the order they
-    /// claim, not always the windows': a window planned is not found again.
-    planned: std::collections::HashSet<u64>,
-    /// Bytes of runs in `runs` already in a request.
-    held: u64,
-}
-
-/// A store's windows of blocks read a few windows ahead ([`AHEAD_WINDOWS`],
-/// [`AHEAD_BYTES`]): a window's runs are requested with the runs of the next windows that
-/// adjoin them, each request then used by every window it covers.
-#[derive(Debug, Default)]
-pub struct ReadAhead {
-    state: std::sync::Mutex<AheadState>,
-    windows: u64,
-    bytes: u64,
-}
-
-impl ReadAhead {
-    /// Requests that take in runs up to `windows` windows ahead, at most `bytes` of them
-    /// read before their window.
-    pub fn new(windows: u64, bytes: u64) -> ReadAhead {
-        ReadAhead {
-            state: std::sync::Mutex::default(),
-            windows,
-            bytes,
-        }
-    }
-
-    /// Window `w`'s reads: each run (`runs_of(v)`: window v's runs, asked for the windows
-    /// from `w` to `windows` ahead not yet asked) read by a request an earlier window
-    /// made, or by one of its own, which takes in the runs of the windows ahead (and its
-    /// own) that adjoin it while their bytes fit `bytes`.
-    ///
-    /// # Errors
-    ///
-    /// The first error of `runs_of`.
-    pub fn plan(
-        &self,
-        w: u64,
-        runs_of: impl Fn(u64) -> Result<Vec<(usize, std::ops::Range<u64>)>>,
-    ) -> Result<Planned> {
-        let lock = || self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let last = w.saturating_add(self.windows);
-        let missing: Vec<u64> = {
-            let state = lock();
-            let known = |v: &u64| state.runs.contains_key(v) || state.planned.contains(v);
-            (w..=last).filter(|v| !known(v)).collect()
-        };
-        // (Found outside the lock: a shard opened for it is a read of the store.)
-        let mut found = Vec::with_capacity(missing.len());
-        for v in missing {
-            found.push((v, runs_of(v)?));
-        }
-        let mut state = lock();
-        let state = &mut *state;
-        for (v, runs) in found {
-            if state.planned.contains(&v) {
-                continue;
-            }
-            state.runs.entry(v).or_insert_with(|| {
-                (runs.into_iter())
-                    .map(|(file, range)| PlannedRun {
-                        file,
-                        range,
-                        read: None,
-                        ahead: false,
-                    })
-                    .collect()
-            });
-        }
-        // (Windows this reader has no positions in keep an empty entry: never planned.)
-        state.planned.insert(w);
-        let mut planned = Planned::default();
-        let count = state.runs.get(&w).map_or(0, Vec::len);
-        for i in 0..count {
-            let run = &state.runs[&w][i];
-            if let Some(read) = &run.read {
-                if !planned
-                    .reads
-                    .iter()
-                    .any(|p| std::sync::Arc::ptr_eq(p, read))
-                {
-                    planned.reads.push(read.clone());
-                }
-                continue;
-            }
-            let (file, mut range) = (run.file, run.range.clone());
-            let mut taken = vec![(w, i)];
-            let mut more = 0;
-            loop {
-                let before = taken.len();
-                for (&v, runs) in state.runs.range(w..=last) {
-                    for (j, r) in runs.iter().enumerate() {
-                        // (Runs that meet: a gap would be read for nothing, and
-                        // perhaps again for a window past the bound.)
-                        let near = r.range.start <= range.end && r.range.end >= range.start;
-                        if r.read.is_some() || r.file != file || !near || taken.contains(&(v, j)) {
-                            continue;
-                        }
-                        let len = r.range.end - r.range.start;
-                        if v > w && state.held + more + len > self.bytes {
-                            continue;
-                        }
-                        if v > w {
-                            more += len;
-                        }
-                        range = range.start.min(r.range.start)..range.end.max(r.range.end);
-                        taken.push((v, j));
-                    }
-                }
-                if taken.len() == before {
-                    break;
-                }
-            }
-            let read = std::sync::Arc::new(Pending::new(file, range));
-            for (v, j) in taken {
-                let r = &mut state.runs.get_mut(&v).expect("a planned window")[j];
-                r.read = Some(read.clone());
-                r.ahead = v > w;
-            }
-            state.held += more;
-            planned.own.0.push(read.clone());
-            planned.reads.push(read);
-        }
-        for run in state.runs.remove(&w).into_iter().flatten() {
-            if run.ahead {
-                state.held -= run.range.end - run.range.start;
-            }
-        }
-        Ok(planned)
-    }
-
-    /// Bytes of later windows' runs read ahead of their window now.
-    #[cfg(test)]
-    fn held(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).held
     }
 }
 
@@ -1807,144 +1573,5 @@ mod tests {
             e.contains("a.tfrecord") && e.contains("record 1") && e.contains("offset 20"),
             "{e}"
         );
-    }
-
-    /// Windows of 8 blocks (1,000 bytes each, 8 to a shard of 13) in a shuffled order, a
-    /// block's bytes a run.
-    fn shuffled_windows() -> Vec<Vec<(usize, std::ops::Range<u64>)>> {
-        let mut blocks: Vec<u64> = (0..104).collect();
-        let mut x = 7u64;
-        for i in (1..blocks.len()).rev() {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            blocks.swap(i, (x >> 33) as usize % (i + 1));
-        }
-        (blocks.chunks(8))
-            .map(|w| {
-                let mut runs: Vec<_> = (w.iter())
-                    .map(|&b| ((b / 8) as usize, (b % 8) * 1000..(b % 8 + 1) * 1000))
-                    .collect();
-                runs.sort_by_key(|(f, r)| (*f, r.start));
-                runs
-            })
-            .collect()
-    }
-
-    #[test]
-    fn read_ahead_reads_each_run_once_within_its_bound() {
-        let windows = shuffled_windows();
-        let runs: usize = windows.iter().map(Vec::len).sum();
-        let mut made = Vec::new();
-        for bound in [0, 3000, 16_000, 1 << 20] {
-            let ahead = ReadAhead::new(4, bound);
-            let mut requests: Vec<(usize, std::ops::Range<u64>)> = Vec::new();
-            for (w, mine) in windows.iter().enumerate() {
-                let planned = ahead
-                    .plan(w as u64, |v| {
-                        Ok(windows.get(v as usize).cloned().unwrap_or_default())
-                    })
-                    .unwrap();
-                assert!(ahead.held() <= bound, "{} over {bound}", ahead.held());
-                for p in &planned.own.0 {
-                    requests.push((p.file, p.range.clone()));
-                    let bytes = vec![p.file as u8; (p.range.end - p.range.start) as usize];
-                    p.fill(Ok(SharedBytes::from(bytes)));
-                }
-                // Every run of the window is in a request it reads, read by then.
-                for (file, range) in mine {
-                    let got = planned.reads.iter().find_map(|p| p.bytes(*file, range));
-                    let got = got.expect("a request holds the run").unwrap();
-                    assert_eq!(got.len() as u64, range.end - range.start);
-                    assert!(got.iter().all(|&b| b == *file as u8));
-                }
-            }
-            assert_eq!(ahead.held(), 0, "every byte read ahead was read");
-            // No byte is requested twice.
-            requests.sort_by_key(|(f, r)| (*f, r.start));
-            for pair in requests.windows(2) {
-                assert!(
-                    pair[0].0 != pair[1].0 || pair[0].1.end <= pair[1].1.start,
-                    "{pair:?}"
-                );
-            }
-            made.push(requests.len());
-        }
-        // Without a bound only a window's own adjoining runs share a request; each more
-        // bytes ahead makes fewer requests.
-        assert!(
-            made[0] <= runs && made.windows(2).all(|m| m[1] <= m[0]),
-            "{made:?}"
-        );
-        assert!(made[3] < made[0] * 3 / 4, "{made:?}");
-    }
-
-    #[test]
-    fn windows_planned_out_of_order_read_each_byte_once() {
-        // Two threads: the one that claims a window may plan it after the next one's.
-        let windows = shuffled_windows();
-        let ahead = ReadAhead::new(4, 1 << 20);
-        let runs_of = |v: u64| Ok(windows.get(v as usize).cloned().unwrap_or_default());
-        let mut requests: Vec<(usize, std::ops::Range<u64>)> = Vec::new();
-        let mut order: Vec<u64> = (0..windows.len() as u64).collect();
-        for pair in order.chunks_mut(2) {
-            pair.reverse();
-        }
-        for w in order {
-            let planned = ahead.plan(w, runs_of).unwrap();
-            for p in &planned.own.0 {
-                requests.push((p.file, p.range.clone()));
-                p.fill(Ok(SharedBytes::from(vec![
-                    0;
-                    (p.range.end - p.range.start)
-                        as usize
-                ])));
-            }
-            for (file, range) in &windows[w as usize] {
-                assert!(planned
-                    .reads
-                    .iter()
-                    .any(|p| p.bytes(*file, range).is_some()));
-            }
-        }
-        assert_eq!(ahead.held(), 0);
-        requests.sort_by_key(|(f, r)| (*f, r.start));
-        for pair in requests.windows(2) {
-            assert!(
-                pair[0].0 != pair[1].0 || pair[0].1.end <= pair[1].1.start,
-                "{pair:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_request_its_reader_never_made_fails_the_windows_that_wait_for_it() {
-        let windows = shuffled_windows();
-        let ahead = ReadAhead::new(4, 1 << 20);
-        let runs_of = |v: u64| Ok(windows.get(v as usize).cloned().unwrap_or_default());
-        let first = ahead.plan(0, runs_of).unwrap();
-        let mut later = Vec::new();
-        for w in 1..=4 {
-            later.push(ahead.plan(w, runs_of).unwrap());
-        }
-        // A later window that reads a run the first window's requests took in.
-        let (w, (file, range)) = (0..later.len())
-            .find_map(|k| {
-                let run =
-                    windows[k + 1].iter().find(|(f, r)| {
-                        first.own.0.iter().any(|o| {
-                            o.file == *f && o.range.start <= r.start && r.end <= o.range.end
-                        })
-                    })?;
-                Some((k, run.clone()))
-            })
-            .expect("the first window reads ahead");
-        drop(first); // (its reader stopped before making its requests)
-        let got = later[w]
-            .reads
-            .iter()
-            .find_map(|p| p.bytes(file, &range))
-            .unwrap();
-        assert!(got.unwrap_err().contains("not read"));
     }
 }

@@ -42,6 +42,7 @@
 //! ```
 
 pub mod access;
+pub mod ahead;
 pub(crate) mod batch;
 pub(crate) mod cache;
 pub(crate) mod chunk;

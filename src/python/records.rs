@@ -231,9 +231,9 @@ impl RecordsCore {
         // A store's windows read a few ahead (fewer, larger requests).
         let read_ahead = (groups.windows > 0 && self.access.in_store() && !self.access.marks())
             .then(|| {
-                std::sync::Arc::new(crate::pipeline::access::ReadAhead::new(
-                    crate::pipeline::access::AHEAD_WINDOWS,
-                    crate::pipeline::access::AHEAD_BYTES,
+                std::sync::Arc::new(crate::pipeline::ahead::ReadAhead::new(
+                    crate::pipeline::ahead::AHEAD_WINDOWS,
+                    crate::pipeline::ahead::AHEAD_BYTES,
                 ))
             });
         for _ in 0..threads.max(1) {
