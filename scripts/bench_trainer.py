@@ -36,8 +36,9 @@ def model_for(width, device):
 
 
 def train(name, batches, steps, width, device):
-    """Trains for `steps` steps on `batches` (x, y tensors); returns samples/s and the
-    share of the time spent waiting for the next batch."""
+    """Trains for `steps` steps on `batches` (x, y tensors); returns samples/s and prints
+    them with the share of the time spent waiting for the next batch (`name` None: a
+    warm-up, not printed)."""
     model = model_for(width, device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     waited = samples = 0.0
@@ -61,7 +62,8 @@ def train(name, batches, steps, width, device):
     if device == "cuda":
         torch.cuda.synchronize()
     total = time.perf_counter() - start
-    print(f"{name:<44} {samples / total:>12,.0f} {100 * waited / total:>9.1f}%")
+    if name is not None:
+        print(f"{name:<44} {samples / total:>12,.0f} {100 * waited / total:>9.1f}%")
     return samples / total
 
 
@@ -176,6 +178,8 @@ def main():
     print(f"{'fed by':<44} {'samples/s':>12} {'waiting':>10}")
     x = torch.randn(b, width)
     y = torch.randn(b)
+    # (Torch's first steps set up its kernels and threads: not counted against the first fed.)
+    train(None, [(x, y)] * 8, min(a.steps, 50), width, a.device)
     synthetic = train("synthetic tensors in memory", [(x, y)] * 8, a.steps, width, a.device)
     rates = {}
     for shuffle in ("buffer", "global", "blocks"):

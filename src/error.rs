@@ -714,6 +714,26 @@ impl Error {
         &self.0.location
     }
 
+    /// The same error for a second reader of what failed (a store's request that several
+    /// windows of records wait for): its location and message; a store's, I/O's and an
+    /// interruption's kind as they are (their family with them), another's as an I/O
+    /// error that says it.
+    pub(crate) fn again(&self) -> Error {
+        let kind = match &self.0.kind {
+            ErrorKind::Store { problem, detail } => ErrorKind::Store {
+                problem: problem.clone(),
+                detail: detail.clone(),
+            },
+            ErrorKind::Interrupted => ErrorKind::Interrupted,
+            ErrorKind::Io(e) => ErrorKind::Io(io::Error::new(e.kind(), e.to_string())),
+            other => ErrorKind::Io(io::Error::other(other.to_string())),
+        };
+        Error(Box::new(Inner {
+            kind,
+            location: self.0.location.clone(),
+        }))
+    }
+
     /// Sets the file, unless a deeper layer already set one.
     pub fn with_file(mut self, file: impl AsRef<Path>) -> Error {
         if self.0.location.file.is_none() {

@@ -782,7 +782,7 @@ impl RecordAccess {
             }
             Err(e) => {
                 for p in own {
-                    p.fill(Err(e.to_string()));
+                    p.fill(Err(e.again()));
                 }
                 Err(e)
             }
@@ -806,10 +806,7 @@ impl RecordAccess {
         for (_, file, range) in &runs {
             match planned.iter().find_map(|p| p.bytes(*file, range)) {
                 Some(Ok(bytes)) => got.push(Some(bytes)),
-                Some(Err(e)) => {
-                    let e = std::io::Error::other(e);
-                    return Err(Error::from(e).with_file(&self.files[*file]));
-                }
+                Some(Err(e)) => return Err(e.with_file(&self.files[*file])),
                 None => {
                     let Bytes::Remote(blob) = &self.opened(*file)?.bytes else {
                         unreachable!("remote records are a store's");

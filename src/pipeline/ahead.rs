@@ -2,13 +2,14 @@
 //! (near records of one shard, one request each) are requested with the runs of the next
 //! windows that meet them, and each request is used by every window whose runs it holds.
 //! An epoch then makes fewer, larger requests: a store answers a request in about the
-//! time it answers a larger one (moto reads the whole object for each).
+//! time it answers a larger one (moto reads the whole object for each). What a window's
+//! runs were found from (its records, where its positions go) is kept for its reader.
 
 use std::collections::{BTreeMap, HashSet};
 use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::tfrecord::mapped::SharedBytes;
 
 /// Bytes of later windows' runs a store's window reads with its own (at most): adjoining
@@ -25,7 +26,7 @@ pub const AHEAD_WINDOWS: u64 = 4;
 pub(crate) struct Pending {
     file: usize,
     range: Range<u64>,
-    got: Mutex<Option<std::result::Result<SharedBytes, String>>>,
+    got: Mutex<Option<Result<SharedBytes>>>,
     done: Condvar,
 }
 
@@ -50,7 +51,7 @@ impl Pending {
     }
 
     /// Its answer (the first given; a later one is ignored), for the windows that wait.
-    pub(crate) fn fill(&self, got: std::result::Result<SharedBytes, String>) {
+    pub(crate) fn fill(&self, got: Result<SharedBytes>) {
         let mut slot = self.got.lock().unwrap_or_else(|e| e.into_inner());
         if slot.is_none() {
             *slot = Some(got);
@@ -58,12 +59,9 @@ impl Pending {
         }
     }
 
-    /// Bytes `range` of its file, once read (`None`: it does not hold them).
-    pub(crate) fn bytes(
-        &self,
-        file: usize,
-        range: &Range<u64>,
-    ) -> Option<std::result::Result<SharedBytes, String>> {
+    /// Bytes `range` of its file, once read (`None`: it does not hold them); its error
+    /// again for each window that reads it.
+    pub(crate) fn bytes(&self, file: usize, range: &Range<u64>) -> Option<Result<SharedBytes>> {
         if file != self.file || range.start < self.range.start || range.end > self.range.end {
             return None;
         }
@@ -77,7 +75,7 @@ impl Pending {
             Ok(bytes) if to <= bytes.len() => Ok(bytes.slice(from..to)),
             // (A store that answered short: the frame checks name what is missing.)
             Ok(bytes) => Ok(bytes.slice(from.min(bytes.len())..)),
-            Err(e) => Err(e.clone()),
+            Err(e) => Err(e.again()),
         })
     }
 }
@@ -90,7 +88,9 @@ struct Own(Vec<Arc<Pending>>);
 impl Drop for Own {
     fn drop(&mut self) {
         for p in &self.0 {
-            p.fill(Err("not read: an earlier error stopped its reader".into()));
+            p.fill(Err(Error::from(std::io::Error::other(
+                "not read: an earlier error stopped its reader",
+            ))));
         }
     }
 }
@@ -126,10 +126,17 @@ struct PlannedRun {
     ahead: bool,
 }
 
-#[derive(Debug, Default)]
-struct AheadState {
-    /// The runs of windows not yet read, by window.
-    runs: BTreeMap<u64, Vec<PlannedRun>>,
+/// A window found and not yet read: what its runs were found from, and its runs.
+#[derive(Debug)]
+struct Found<T> {
+    found: T,
+    runs: Vec<PlannedRun>,
+}
+
+#[derive(Debug)]
+struct AheadState<T> {
+    /// The windows found and not yet read.
+    runs: BTreeMap<u64, Found<T>>,
     /// Windows planned (their runs read or being read). Threads plan in the order they
     /// claim, not always the windows': a window planned is not found again.
     planned: HashSet<u64>,
@@ -137,20 +144,31 @@ struct AheadState {
     held: u64,
 }
 
+impl<T> Default for AheadState<T> {
+    fn default() -> Self {
+        AheadState {
+            runs: BTreeMap::new(),
+            planned: HashSet::new(),
+            held: 0,
+        }
+    }
+}
+
 /// A store's windows of blocks read a few windows ahead ([`AHEAD_WINDOWS`],
 /// [`AHEAD_BYTES`]): a window's runs are requested with the runs of the next windows that
-/// adjoin them, each request then used by every window it covers.
-#[derive(Debug, Default)]
-pub struct ReadAhead {
-    state: Mutex<AheadState>,
+/// adjoin them, each request then used by every window it covers. `T`: what a window's
+/// runs are found from, kept until its reader plans it (found once, not again).
+#[derive(Debug)]
+pub struct ReadAhead<T> {
+    state: Mutex<AheadState<T>>,
     windows: u64,
     bytes: u64,
 }
 
-impl ReadAhead {
+impl<T> ReadAhead<T> {
     /// Requests that take in runs up to `windows` windows ahead, at most `bytes` of them
     /// read before their window.
-    pub fn new(windows: u64, bytes: u64) -> ReadAhead {
+    pub fn new(windows: u64, bytes: u64) -> ReadAhead<T> {
         ReadAhead {
             state: Mutex::default(),
             windows,
@@ -158,19 +176,20 @@ impl ReadAhead {
         }
     }
 
-    /// Window `w`'s reads: each run (`runs_of(v)`: window v's runs, asked for the windows
-    /// from `w` to `windows` ahead not yet asked) read by a request an earlier window
-    /// made, or by one of its own, which takes in the runs of the windows ahead (and its
-    /// own) that adjoin it while their bytes fit `bytes`.
+    /// Window `w`'s reads, and what its runs were found from: each run (`find(v)`:
+    /// window v's runs and what they were found from, asked once for each window from `w`
+    /// to `windows` ahead) read by a request an earlier window made, or by one of its own,
+    /// which takes in the runs of the windows ahead (and its own) that adjoin it while
+    /// their bytes fit `bytes`.
     ///
     /// # Errors
     ///
-    /// The first error of `runs_of`.
+    /// The first error of `find`.
     pub fn plan(
         &self,
         w: u64,
-        runs_of: impl Fn(u64) -> Result<Vec<(usize, Range<u64>)>>,
-    ) -> Result<Planned> {
+        find: impl Fn(u64) -> Result<(T, Vec<(usize, Range<u64>)>)>,
+    ) -> Result<(T, Planned)> {
         let lock = || self.state.lock().unwrap_or_else(|e| e.into_inner());
         let last = w.saturating_add(self.windows);
         let missing: Vec<u64> = {
@@ -181,31 +200,32 @@ impl ReadAhead {
         // (Found outside the lock: a shard opened for it is a read of the store.)
         let mut found = Vec::with_capacity(missing.len());
         for v in missing {
-            found.push((v, runs_of(v)?));
+            found.push((v, find(v)?));
         }
         let mut state = lock();
         let state = &mut *state;
-        for (v, runs) in found {
+        for (v, (found, runs)) in found {
             if state.planned.contains(&v) {
                 continue;
             }
-            state.runs.entry(v).or_insert_with(|| {
-                (runs.into_iter())
+            state.runs.entry(v).or_insert_with(|| Found {
+                found,
+                runs: (runs.into_iter())
                     .map(|(file, range)| PlannedRun {
                         file,
                         range,
                         read: None,
                         ahead: false,
                     })
-                    .collect()
+                    .collect(),
             });
         }
         // (Windows this reader has no positions in keep an empty entry: never planned.)
         state.planned.insert(w);
         let mut planned = Planned::default();
-        let count = state.runs.get(&w).map_or(0, Vec::len);
+        let count = state.runs.get(&w).map_or(0, |f| f.runs.len());
         for i in 0..count {
-            let run = &state.runs[&w][i];
+            let run = &state.runs[&w].runs[i];
             if let Some(read) = &run.read {
                 if !planned.reads.iter().any(|p| Arc::ptr_eq(p, read)) {
                     planned.reads.push(read.clone());
@@ -217,8 +237,8 @@ impl ReadAhead {
             let mut more = 0;
             loop {
                 let before = taken.len();
-                for (&v, runs) in state.runs.range(w..=last) {
-                    for (j, r) in runs.iter().enumerate() {
+                for (&v, found) in state.runs.range(w..=last) {
+                    for (j, r) in found.runs.iter().enumerate() {
                         // (Runs that meet: a gap would be read for nothing, and
                         // perhaps again for a window past the bound.)
                         let near = r.range.start <= range.end && r.range.end >= range.start;
@@ -242,7 +262,7 @@ impl ReadAhead {
             }
             let read = Arc::new(Pending::new(file, range));
             for (v, j) in taken {
-                let r = &mut state.runs.get_mut(&v).expect("a planned window")[j];
+                let r = &mut state.runs.get_mut(&v).expect("a planned window").runs[j];
                 r.read = Some(read.clone());
                 r.ahead = v > w;
             }
@@ -250,12 +270,14 @@ impl ReadAhead {
             planned.own.0.push(read.clone());
             planned.reads.push(read);
         }
-        for run in state.runs.remove(&w).into_iter().flatten() {
+        // (Found above if not before: only its reader plans a window, once.)
+        let found = state.runs.remove(&w).expect("window w found");
+        for run in found.runs {
             if run.ahead {
                 state.held -= run.range.end - run.range.start;
             }
         }
-        Ok(planned)
+        Ok((found.found, planned))
     }
 
     /// Bytes of later windows' runs read ahead of their window now.
@@ -299,12 +321,16 @@ mod tests {
         for bound in [0, 3000, 16_000, 1 << 20] {
             let ahead = ReadAhead::new(4, bound);
             let mut requests: Vec<(usize, Range<u64>)> = Vec::new();
+            // (Each window found once, what it was found from handed to its reader.)
+            let finds = std::cell::RefCell::new(vec![0; windows.len() + 5]);
             for (w, mine) in windows.iter().enumerate() {
-                let planned = ahead
+                let (found, planned) = ahead
                     .plan(w as u64, |v| {
-                        Ok(windows.get(v as usize).cloned().unwrap_or_default())
+                        finds.borrow_mut()[v as usize] += 1;
+                        Ok((v, windows.get(v as usize).cloned().unwrap_or_default()))
                     })
                     .unwrap();
+                assert_eq!(found, w as u64);
                 assert!(ahead.held() <= bound, "{} over {bound}", ahead.held());
                 for p in &planned.own.0 {
                     requests.push((p.file, p.range.clone()));
@@ -320,6 +346,11 @@ mod tests {
                 }
             }
             assert_eq!(ahead.held(), 0, "every byte read ahead was read");
+            assert!(
+                finds.borrow().iter().all(|&n| n <= 1),
+                "{:?}",
+                finds.borrow()
+            );
             // No byte is requested twice.
             requests.sort_by_key(|(f, r)| (*f, r.start));
             for pair in requests.windows(2) {
@@ -344,14 +375,15 @@ mod tests {
         // Two threads: the one that claims a window may plan it after the next one's.
         let windows = shuffled_windows();
         let ahead = ReadAhead::new(4, 1 << 20);
-        let runs_of = |v: u64| Ok(windows.get(v as usize).cloned().unwrap_or_default());
+        let runs_of = |v: u64| Ok((v, windows.get(v as usize).cloned().unwrap_or_default()));
         let mut requests: Vec<(usize, Range<u64>)> = Vec::new();
         let mut order: Vec<u64> = (0..windows.len() as u64).collect();
         for pair in order.chunks_mut(2) {
             pair.reverse();
         }
         for w in order {
-            let planned = ahead.plan(w, runs_of).unwrap();
+            let (found, planned) = ahead.plan(w, runs_of).unwrap();
+            assert_eq!(found, w);
             for p in &planned.own.0 {
                 requests.push((p.file, p.range.clone()));
                 p.fill(Ok(SharedBytes::from(vec![
@@ -378,14 +410,34 @@ mod tests {
     }
 
     #[test]
+    fn each_window_waiting_for_a_failed_request_gets_its_error_as_it_was() {
+        use crate::error::{ErrorFamily, ErrorKind, StoreProblem};
+        let p = Pending::new(0, 0..100);
+        let shard = "s3://bucket/data-00000-of-00002.tfrecord";
+        let failed = Error::new(ErrorKind::Store {
+            problem: StoreProblem::Unreachable,
+            detail: "connection refused".into(),
+        })
+        .with_file(shard);
+        let said = failed.to_string();
+        p.fill(Err(failed));
+        for range in [0..10, 10..100] {
+            // (As the read names a run's shard: not a second time.)
+            let got = p.bytes(0, &range).unwrap().unwrap_err().with_file(shard);
+            assert_eq!(got.to_string(), said);
+            assert_eq!(got.kind().family(), ErrorFamily::Store);
+        }
+    }
+
+    #[test]
     fn a_request_its_reader_never_made_fails_the_windows_that_wait_for_it() {
         let windows = shuffled_windows();
         let ahead = ReadAhead::new(4, 1 << 20);
-        let runs_of = |v: u64| Ok(windows.get(v as usize).cloned().unwrap_or_default());
-        let first = ahead.plan(0, runs_of).unwrap();
+        let runs_of = |v: u64| Ok((v, windows.get(v as usize).cloned().unwrap_or_default()));
+        let first = ahead.plan(0, runs_of).unwrap().1;
         let mut later = Vec::new();
         for w in 1..=4 {
-            later.push(ahead.plan(w, runs_of).unwrap());
+            later.push(ahead.plan(w, runs_of).unwrap().1);
         }
         // A later window that reads a run the first window's requests took in.
         let (w, (file, range)) = (0..later.len())
@@ -405,6 +457,6 @@ mod tests {
             .iter()
             .find_map(|p| p.bytes(file, &range))
             .unwrap();
-        assert!(got.unwrap_err().contains("not read"));
+        assert!(got.unwrap_err().to_string().contains("not read"));
     }
 }

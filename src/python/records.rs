@@ -257,27 +257,37 @@ impl RecordsCore {
                         // request a run, with the adjoining runs of the next windows),
                         // decoded in that order, then gathered into their batches.
                         Some(w) if groups.windows > 0 => {
-                            let ranges: Vec<[u64; 2]> =
-                                pieces.iter().map(|p| [p.from, p.to]).collect();
-                            let (records, rows) = order.window_reads(w, &ranges);
-                            // (Window v's runs: this reader's positions in it read.)
-                            let runs_of = |v: u64| match groups.pieces(v, &order) {
-                                _ if v == w => access.window_runs(&records),
-                                Some((pieces, _)) => {
-                                    let ranges: Vec<[u64; 2]> =
-                                        pieces.iter().map(|p| [p.from, p.to]).collect();
-                                    access.window_runs(&order.window_reads(v, &ranges).0)
+                            // (Window v's records and rows: this reader's positions in it.)
+                            let reads_of = |v: u64| {
+                                let ranges = |pieces: &[Piece]| -> Vec<[u64; 2]> {
+                                    pieces.iter().map(|p| [p.from, p.to]).collect()
+                                };
+                                let ranges = match v == w {
+                                    true => ranges(&pieces),
+                                    false => groups
+                                        .pieces(v, &order)
+                                        .map_or_else(Vec::new, |(pieces, _)| ranges(&pieces)),
+                                };
+                                match ranges.is_empty() {
+                                    true => (Vec::new(), Vec::new()),
+                                    false => order.window_reads(v, &ranges),
                                 }
-                                None => Ok(Vec::new()),
                             };
                             match &read_ahead {
-                                Some(read_ahead) => {
-                                    read_ahead.plan(w, runs_of).and_then(|planned| {
+                                Some(read_ahead) => read_ahead
+                                    .plan(w, |v| {
+                                        let (records, rows) = reads_of(v);
+                                        let runs = access.window_runs(&records)?;
+                                        Ok(((records, rows), runs))
+                                    })
+                                    .and_then(|((records, rows), planned)| {
                                         access.read_planned(&planned)?;
                                         access.batches(&records, &rows, Some(&planned))
-                                    })
+                                    }),
+                                None => {
+                                    let (records, rows) = reads_of(w);
+                                    access.batches(&records, &rows, None)
                                 }
-                                None => access.batches(&records, &rows, None),
                             }
                         }
                         _ => (pieces.iter())
