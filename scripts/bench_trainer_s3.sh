@@ -5,8 +5,8 @@
 # each in its own process, alternating, best of RUNS (goal: blocks >= 0.8x the
 # sequential's records/s). Twice: shards written with `--index` (their .idx files give
 # the records' offsets) and shards without (the first read of each walks its frames: its
-# bytes are read twice in a first epoch). Run scripts/bench_trainer.sh first (it writes
-# the standard table).
+# bytes are read twice in a first epoch). Each reader's peak anonymous memory (the most
+# of its runs) beside. Run scripts/bench_trainer.sh first (it writes the standard table).
 #
 #   scripts/bench_trainer_s3.sh            (RUNS=3 by default)
 set -euo pipefail
@@ -25,13 +25,14 @@ source scripts/moto.sh
 start_moto "$s3venv"
 "$s3venv/bin/python" scripts/s3_client.py mb bench
 echo "== the standard shards ($(du -sh "$data/shards-32mib" | cut -f1), 32 MiB each) in moto S3, $(nproc) cores; batches of 256, columns x, y"
-printf "%-22s %14s %14s %7s %15s %15s %7s\n" shards "seq records/s" "blocks rec/s" ratio "1st epoch: seq" "blocks" ratio
+printf "%-22s %14s %14s %7s %15s %15s %7s %14s %7s\n" shards "seq records/s" "blocks rec/s" ratio "1st epoch: seq" "blocks" ratio "anon MiB: seq" blocks
 for set in shards-32mib-idx shards-32mib; do
   "$s3venv/bin/python" scripts/s3_client.py put-dir "$data/$set" bench "$set"
-  declare -A rate=([seq]=0 [blocks]=0) first=([seq]=0 [blocks]=0)
+  declare -A rate=([seq]=0 [blocks]=0) first=([seq]=0 [blocks]=0) anon=([seq]=0 [blocks]=0)
   for _ in $(seq "$runs"); do
     for reader in seq blocks; do
-      read -r n s n1 s1 _ < <("$tv/bin/python" scripts/bench_trainer.py "s3://bench/$set" --reader $reader)
+      read -r n s n1 s1 a < <("$tv/bin/python" scripts/bench_trainer.py "s3://bench/$set" --reader $reader)
+      (( a > anon[$reader] )) && anon[$reader]=$a
       r=$(echo "$n / $s" | bc -l)
       r1=$(echo "$n1 / $s1" | bc -l)
       [ "$(echo "$r > ${rate[$reader]}" | bc)" = 1 ] && rate[$reader]=$r
@@ -39,8 +40,8 @@ for set in shards-32mib-idx shards-32mib; do
     done
   done
   label=$([ "$set" = shards-32mib-idx ] && echo "with .idx (--index)" || echo "without .idx")
-  printf "%-22s %14.0f %14.0f %6.2fx %15.0f %15.0f %6.2fx\n" "$label" "${rate[seq]}" "${rate[blocks]}" \
+  printf "%-22s %14.0f %14.0f %6.2fx %15.0f %15.0f %6.2fx %14d %7d\n" "$label" "${rate[seq]}" "${rate[blocks]}" \
     "$(echo "${rate[blocks]} / ${rate[seq]}" | bc -l)" "${first[seq]}" "${first[blocks]}" \
-    "$(echo "${first[blocks]} / ${first[seq]}" | bc -l)"
+    "$(echo "${first[blocks]} / ${first[seq]}" | bc -l)" "${anon[seq]}" "${anon[blocks]}"
 done
 echo "(goal: blocks >= 0.8x the sequential Dataset from the same bucket)"
