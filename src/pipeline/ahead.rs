@@ -157,7 +157,8 @@ impl<T> Default for AheadState<T> {
 /// A store's windows of blocks read a few windows ahead ([`AHEAD_WINDOWS`],
 /// [`AHEAD_BYTES`]): a window's runs are requested with the runs of the next windows that
 /// adjoin them, each request then used by every window it covers. `T`: what a window's
-/// runs are found from, kept until its reader plans it (found once, not again).
+/// runs are found from, kept until its reader plans it (not found again; two readers
+/// planning at once may both find a window ahead, and one is kept).
 #[derive(Debug)]
 pub struct ReadAhead<T> {
     state: Mutex<AheadState<T>>,
@@ -177,14 +178,15 @@ impl<T> ReadAhead<T> {
     }
 
     /// Window `w`'s reads, and what its runs were found from: each run (`find(v)`:
-    /// window v's runs and what they were found from, asked once for each window from `w`
-    /// to `windows` ahead) read by a request an earlier window made, or by one of its own,
-    /// which takes in the runs of the windows ahead (and its own) that adjoin it while
-    /// their bytes fit `bytes`.
+    /// window v's runs and what they were found from, asked for each window from `w` to
+    /// `windows` ahead not found before) read by a request an earlier window made, or by
+    /// one of its own, which takes in the runs of the windows ahead (and its own) that
+    /// adjoin it while their bytes fit `bytes`. A window ahead that cannot be found is
+    /// not read ahead (its own reader meets the error).
     ///
     /// # Errors
     ///
-    /// The first error of `find`.
+    /// Window `w` cannot be found (`find`'s error).
     pub fn plan(
         &self,
         w: u64,
@@ -200,7 +202,11 @@ impl<T> ReadAhead<T> {
         // (Found outside the lock: a shard opened for it is a read of the store.)
         let mut found = Vec::with_capacity(missing.len());
         for v in missing {
-            found.push((v, find(v)?));
+            match find(v) {
+                Ok(f) => found.push((v, f)),
+                Err(e) if v == w => return Err(e),
+                Err(_) => break,
+            }
         }
         let mut state = lock();
         let state = &mut *state;
@@ -407,6 +413,86 @@ mod tests {
                 "{pair:?}"
             );
         }
+    }
+
+    /// Requests of `planned` (its own) filled, each byte with its file's number.
+    fn fill(planned: &Planned, requests: &mut Vec<(usize, Range<u64>)>) {
+        for p in &planned.own.0 {
+            requests.push((p.file, p.range.clone()));
+            let bytes = vec![p.file as u8; (p.range.end - p.range.start) as usize];
+            p.fill(Ok(SharedBytes::from(bytes)));
+        }
+    }
+
+    #[test]
+    fn windows_planned_at_once_each_get_their_own_and_read_each_byte_once() {
+        // A window's whole plan between another's finding and its planning (threads
+        // find outside the lock): window 4 inside 5's, then 7 inside 6's.
+        let windows = shuffled_windows();
+        let ahead = ReadAhead::new(4, 1 << 20);
+        let runs_of = |v: u64| Ok((v, windows.get(v as usize).cloned().unwrap_or_default()));
+        let mut plans = Vec::new();
+        for w in 0..4 {
+            plans.push(ahead.plan(w, runs_of).unwrap());
+        }
+        for (outer, inner) in [(5, 4), (6, 7)] {
+            let nested = std::cell::RefCell::new(None);
+            let plan = ahead
+                .plan(outer, |v| {
+                    if nested.borrow().is_none() {
+                        let got = ahead.plan(inner, runs_of).unwrap();
+                        *nested.borrow_mut() = Some(got);
+                    }
+                    runs_of(v)
+                })
+                .unwrap();
+            plans.push(nested.into_inner().unwrap());
+            plans.push(plan);
+        }
+        for w in 8..windows.len() as u64 {
+            plans.push(ahead.plan(w, runs_of).unwrap());
+        }
+        let mut requests = Vec::new();
+        for (_, planned) in &plans {
+            fill(planned, &mut requests);
+        }
+        let mut seen: Vec<u64> = plans.iter().map(|(w, _)| *w).collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..windows.len() as u64).collect::<Vec<_>>());
+        for (w, planned) in &plans {
+            for (file, range) in &windows[*w as usize] {
+                let got = planned.reads.iter().find_map(|p| p.bytes(*file, range));
+                assert!(got.unwrap().unwrap().iter().all(|&b| b == *file as u8));
+            }
+        }
+        assert_eq!(ahead.held(), 0);
+        requests.sort_by_key(|(f, r)| (*f, r.start));
+        for pair in requests.windows(2) {
+            assert!(
+                pair[0].0 != pair[1].0 || pair[0].1.end <= pair[1].1.start,
+                "{pair:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_window_ahead_that_cannot_be_found_fails_only_its_own_reader() {
+        let windows = shuffled_windows();
+        let ahead = ReadAhead::new(4, 1 << 20);
+        let find = |v: u64| match v {
+            2 => Err(Error::from(std::io::Error::other("shard 2 is gone"))),
+            v => Ok((v, windows.get(v as usize).cloned().unwrap_or_default())),
+        };
+        let mut requests = Vec::new();
+        for w in 0..2 {
+            let (found, planned) = ahead.plan(w, find).unwrap();
+            assert_eq!(found, w);
+            fill(&planned, &mut requests);
+        }
+        let failed = ahead.plan(2, find).unwrap_err();
+        assert!(failed.to_string().contains("shard 2 is gone"), "{failed}");
+        // (Nothing was read ahead past the window that cannot be found.)
+        assert_eq!(ahead.held(), 0);
     }
 
     #[test]
