@@ -338,11 +338,7 @@ mod tests {
                     .unwrap();
                 assert_eq!(found, w as u64);
                 assert!(ahead.held() <= bound, "{} over {bound}", ahead.held());
-                for p in &planned.own.0 {
-                    requests.push((p.file, p.range.clone()));
-                    let bytes = vec![p.file as u8; (p.range.end - p.range.start) as usize];
-                    p.fill(Ok(SharedBytes::from(bytes)));
-                }
+                fill(&planned, &mut requests);
                 // Every run of the window is in a request it reads, read by then.
                 for (file, range) in mine {
                     let got = planned.reads.iter().find_map(|p| p.bytes(*file, range));
@@ -358,13 +354,7 @@ mod tests {
                 finds.borrow()
             );
             // No byte is requested twice.
-            requests.sort_by_key(|(f, r)| (*f, r.start));
-            for pair in requests.windows(2) {
-                assert!(
-                    pair[0].0 != pair[1].0 || pair[0].1.end <= pair[1].1.start,
-                    "{pair:?}"
-                );
-            }
+            each_byte_once(&mut requests);
             made.push(requests.len());
         }
         // Without a bound only a window's own adjoining runs share a request; each more
@@ -390,14 +380,7 @@ mod tests {
         for w in order {
             let (found, planned) = ahead.plan(w, runs_of).unwrap();
             assert_eq!(found, w);
-            for p in &planned.own.0 {
-                requests.push((p.file, p.range.clone()));
-                p.fill(Ok(SharedBytes::from(vec![
-                    0;
-                    (p.range.end - p.range.start)
-                        as usize
-                ])));
-            }
+            fill(&planned, &mut requests);
             for (file, range) in &windows[w as usize] {
                 assert!(planned
                     .reads
@@ -406,6 +389,11 @@ mod tests {
             }
         }
         assert_eq!(ahead.held(), 0);
+        each_byte_once(&mut requests);
+    }
+
+    /// No byte of a file in two of `requests`.
+    fn each_byte_once(requests: &mut [(usize, Range<u64>)]) {
         requests.sort_by_key(|(f, r)| (*f, r.start));
         for pair in requests.windows(2) {
             assert!(
@@ -466,13 +454,7 @@ mod tests {
             }
         }
         assert_eq!(ahead.held(), 0);
-        requests.sort_by_key(|(f, r)| (*f, r.start));
-        for pair in requests.windows(2) {
-            assert!(
-                pair[0].0 != pair[1].0 || pair[0].1.end <= pair[1].1.start,
-                "{pair:?}"
-            );
-        }
+        each_byte_once(&mut requests);
     }
 
     #[test]
