@@ -748,8 +748,14 @@ impl RecordAccess {
             return Ok(Vec::new());
         }
         let (places, opened) = self.places(records)?;
+        // (What `fetch` reads by runs: a store's shards with a table of every record; a
+        // set may hold local shards too, mapped.)
         let mut remote: Vec<usize> = (0..places.len())
-            .filter(|&k| !matches!(opened[k].offsets, Offsets::Marks(_)))
+            .filter(|&k| {
+                let shard = opened[k];
+                matches!(shard.bytes, Bytes::Remote(_))
+                    && !matches!(shard.offsets, Offsets::Marks(_))
+            })
             .collect();
         let runs = RecordAccess::runs(&places, &mut remote);
         Ok(runs

@@ -313,3 +313,28 @@ def test_opening_a_10000_shard_set_from_its_manifest_reads_one_object(logged_s3,
     assert touched <= {f"/{name}/many/data-09999-of-10000.tfrecord", f"/{name}/many/data-09999-of-10000.tfrecord.idx"}, touched
     assert records.table_bytes == (8 + 1) * 4
     assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
+
+
+def test_blocks_from_a_set_of_bucket_and_local_shards(s3, small_shards, tmp_path):
+    """A set whose shards are some in a bucket, some on disk, in either order: a store's
+    windows read ahead only the bucket's shards, the local ones are mapped; every record
+    once, the batches of the same shards all on disk."""
+    bucket = s3("pytest-mixed")
+    tfshard.convert(small_shards, f"s3://{bucket}/small", format="tfrecord", target_shard_size="100KB")
+    local = tmp_path / "local"
+    tfshard.convert(small_shards, str(local), format="tfrecord", target_shard_size="100KB")
+    names = sorted(p.name for p in local.glob("*.tfrecord"))
+    half = len(names) // 2
+    kw = dict(batch_size=64, shuffle="blocks", block_size=100, window=4, seed=7)
+    for first_in_bucket in (True, False):
+        remote = [f"s3://{bucket}/small/{n}" for n in names[:half]]
+        on_disk = [str(local / n) for n in names[half:]]
+        if not first_in_bucket:
+            remote = [f"s3://{bucket}/small/{n}" for n in names[half:]]
+            on_disk = [str(local / n) for n in names[:half]]
+        paths = remote + on_disk if first_in_bucket else on_disk + remote
+        got = list(tfshard.Dataset(paths, **kw))
+        same = [str(local / p.rsplit("/", 1)[-1]) for p in paths]
+        _assert_same_batches(got, list(tfshard.Dataset(same, **kw)))
+        ids = np.concatenate([b["id"] for b in got]).tolist()
+        assert len(ids) == 2000 and len(set(ids)) == 2000
