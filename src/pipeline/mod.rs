@@ -52,6 +52,7 @@ pub mod order;
 pub(crate) mod parse;
 pub mod permute;
 pub(crate) mod prefetch;
+pub mod schedule;
 pub(crate) mod shuffle;
 
 use std::path::PathBuf;

@@ -134,6 +134,8 @@ fn tfshard_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<commands::Inspect>()?;
     m.add_class::<batches::Shards>()?;
     m.add_class::<batches::Batches>()?;
+    m.add_function(wrap_pyfunction!(records::schedule_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(records::rank_range, m)?)?;
     m.add_class::<records::RecordsCore>()?;
     m.add_class::<records::OrderedBatches>()?;
     Ok(())

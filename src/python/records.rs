@@ -13,8 +13,66 @@ use super::batches::{open_set, parse_compression, to_numpy, values_to_numpy};
 use super::to_py_err;
 use crate::example::FeatureSpec;
 use crate::pipeline::access::{RecordAccess, DEFAULT_TABLE_BOUND};
+use crate::pipeline::schedule::Schedule;
 use crate::pipeline::{Batch, Column};
 use crate::store::IoOptions;
+
+/// The batches a reader yields in an epoch read in a global order from position
+/// `start` (see [`Schedule`]): `Dataset.__len__` and the tests' model.
+#[pyfunction]
+#[pyo3(signature = (n, start, batch, ranks, rank, workers, worker, drop_remainder, even))]
+#[allow(clippy::too_many_arguments)]
+pub fn schedule_batches(
+    n: u64,
+    start: u64,
+    batch: u64,
+    ranks: u64,
+    rank: u64,
+    workers: u64,
+    worker: u64,
+    drop_remainder: bool,
+    even: bool,
+) -> PyResult<u64> {
+    if batch == 0 || ranks == 0 || workers == 0 || rank >= ranks || worker >= workers {
+        return Err(PyValueError::new_err(
+            "batch, ranks and workers must be positive, rank and worker below them",
+        ));
+    }
+    let schedule = Schedule {
+        n,
+        start: start.min(n),
+        batch,
+        ranks,
+        rank,
+        workers,
+        worker,
+        drop_remainder,
+        even,
+    };
+    Ok(schedule.batches())
+}
+
+/// The records `(start, end)` a rank reads in file order (the buffer shuffle): see
+/// [`crate::pipeline::schedule::rank_range`].
+#[pyfunction]
+#[pyo3(signature = (n, batch, ranks, rank, drop_remainder, even))]
+pub fn rank_range(
+    n: u64,
+    batch: u64,
+    ranks: u64,
+    rank: u64,
+    drop_remainder: bool,
+    even: bool,
+) -> PyResult<(u64, u64)> {
+    if batch == 0 || ranks == 0 || rank >= ranks {
+        return Err(PyValueError::new_err(
+            "batch and ranks must be positive, rank below ranks",
+        ));
+    }
+    let [start, end] =
+        crate::pipeline::schedule::rank_range(n, batch, ranks, rank, drop_remainder, even);
+    Ok((start, end))
+}
 
 /// The records of a set of uncompressed shards, by index.
 #[pyclass(module = "tfshard._tfshard", frozen)]
@@ -173,7 +231,7 @@ impl RecordsCore {
     /// `threads` threads, `depth` groups of batches ahead ([`Groups`]).
     #[pyo3(signature = (
         *, shuffle, block, window, seed, epoch, batch_size, start, ranks, rank,
-        workers, worker, drop_remainder, threads, depth
+        workers, worker, drop_remainder, threads, depth, even=true
     ))]
     #[allow(clippy::too_many_arguments)]
     fn ordered(
@@ -192,6 +250,7 @@ impl RecordsCore {
         drop_remainder: bool,
         threads: usize,
         depth: u64,
+        even: bool,
     ) -> PyResult<OrderedBatches> {
         use crate::pipeline::order::{EpochOrder, Shuffle};
         let shuffle = match shuffle {
@@ -209,7 +268,7 @@ impl RecordsCore {
             ));
         }
         let n = self.access.len();
-        let steps = Steps {
+        let steps = Schedule {
             n,
             start: start.min(n),
             batch: batch_size,
@@ -218,6 +277,7 @@ impl RecordsCore {
             workers,
             worker,
             drop_remainder,
+            even,
         };
         let order = std::sync::Arc::new(EpochOrder::new(n, shuffle, seed, epoch));
         let groups = Groups::new(steps, &order, self.access.by_window());
@@ -355,46 +415,6 @@ fn record_dict(py: Python<'_>, batch: Batch) -> PyResult<Bound<'_, PyDict>> {
     Ok(out)
 }
 
-/// Where one reader (a rank, or a DataLoader worker of one) is in an epoch read in a
-/// global order: every rank takes, at each step, its `batch` positions of the next
-/// `batch × ranks` (in whole batches: rank r the r-th), from `start` on; a DataLoader
-/// worker w of W takes the steps w, w + W, …; the last, short step is shared among the
-/// ranks as evenly as records allow (or dropped).
-#[derive(Debug, Clone, Copy)]
-struct Steps {
-    n: u64,
-    start: u64,
-    batch: u64,
-    ranks: u64,
-    rank: u64,
-    workers: u64,
-    worker: u64,
-    drop_remainder: bool,
-}
-
-impl Steps {
-    /// The positions `[from, to)` of this reader's `k`-th batch, if it has one.
-    fn positions(&self, k: u64) -> Option<[u64; 2]> {
-        let s = self.worker.checked_add(k.checked_mul(self.workers)?)?;
-        let span = self.batch * self.ranks;
-        let first = self.start.checked_add(s.checked_mul(span)?)?;
-        if first >= self.n {
-            return None;
-        }
-        if first + span <= self.n {
-            let from = first + self.rank * self.batch;
-            return Some([from, from + self.batch]);
-        }
-        if self.drop_remainder {
-            return None;
-        }
-        let m = self.n - first;
-        let from = first + m * self.rank / self.ranks;
-        let to = first + m * (self.rank + 1) / self.ranks;
-        (from < to).then_some([from, to])
-    }
-}
-
 /// This reader's batches (its steps `0..total`) cut into groups, each made by one
 /// thread at once: `GROUP_RECORDS` records' worth of batches; or, with blocks from a
 /// store or with marks, the positions of one window (its records read once, as runs),
@@ -402,7 +422,7 @@ impl Steps {
 /// joined when both are made.
 #[derive(Debug, Clone, Copy)]
 struct Groups {
-    steps: Steps,
+    steps: Schedule,
     total: u64,
     /// Windows of blocks (0: the global shuffle).
     windows: u64,
@@ -424,8 +444,8 @@ impl Groups {
     /// `by_window`: with blocks, a group a window (a store's shards, or shards with
     /// marks); else groups of `GROUP_RECORDS` (mapped shards are read faster batch by
     /// batch: sorting a window's records costs more than it saves).
-    fn new(steps: Steps, order: &crate::pipeline::order::EpochOrder, by_window: bool) -> Groups {
-        let total = partition_point(0, steps.n + 1, |k| steps.positions(k).is_some());
+    fn new(steps: Schedule, order: &crate::pipeline::order::EpochOrder, by_window: bool) -> Groups {
+        let total = steps.batches();
         Groups {
             steps,
             total,
@@ -632,7 +652,7 @@ impl Shared {
     }
 }
 
-/// One epoch of one reader's batches in a global order ([`Steps`]), made ahead on
+/// One epoch of one reader's batches in a global order ([`Schedule`]), made ahead on
 /// threads, at most `depth` groups of them ([`Groups`]) ahead of the consumer.
 #[pyclass(module = "tfshard._tfshard", frozen)]
 pub struct OrderedBatches {

@@ -38,6 +38,7 @@ from ._tfshard import (
     __version__,
 )
 from . import _tfshard
+from . import _resume
 
 __all__ = [
     "CorruptInputError",
@@ -287,23 +288,6 @@ def _data_loader_worker() -> Tuple[int, int]:
     return info.id, info.num_workers
 
 
-def _dataset_states(state: Any) -> List[Dict[str, Any]]:
-    """The Dataset states in ``state``: itself, or those nested in a StatefulDataLoader's
-    state (one per worker)."""
-    if isinstance(state, dict):
-        if state.get("version") in (1, 2, 3) and "epoch" in state and "batches" in state:
-            return [state]
-        found: List[Dict[str, Any]] = []
-        for value in state.values():
-            found.extend(_dataset_states(value))
-        return found
-    if isinstance(state, (list, tuple)):
-        return [s for v in state for s in _dataset_states(v)]
-    return []
-
-
-_STATE_KEYS = ("batch_size", "seed", "shuffle_buffer", "drop_remainder", "num_shards", "shard_index", "records", "cycle_length", "cache")
-
 _TORCH_CLASSES: Dict[int, type] = {}
 
 
@@ -383,10 +367,15 @@ class Dataset:
     ``"global"`` is refused, saying what to do; ``"blocks"`` keeps one offset a block
     instead and reads each window of blocks at once, walking the frames of its blocks.
 
-    With ``drop_remainder=True`` every rank yields the same number of batches (what DDP
-    needs): each rank's share is cut to whole batches of the smallest share, the records
-    past it left out with the short batches. Without it every record is read, and ranks'
-    counts may differ by one batch.
+    Ranks stay even: every rank yields the same number of batches each epoch (what DDP's
+    all-reduce needs; ``DistributedSampler`` and Accelerate do the same). The last step's
+    records are spread so that every rank gets some; only where fewer records than ranks
+    remain does a rank without one read a repeat of one of the epoch's records (at most
+    ``num_shards - 1`` an epoch, counted by ``len()``). ``even_batches=False`` reads every
+    record exactly once, and ranks' counts may then differ by one batch (tfshard before
+    0.2 did this by default). With ``drop_remainder=True`` the incomplete last step is
+    dropped instead (with the buffer shuffle: each rank's share cut to whole batches of the
+    smallest share).
 
     Where torch is installed, a Dataset is also a ``torch.utils.data.IterableDataset``
     (torch is imported when the Dataset is made, never by ``import tfshard``): hand it to
@@ -421,6 +410,7 @@ class Dataset:
         state: Optional[Dict[str, Any]] = None,
         generations: Optional[Sequence[int]] = None,
         table_bound: Optional[int] = None,
+        even_batches: bool = True,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, not {batch_size!r}")
@@ -463,6 +453,7 @@ class Dataset:
         self.table_bound = table_bound
         self.seed = seed
         self.drop_remainder = drop_remainder
+        self.even_batches = bool(even_batches)
         self.num_shards = num_shards
         self.shard_index = shard_index
         self.format = format
@@ -474,8 +465,7 @@ class Dataset:
         # blocks), the batches it yielded since, and a state loaded for the next pass.
         self._start = 0
         self._position = 0
-        self._resume = 0
-        self._loaded: Optional[Dict[str, Any]] = None
+        self._loaded: Optional[_resume.Loaded] = None
         if state is not None:
             self.load_state_dict(state)
 
@@ -501,7 +491,7 @@ class Dataset:
         if epoch < 0:
             raise ValueError("epoch must not be negative")
         self._epoch = epoch
-        self._start = self._position = self._resume = 0
+        self._start = self._position = 0
         self._loaded = None
 
     def _records(self) -> int:
@@ -530,13 +520,10 @@ class Dataset:
         return int(self._core().block)
 
     def _rank_range(self) -> Tuple[int, int]:
-        n = self._records()
-        start = n * self.shard_index // self.num_shards
-        if self.drop_remainder:
-            # Every rank the same whole batches: those of the smallest share.
-            per = n // self.num_shards // self.batch_size * self.batch_size
-            return start, start + per
-        return start, n * (self.shard_index + 1) // self.num_shards
+        """This rank's records in file order (the buffer shuffle)."""
+        start, end = _tfshard.rank_range(self._records(), self.batch_size, self.num_shards, self.shard_index,
+                                         self.drop_remainder, self.even_batches)
+        return int(start), int(end)
 
     def _batches_of(self, records: int) -> int:
         if self.drop_remainder:
@@ -545,11 +532,9 @@ class Dataset:
 
     def __len__(self) -> int:
         if self.shuffle != "buffer":
-            n, span = self._records(), self.batch_size * self.num_shards
-            full, left = divmod(n, span)
-            r, ranks = self.shard_index, self.num_shards
-            mine = left * (r + 1) // ranks - left * r // ranks
-            return full + (1 if mine and not self.drop_remainder else 0)
+            return int(_tfshard.schedule_batches(self._records(), 0, self.batch_size, self.num_shards,
+                                                 self.shard_index, 1, 0, self.drop_remainder,
+                                                 self.even_batches))
         start, end = self._rank_range()
         return self._batches_of(end - start)
 
@@ -572,8 +557,15 @@ class Dataset:
         record still read once in the epoch). Inside a DataLoader worker it is that
         worker's (what ``StatefulDataLoader.state_dict()`` gathers)."""
         worker, workers = _data_loader_worker()
+        # A state loaded and not read from yet: where the next pass will start.
+        start, batches = self._start, self._position
+        if self._loaded is not None and self.shuffle == "buffer":
+            batches = _resume.buffer_skip(self._loaded, worker, workers)
+        elif self._loaded is not None:
+            start, batches = _resume.ordered_start(self._loaded, self.batch_size, self.num_shards,
+                                                   self._records(), worker, workers)
         if self.shuffle == "buffer":
-            state = {"version": 1, "epoch": self._epoch, "batches": self._position}
+            state = {"version": 1, "epoch": self._epoch, "batches": batches}
             state.update(self._config())
             if workers > 1:
                 state.update(worker=worker, workers=workers)
@@ -587,13 +579,13 @@ class Dataset:
             "records": self._records(),
             "block": self._block() if self.shuffle == "blocks" else None,
             "window": self.window if self.shuffle == "blocks" else None,
-            "start": self._start,
+            "start": start,
             "batch_size": self.batch_size,
             "num_shards": self.num_shards,
             "drop_remainder": self.drop_remainder,
             "worker": worker,
             "workers": workers,
-            "batches": self._position,
+            "batches": batches,
         }
 
     def state(self) -> Dict[str, Any]:
@@ -611,6 +603,7 @@ class Dataset:
             "records": self._records(),
             "cycle_length": self.cycle_length,
             "cache": self._cache,
+            "even_batches": self.even_batches,
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
@@ -619,124 +612,46 @@ class Dataset:
         ``shuffle="global"`` or ``"blocks"`` the run may have another number of ranks,
         workers or another batch size (elastic resume); with the buffer shuffle, only
         the same configuration. A state of other shards (another record count) or of
-        another shuffle, seed or block size is refused (``ValueError``)."""
+        another shuffle, seed or block size is refused (``ValueError``), and so is one
+        DataLoader worker's state alone under another configuration (it cannot say where
+        the epoch stands): every way to load a state continues exactly or refuses."""
         if not isinstance(state, dict):
             raise ValueError("state must be a dict that Dataset.state_dict() returned")
-        found = _dataset_states(state)
+        found = _resume.states_in(state)
         if not found:
             raise ValueError("no tfshard Dataset state in this dict")
         if self.shuffle == "buffer":
-            self._load_buffer(found)
+            loaded = _resume.load_buffer(found, self._config(), self.shuffle)
         else:
-            self._load_global(found)
-
-    def _load_buffer(self, found: List[Dict[str, Any]]) -> None:
-        first = found[0]
-        if first.get("version") != 1:
-            raise ValueError(
-                f'the state was taken with shuffle="{first.get("shuffle")}", this dataset has shuffle="buffer"'
-            )
-        config = self._config()
-        for key in _STATE_KEYS:
-            if first.get(key) != config[key]:
-                raise ValueError(
-                    f"the state was taken with {key}={first.get(key)!r}, this dataset has {config[key]!r}: "
-                    "it would not give the same batches (only shuffle=\"global\" or \"blocks\" resume "
-                    "under another configuration)"
-                )
-        self._epoch = int(first["epoch"])
-        if len(found) > 1 or "workers" in first:
-            # Each DataLoader worker's own position, for the same workers.
-            self._loaded = {"per_worker": {int(f.get("worker", 0)): int(f["batches"]) for f in found},
-                            "workers": int(first.get("workers", 1))}
-            self._resume = self._position = 0
-        else:
-            self._resume = self._position = int(first["batches"])
-        if self._cache == "memory" and self._epoch >= 1 and (self._resume > 0 or self._loaded):
+            mine = {
+                "shuffle": self.shuffle,
+                "seed": self.seed,
+                "records": self._records(),
+                "block": self._block() if self.shuffle == "blocks" else None,
+                "window": self.window if self.shuffle == "blocks" else None,
+            }
+            loaded = _resume.load_ordered(found, mine)
+        if _resume.keeps(self._loaded, loaded):
+            return
+        if self._cache == "memory" and loaded.epoch >= 1 and any(loaded.per_worker.values()):
             raise ValueError(
                 "the epoch was read from a memory cache this process does not have: resume a cached "
                 "epoch with cache=PATH (a cache file), or from the epoch's start (set_epoch)"
             )
-
-    def _load_global(self, found: List[Dict[str, Any]]) -> None:
-        first = found[0]
-        if first.get("version") == 2:
-            raise ValueError(
-                "the state was taken by an earlier tfshard (state version 2), whose shuffled order "
-                "differs: it would not continue the same epoch; start its epoch again "
-                f"(set_epoch({first.get('epoch')})) or resume with the tfshard that took it"
-            )
-        if first.get("version") != 3:
-            raise ValueError(
-                f'the state was taken with shuffle="buffer", this dataset has shuffle="{self.shuffle}"'
-            )
-        mine = {
-            "shuffle": self.shuffle,
-            "seed": self.seed,
-            "records": self._records(),
-            "block": self._block() if self.shuffle == "blocks" else None,
-            "window": self.window if self.shuffle == "blocks" else None,
-        }
-        for f in found:
-            for key, value in mine.items():
-                if f.get(key) != value:
-                    what = "other shards (a changed manifest)" if key == "records" else f"{key}={f.get(key)!r}"
-                    raise ValueError(
-                        f"the state was taken with {what}, this dataset has {key}={value!r}: it would not "
-                        "continue the same epoch"
-                    )
-            if (f["epoch"], f["start"], f["batch_size"], f["num_shards"], f["workers"]) != (
-                first["epoch"], first["start"], first["batch_size"], first["num_shards"], first["workers"]
-            ):
-                raise ValueError("the states found are of different runs")
-        workers = int(first["workers"])
-        got = {int(f["worker"]): int(f["batches"]) for f in found}
-        if len(got) == 1 and workers > 1:
-            # One DataLoader worker's own state (StatefulDataLoader hands each worker
-            # its own): that worker continues its steps.
-            self._epoch = int(first["epoch"])
-            self._loaded = {"start": int(first["start"]), "per_worker": got, "workers": workers, "one": True}
-            self._start = int(first["start"])
-            self._position = self._resume = 0
-            return
-        if sorted(got) != list(range(workers)):
-            raise ValueError(
-                f"the state holds workers {sorted(got)} of {workers}: load the whole StatefulDataLoader "
-                "state, or one taken in the main process"
-            )
-        # The loader yields its workers' batches in turn: steps 0 .. k-1 are done.
-        steps = sum(got.values())
-        span = int(first["batch_size"]) * int(first["num_shards"])
-        self._epoch = int(first["epoch"])
-        position = min(int(first["start"]) + steps * span, mine["records"])
-        same = (int(first["batch_size"]), int(first["num_shards"])) == (self.batch_size, self.num_shards)
-        # The same run's workers each continue their own steps; any other run from the
-        # global position.
-        self._loaded = {"start": int(first["start"]), "per_worker": got, "workers": workers} if same and workers > 1 else None
-        self._start = int(first["start"]) if self._loaded else position
-        self._position = self._resume = 0
+        self._epoch = loaded.epoch
+        self._start = loaded.start
+        self._position = 0
+        self._loaded = loaded
 
     def __iter__(self) -> Iterator[Any]:
         worker, workers = _data_loader_worker()
         if self.shuffle != "buffer":
             return self._ordered_epoch(worker, workers)
         start, end = self._worker_range(worker, workers)
-        epoch, skip = self._epoch, self._resume
-        loaded = self._loaded
-        if loaded is not None:
-            if loaded["workers"] != workers:
-                raise ValueError(
-                    f"the state was taken with {loaded['workers']} DataLoader workers, this loader has "
-                    f"{workers}: with the buffer shuffle, resume under the same configuration (or use "
-                    'shuffle="global" or "blocks")'
-                )
-            skip = loaded["per_worker"].get(worker, 0)
+        epoch, skip = self._epoch, 0
+        if self._loaded is not None:
+            skip = _resume.buffer_skip(self._loaded, worker, workers)
             self._loaded = None
-        elif skip and workers > 1:
-            raise ValueError(
-                "a state taken in the main process cannot be resumed by DataLoader workers (each "
-                "iterates its own copy): resume with StatefulDataLoader's state, or at an epoch's start"
-            )
         cache = self._cache
         if cache not in (None, "memory") and (self.num_shards > 1 or workers > 1):
             # One file per share: ranks and workers that share a folder keep their own.
@@ -753,26 +668,15 @@ class Dataset:
             cycle_length=self.cycle_length,
             format=self.format,
         )
-        self._resume = 0
         return self._epoch_of(batches, epoch, skip)
 
     def _ordered_epoch(self, worker: int, workers: int) -> Iterator[Any]:
         """An epoch in a global order: this rank's batches of it, this worker's steps."""
-        epoch, start = self._epoch, self._start
-        skip = 0
-        loaded = self._loaded
-        if loaded is not None and loaded.get("one") and (loaded["workers"], worker) != (workers, *loaded["per_worker"]):
-            raise ValueError(
-                f"the state is DataLoader worker {next(iter(loaded['per_worker']))} of {loaded['workers']}'s: "
-                "load the whole StatefulDataLoader state, or one taken in the main process"
-            )
-        if loaded is not None and loaded["workers"] == workers:
-            skip = loaded["per_worker"].get(worker, 0)
-        elif loaded is not None:
-            # The same run's state under other workers: from the global position.
-            steps = sum(loaded["per_worker"].values())
-            start = min(loaded["start"] + steps * self.batch_size * self.num_shards, self._records())
-        self._loaded = None
+        epoch, start, skip = self._epoch, self._start, 0
+        if self._loaded is not None:
+            start, skip = _resume.ordered_start(self._loaded, self.batch_size, self.num_shards,
+                                                self._records(), worker, workers)
+            self._loaded = None
         self._start = start
         core = self._core()
         threads = self.threads or min(4, os.cpu_count() or 1)
@@ -793,6 +697,7 @@ class Dataset:
             drop_remainder=self.drop_remainder,
             threads=threads,
             depth=threads + 1,
+            even=self.even_batches,
         )
         return self._epoch_of(batches, epoch, skip)
 
@@ -905,16 +810,45 @@ class Records:
             raise IndexError(f"record index {i} out of range for {self._len} records")
         return i
 
+    def _one(self, key: Any) -> Optional[int]:
+        """``key`` as one record's index (an int, a NumPy integer, a 0-d integer array),
+        or None where it names a batch. A boolean is no index, as in NumPy."""
+        dtype = getattr(key, "dtype", None)
+        if isinstance(key, bool) or (dtype is not None and dtype.kind == "b" and getattr(key, "ndim", 1) == 0):
+            raise TypeError("a boolean is not a record index (a boolean mask is an array of len(records) booleans)")
+        if isinstance(key, int) or getattr(key, "ndim", None) == 0:
+            return self._index(key)
+        if hasattr(key, "__index__") and not hasattr(key, "__len__"):
+            return self._index(key)
+        return None
+
     def _indices(self, key: Any) -> List[int]:
+        """The records a batch's key names, as NumPy indexing reads it: a slice, a
+        sequence or 1-d array of indices (negative from the end), or a boolean mask of
+        ``len(records)`` (a NumPy bool array, or a list of bools)."""
         if isinstance(key, slice):
             return list(range(*key.indices(self._len)))
-        if hasattr(key, "tolist"):
+        dtype = getattr(key, "dtype", None)
+        if dtype is not None:
+            if getattr(key, "ndim", 1) != 1:
+                raise IndexError(f"record indices are one-dimensional, not of shape {tuple(key.shape)}")
+            mask = dtype.kind == "b"
             key = key.tolist()
+        else:
+            key = list(key)
+            mask = bool(key) and all(isinstance(k, bool) for k in key)
+        if mask:
+            if len(key) != self._len:
+                raise IndexError(f"a boolean mask of {len(key)} for {self._len} records")
+            return [i for i, k in enumerate(key) if k]
+        if any(isinstance(k, bool) for k in key):
+            raise TypeError("record indices mix booleans and integers")
         return [self._index(i) for i in key]
 
     def __getitem__(self, key: Any) -> Any:
-        if isinstance(key, int) or (hasattr(key, "__index__") and not hasattr(key, "__len__")):
-            return self._core.get(self._index(key))
+        one = self._one(key)
+        if one is not None:
+            return self._core.get(one)
         return self._core.get_batch(self._indices(key))
 
     def __getitems__(self, indices: Sequence[int]) -> List[Any]:
