@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::convert::append::{Appending, Plan};
 use crate::error::{Error, ErrorKind, Result};
+use crate::lifecycle::Generation;
 use crate::manifest::{Manifest, ShardInfo, ShardSource};
 use crate::shard::name;
 use crate::shard::writer::{Plan as Cut, ShardOptions, ShardWriter};
@@ -164,10 +164,10 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
     let prefixes = vec![options.prefix.clone()];
     let destination = crate::store::destination_of(&options.output, options.io)?;
     let manifest_path = destination.display(&name::manifest_name(&options.prefix));
-    let Some(mut appending) = Appending::open(&destination, &prefixes, true)? else {
+    let Some(mut next) = Generation::open(&destination, &prefixes, true)? else {
         return Err(Error::new(ErrorKind::NoShards).with_file(&manifest_path));
     };
-    let m = appending.manifests[0].clone();
+    let m = next.base[0].clone();
     let target = options
         .target_bytes
         .or_else(|| m.options.get("target_shard_size").and_then(|v| v.as_u64()))
@@ -261,7 +261,7 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
         }
     }
     let closed = writer.finish()?;
-    let generation = appending.generation;
+    let generation = next.number;
     let names: Vec<String> = (0..closed.len())
         .map(|i| {
             name::generation_shard_name(&options.prefix, generation, i, closed.len(), compression)
@@ -283,16 +283,12 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
             info
         })
         .collect();
-    appending.plan = Plan {
-        reads: Vec::new(),
-        retired: vec![old.iter().map(|s| s.file.clone()).collect::<BTreeSet<_>>()],
-        changed: false,
-        whole: BTreeSet::new(),
-    };
+    // The generation retires the small generations' shards; every input keeps its rows.
+    next.retired = vec![old.iter().map(|s| s.file.clone()).collect::<BTreeSet<_>>()];
     let mut described = m.clone();
     described.created = crate::manifest::now_rfc3339();
-    let new = appending.manifest(0, described, written)?;
-    let append = appending.publish_set(0, &*destination, &options.prefix, &new, options.retain)?;
+    let new = next.manifest(0, described, written)?;
+    let append = next.publication(0, &*destination, &options.prefix, &new, options.retain)?;
     summary.generation = generation;
     summary.replaced = old.len() as u64;
     summary.shards = closed.len() as u64;
@@ -306,12 +302,10 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
         prefix: options.prefix.clone(),
         append: Some(append),
     };
-    if appending.is_lost() {
-        return Err(Error::new(ErrorKind::AppendClaimed).with_file(&options.output));
-    }
-    staging.commit(vec![publication], &crate::progress::CancelToken::new())?;
+    let cancel = crate::progress::CancelToken::new();
+    staging.commit(vec![publication], &cancel, &|| next.confirm())?;
     drop(staging);
-    drop(appending);
+    drop(next);
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
 }

@@ -519,6 +519,13 @@ pub enum ErrorKind {
          once it has ended (a claim not refreshed for 60 s, its holder killed, is taken over)"
     )]
     FinalizeClaimed,
+    /// This run's claim was taken over by another run (this one was silent for longer
+    /// than a claim stays fresh): it published nothing.
+    #[error(
+        "another run took this run's claim over (this run was silent too long and taken for \
+         dead): nothing was published; run again once the other has ended"
+    )]
+    ClaimLost,
     /// A Delta Lake or Iceberg table that cannot be read as asked: not a table, a
     /// snapshot that does not exist, a corrupt log or metadata file, a reader feature or
     /// format version we cannot honour, a missing data file.
@@ -641,6 +648,7 @@ impl ErrorKind {
             ErrorKind::OutputClaimed => "output_claimed",
             ErrorKind::FinalizeClaimed => "finalize_claimed",
             ErrorKind::AppendClaimed => "append_claimed",
+            ErrorKind::ClaimLost => "claim_lost",
             ErrorKind::Table { .. } => "table",
             ErrorKind::PartitionKeys { .. } => "partition_keys",
             ErrorKind::PartitionColumn { .. } => "partition_column",

@@ -26,9 +26,9 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::convert::append::{self, Appending, PartAppend};
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::FeatureSpec;
+use crate::lifecycle::{Generation, PartAppend, SetClaim, PART_KEY};
 use crate::manifest::{self, InputInfo, Manifest, ShardInfo};
 use crate::shard::name;
 pub use crate::store::claim::CLAIM_STALE_AFTER;
@@ -78,7 +78,7 @@ struct Plan {
 
 /// The append `part` onto `prefix`'s live set in `out`, checked to be the set the
 /// workers planned against.
-fn live_append(out: &dyn Destination, prefix: &str, part: &PartAppend) -> Result<Appending> {
+fn live_append(out: &dyn Destination, prefix: &str, part: &PartAppend) -> Result<Generation> {
     let rel = name::manifest_name(prefix);
     let path = out.display(&rel);
     let live = match out.read(&rel) {
@@ -96,7 +96,7 @@ fn live_append(out: &dyn Destination, prefix: &str, part: &PartAppend) -> Result
         Err(e) => return Err(e),
     };
     live.check_generations(&path)?;
-    Appending::of_part(live, part, &path)
+    Generation::of_part(live, part, &path)
 }
 
 /// Whether `prefix`'s set is published by a `finalize`: its manifest is there and is the
@@ -242,7 +242,7 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
                     |e| Error::new(ErrorKind::ManifestInvalid(e)).with_file(out.display(&rel));
                 let m: Manifest = serde_json::from_slice(&bytes).map_err(invalid)?;
                 let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(invalid)?;
-                let part = match value.get(append::PART_KEY) {
+                let part = match value.get(PART_KEY) {
                     Some(v) => Some(serde_json::from_value(v.clone()).map_err(invalid)?),
                     None => None,
                 };
@@ -613,15 +613,9 @@ fn finalize(
         return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
     }
     claims.keep_alive();
-    // An append's workers' generation is published as an append is: no other append
-    // may publish to the set meanwhile.
-    let mut append_claims = Claims::new(destination.clone());
-    for p in &prefixes {
-        if let Err(Held) = append_claims.claim(&append::claim_name(p))? {
-            return Err(Error::new(ErrorKind::AppendClaimed).with_file(output));
-        }
-    }
-    append_claims.keep_alive();
+    // An append's workers' generation is published as an append is, and any set as a
+    // writer of the set: no append may publish to it meanwhile.
+    let set_claim = SetClaim::take(&destination, &prefixes)?;
     // 1-2. Every prefix planned (and checked) before anything moves.
     let mut plans = Vec::with_capacity(prefixes.len());
     let mut published = Vec::new();
@@ -697,8 +691,8 @@ fn finalize(
         }
         let append = match &plan.append {
             Some(part) => {
-                let appending = live_append(out, p, part)?;
-                Some(appending.publish_set(0, out, p, &manifest, part.retain)?)
+                let next = live_append(out, p, part)?;
+                Some(next.publication(0, out, p, &manifest, part.retain)?)
             }
             None => None,
         };
@@ -712,15 +706,20 @@ fn finalize(
             append,
         });
     }
-    if claims.is_lost() || append_claims.is_lost() {
-        return Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output));
-    }
     let appends = to_publish.iter().any(|set| set.append.is_some());
+    // Right before each manifest: both claims still this finalize's.
+    let confirm = || match claims.confirm() {
+        Err(e) if matches!(e.kind(), ErrorKind::ClaimLost) => {
+            Err(Error::new(ErrorKind::FinalizeClaimed).with_file(output))
+        }
+        other => other.and_then(|()| set_claim.confirm()),
+    };
     publish::publish(
         &publish::Direct(out),
         &to_publish,
         publish::Mode::of(overwrite, appends),
         &crate::progress::CancelToken::new(),
+        &confirm,
     )?;
     crate::failpoint::hit("finalize:published")?;
     for (p, _, _) in &plans {

@@ -83,6 +83,7 @@ pub mod example;
 pub(crate) mod failpoint;
 pub mod finalize;
 mod hash;
+pub(crate) mod lifecycle;
 pub mod manifest;
 pub mod pipeline;
 pub mod progress;

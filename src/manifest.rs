@@ -38,6 +38,12 @@ pub struct InputInfo {
     /// were pinned to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    /// What identifies the input where no ETag does, compared for equality by
+    /// `--append` (never against a clock): a local file's `mtime_ns:ino:ctime_ns`; a
+    /// Delta or Iceberg data file's record in its table (`delta:…`, `iceberg:…`), which
+    /// the file system cannot change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// One shard.

@@ -707,11 +707,18 @@ fn named_generation(name: &str) -> u32 {
 
 /// Checks each shard's generation against its name, and its `sources` against the
 /// manifest's `inputs`: each names a listed input, within its rows; without
-/// `--shuffle`, a shard's ranges hold at least its records, and (without `--split`)
-/// no two shards claim the same rows of an input. With `--deep`, each input that can still be read is as
+/// `--shuffle`, a shard's ranges hold at least its records, and without `--split`
+/// exactly its records, no two shards claim the same rows of an input, and together
+/// they hold every row of every input (the live rows, each exactly once: a lost or
+/// doubled range is a problem). With `--deep`, each input that can still be read is as
 /// the manifest lists it (size, and ETag where it has one); one that cannot be read
 /// (vacuumed, expired, moved) is not a problem.
-fn check_sources(path: &Path, m: &Manifest, options: &VerifyOptions, problems: &mut Vec<Problem>) {
+pub(crate) fn check_sources(
+    path: &Path,
+    m: &Manifest,
+    options: &VerifyOptions,
+    problems: &mut Vec<Problem>,
+) {
     let mut report = |kind, detail: String| problems.push(problem(path, None, None, kind, detail));
     let inputs: BTreeMap<&str, &manifest::InputInfo> =
         m.inputs.iter().map(|i| (i.path.as_str(), i)).collect();
@@ -762,7 +769,10 @@ fn check_sources(path: &Path, m: &Manifest, options: &VerifyOptions, problems: &
                 .or_default()
                 .push(([start, end], shard.file.as_str()));
         }
-        if !shuffled && !shard.sources.is_empty() && held < shard.records {
+        let short = held < shard.records;
+        // (A split's shard's ranges also span records that went to other splits.)
+        let long = !split && held > shard.records;
+        if !shuffled && !shard.sources.is_empty() && (short || long) {
             report(
                 ProblemKind::SourceMismatch,
                 format!(
@@ -772,18 +782,45 @@ fn check_sources(path: &Path, m: &Manifest, options: &VerifyOptions, problems: &
             );
         }
     }
-    if !shuffled && !split {
-        for (input, ranges) in &mut claimed {
+    // Every row of every input exactly once, where every shard says what it holds (a set
+    // from before tfshard recorded sources names none).
+    let every_shard_says = m
+        .shards
+        .iter()
+        .all(|s| s.records == 0 || !s.sources.is_empty());
+    // (A worker's part holds its range of the inputs alone.)
+    if !shuffled && !split && every_shard_says && m.worker.is_none() {
+        for input in &m.inputs {
+            let ranges = claimed.entry(input.path.as_str()).or_default();
             ranges.sort_unstable();
+            let mut covered = 0u64;
             for pair in ranges.windows(2) {
                 let ([_, end], a) = pair[0];
                 let ([start, _], b) = pair[1];
                 if start < end {
                     report(
                         ProblemKind::SourceMismatch,
-                        format!("{a} and {b} both hold rows from {start} of {input}"),
+                        format!("{a} and {b} both hold rows from {start} of {}", input.path),
                     );
                 }
+            }
+            for &([start, end], _) in ranges.iter() {
+                if start > covered {
+                    report(
+                        ProblemKind::SourceMismatch,
+                        format!("no shard holds rows [{covered}, {start}) of {}", input.path),
+                    );
+                }
+                covered = covered.max(end);
+            }
+            if covered < input.rows {
+                report(
+                    ProblemKind::SourceMismatch,
+                    format!(
+                        "no shard holds rows [{covered}, {}) of {}",
+                        input.rows, input.path
+                    ),
+                );
             }
         }
     }

@@ -4,8 +4,9 @@
 //! (`sources`). An append compares the inputs as they are now with the manifest's:
 //!
 //! - an input not in the manifest is **new**: all its records are read;
-//! - one that changed (its size, ETag, the records its table keeps, or, on disk without
-//!   an ETag, modified since the set was published) or is **gone** affects every shard
+//! - one that changed (its size, ETag, the records its table keeps, or its identity: a
+//!   local file's times and inode, a table's record of its data file) or is **gone**
+//!   affects every shard
 //!   holding its records: those shards are **retired**;
 //! - the records a retired shard held of an unchanged input are read again, and any
 //!   other shard holding records of those ranges (a split's shards share ranges) is
@@ -17,20 +18,12 @@
 //! snapshot, each once.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
-
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use std::time::SystemTime;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::example::FeatureSpec;
-use crate::manifest::{
-    GenerationInfo, InputInfo, Manifest, ShardInfo, MANIFEST_VERSION_GENERATIONS,
-};
-use crate::shard::name;
-use crate::store::claim::{Claims, Held};
-use crate::store::destination::{AppendSet, Destination};
+use crate::lifecycle::Generation;
+use crate::manifest::{InputInfo, Manifest};
 
 /// All the records of an input.
 pub(crate) const ALL: [u64; 2] = [0, u64::MAX];
@@ -47,8 +40,8 @@ pub(crate) struct NowInput {
     /// The records it holds, where known before reading (a Delta file's rows its
     /// deletion vector keeps); `None` where known only once read.
     pub records: Option<u64>,
-    /// When it was last modified, where its storage says.
-    pub modified: Option<SystemTime>,
+    /// What identifies it where no ETag does (see [`InputInfo::identity`]).
+    pub identity: Option<String>,
     /// The delete files that apply to it (Iceberg), as `inputs` names them.
     pub delete_files: Vec<String>,
     /// An input whose ETag is a digest of a listing (an image folder's images): the
@@ -115,14 +108,10 @@ impl Plan {
 
 /// Whether `now` differs from the manifest's `then`: size, ETag, the records a table
 /// keeps of it (a new deletion vector), a delete file not among the manifest's inputs
-/// (`listed`) applying to it, or, without an ETag, a modification at or after
-/// `published` (seconds since the epoch, the manifest's `created`).
-fn differs(
-    now: &NowInput,
-    then: &InputInfo,
-    published: Option<u64>,
-    listed: &HashMap<&str, &InputInfo>,
-) -> bool {
+/// (`listed`) applying to it, or its identity (compared for equality, never against a
+/// clock: a file rewritten in the second its set was published is another file, and
+/// one written a moment before the set was is not).
+fn differs(now: &NowInput, then: &InputInfo, listed: &HashMap<&str, &InputInfo>) -> bool {
     // (A listing gives some stores' ETags bare, a HEAD quoted.)
     fn bare(e: &Option<String>) -> Option<&str> {
         e.as_deref().map(|e| e.trim_matches('"'))
@@ -141,20 +130,37 @@ fn differs(
     if now.records.is_some_and(|r| r != then.rows) {
         return true;
     }
-    if now.etag.is_none() {
-        let modified = now
-            .modified
-            .and_then(|m| m.duration_since(SystemTime::UNIX_EPOCH).ok())
-            .map(|d| d.as_secs());
-        // Unknown either way: assume changed (reading again is safe; missing a change is
-        // not). The manifest's time is to the second: a file written in that second
-        // counts as changed.
-        return match (modified, published) {
-            (Some(m), Some(p)) => m >= p,
-            _ => true,
-        };
+    match (&now.identity, &then.identity) {
+        (Some(a), Some(b)) => a != b,
+        // A table's data file in a set from before tfshard recorded identities: the
+        // table names it and never rewrites it (its size, rows and delete files above
+        // tell the rest).
+        (Some(a), None) if is_table_identity(a) => false,
+        // Nothing tells it apart (a set from before identities were recorded): assume
+        // changed; reading again is safe, missing a change is not.
+        (_, _) => now.etag.is_none(),
     }
-    false
+}
+
+/// Whether two manifests' entries name the same file as it was (path, size, ETag,
+/// identity).
+fn same_file(a: Option<&InputInfo>, b: Option<&InputInfo>) -> bool {
+    let bare = |e: &Option<String>| e.as_deref().map(|e| e.trim_matches('"').to_owned());
+    match (a, b) {
+        (Some(a), Some(b)) => {
+            a.path == b.path
+                && a.bytes == b.bytes
+                && bare(&a.etag) == bare(&b.etag)
+                && (a.identity == b.identity || a.identity.is_none())
+        }
+        _ => false,
+    }
+}
+
+/// Whether an identity is a table's record of its data file (immutable) rather than a
+/// file system's.
+fn is_table_identity(identity: &str) -> bool {
+    identity.starts_with("delta:") || identity.starts_with("iceberg:")
 }
 
 fn overlaps(a: [u64; 2], b: [u64; 2]) -> bool {
@@ -185,9 +191,6 @@ pub(crate) fn plan(manifests: &[Manifest], now: &[NowInput], whole_generations: 
     let Some(first) = manifests.first() else {
         return Plan::everything(now, manifests);
     };
-    let published = chrono::DateTime::parse_from_rfc3339(&first.created)
-        .ok()
-        .map(|t| t.timestamp().max(0) as u64);
     let then: HashMap<&str, &InputInfo> =
         first.inputs.iter().map(|i| (i.path.as_str(), i)).collect();
     let index: HashMap<&str, usize> = (now.iter().enumerate())
@@ -205,7 +208,7 @@ pub(crate) fn plan(manifests: &[Manifest], now: &[NowInput], whole_generations: 
                 reads[i] = vec![[t.rows, u64::MAX]];
                 grown.insert(n.name.clone());
             }
-            Some(t) if differs(n, t, published, &then) => {
+            Some(t) if differs(n, t, &then) => {
                 reads[i] = vec![ALL];
                 affected.insert(n.name.as_str());
                 changed = true;
@@ -327,489 +330,117 @@ pub struct AppendSummary {
     pub reconverted: Option<String>,
 }
 
-/// The claim an append holds on each prefix it publishes to, beside the set.
-pub(crate) fn claim_name(prefix: &str) -> String {
-    format!(".{prefix}.tfshard-append")
-}
-
-/// What a worker of an append records in its part's manifest (key [`PART_KEY`]): the
-/// generation the workers planned and against which set, so that `finalize` publishes
-/// it (and refuses when the set changed since).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct PartAppend {
-    /// The set's newest generation when the workers planned.
-    pub base_generation: u32,
-    /// Its manifest's `created`.
-    pub base_created: String,
-    /// The generation the parts are.
-    pub generation: u32,
-    /// The set's shards it retires.
-    pub retired: BTreeSet<String>,
-    /// See [`Plan::whole`].
-    pub whole: BTreeSet<String>,
-    /// See [`AppendSummary::reconverted`].
-    pub reconverted: Option<String>,
-    /// `--retain N`.
-    pub retain: Option<u32>,
-}
-
-/// The key of a worker part's manifest that holds its [`PartAppend`].
-pub(crate) const PART_KEY: &str = "append";
-
-/// An append under way: the sets it adds a generation to (one per prefix), claimed
-/// while it lives (by the run; a worker's are claimed by `finalize`).
-pub(crate) struct Appending {
-    pub manifests: Vec<Manifest>,
-    /// The generation it writes.
-    pub generation: u32,
-    pub plan: Plan,
-    /// See [`AppendSummary::reconverted`].
-    pub reconverted: Option<String>,
-    claims: Option<Claims>,
-}
-
-impl Appending {
-    /// Claims the prefixes' sets in `out` and reads their manifests: `None` where the
-    /// output holds no set of them (the append is the first conversion).
-    ///
-    /// # Errors
-    ///
-    /// Another run holds a claim ([`ErrorKind::AppendClaimed`]); shards of a prefix but
-    /// no manifest (a usage error: convert again with `--overwrite`); a manifest that
-    /// cannot be read, or whose generations do not add up.
-    pub(crate) fn open(
-        out: &Arc<dyn Destination>,
-        prefixes: &[String],
-        claim: bool,
-    ) -> Result<Option<Appending>> {
-        let claims = if claim {
-            let mut claims = Claims::new(out.clone());
-            for p in prefixes {
-                if let Err(Held) = claims.claim(&claim_name(p))? {
-                    return Err(Error::new(ErrorKind::AppendClaimed).with_file(out.display("")));
-                }
-            }
-            claims.keep_alive();
-            Some(claims)
-        } else {
-            None
-        };
-        let names = out.names("")?;
-        let mut manifests = Vec::new();
-        for p in prefixes {
-            let manifest = name::manifest_name(p);
-            if !names.contains(&manifest) {
-                if names.iter().any(|n| name::is_own_shard(p, n)) {
-                    return Err(Error::invalid_option(
-                        "append",
-                        format!(
-                            "{} holds shards of {p:?} but no manifest {manifest}: there is no \
-                             published set to append to; convert again with --overwrite",
-                            out.display("").display()
-                        ),
-                    ));
-                }
-                continue;
-            }
-            let path = out.display(&manifest);
-            let m = Manifest::from_json(&out.read(&manifest)?, &path)?;
-            m.check_generations(&path)?;
-            manifests.push(m);
-        }
-        if manifests.is_empty() {
-            // A first conversion: published as a plain run's, create-only.
-            drop(claims);
-            return Ok(None);
-        }
-        if manifests.len() < prefixes.len() {
-            return Err(Error::invalid_option(
-                "append",
-                "the output holds some of the splits' sets but not all: convert again with \
-                 --overwrite",
-            ));
-        }
-        let newest = manifests
-            .iter()
-            .map(Manifest::generation)
-            .max()
-            .unwrap_or(0);
-        let Some(generation) = newest.checked_add(1) else {
-            let path = out.display(&name::manifest_name(&prefixes[0]));
-            return Err(
-                Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
-                    format!("generations: no generation can follow generation {newest}"),
-                )))
-                .with_file(path),
-            );
-        };
-        Ok(Some(Appending {
-            manifests,
-            generation,
-            plan: Plan::default(),
-            reconverted: None,
-            claims,
-        }))
-    }
-
-    /// Plans the append of the inputs `now` (the source's, described as `described`).
-    ///
-    /// # Errors
-    ///
-    /// A table other than the set's, or a snapshot older than the set's.
-    pub(crate) fn plan(
-        &mut self,
-        described: &Manifest,
-        now: Vec<NowInput>,
-        whole_generations: bool,
-    ) -> Result<()> {
-        let first = &self.manifests[0];
-        // What changes the records or where they go must be the set's (the shard size may
-        // change: it only cuts).
-        const CUT: [&str; 3] = ["target_shard_size", "max_records_per_shard", "min_shards"];
-        let keys: BTreeSet<&String> = first
-            .options
-            .keys()
-            .chain(described.options.keys())
-            .collect();
-        for key in keys.into_iter().filter(|k| !CUT.contains(&k.as_str())) {
-            let (then, now) = (first.options.get(key), described.options.get(key));
-            if then != now {
-                let shown = |v: Option<&serde_json::Value>| {
-                    v.map_or_else(|| "nothing".to_owned(), |v| v.to_string())
-                };
-                return Err(Error::invalid_option(
-                    "append",
-                    format!(
-                        "the set was converted with {key} {}, this run has {}: append with \
-                         the set's options, or convert again with --overwrite",
-                        shown(then),
-                        shown(now)
-                    ),
-                ));
-            }
-        }
-        if let (Some(then), Some(table)) = (&first.table, &described.table) {
-            if then.format != table.format {
-                return Err(Error::invalid_option(
-                    "append",
-                    format!(
-                        "the set was converted from a {} table, this is a {} table",
-                        then.format, table.format
-                    ),
-                ));
-            }
-            if let (Some(a), Some(b)) = (then.version, table.version) {
-                if b < a {
-                    return Err(crate::source::table::table_error(
-                        &table.location,
-                        format!(
-                            "version {b} is older than the set's watermark, version {a}: \
-                             append a version at or after it, or convert version {b} again \
-                             with --overwrite"
-                        ),
-                    ));
-                }
-            }
-        }
-        // (A source whose features are known only once read, TFRecord files, is checked
-        // when its records are: [`Appending::manifest`].)
-        let known = !described.features.is_empty();
-        if let Some(why) = schema_change(&first.features, &described.features).filter(|_| known) {
-            self.reconverted = Some(why);
-            self.plan = Plan::everything(&now, &self.manifests);
-            return Ok(());
-        }
-        // The same snapshot: nothing to compare.
-        let same_snapshot = (first.table.as_ref())
-            .zip(described.table.as_ref())
-            .is_some_and(|(a, b)| {
-                (a.version.is_some() || a.snapshot_id.is_some())
-                    && a.version == b.version
-                    && a.snapshot_id == b.snapshot_id
-            });
-        self.plan = if same_snapshot {
-            Plan {
-                reads: vec![Vec::new(); now.len()],
-                retired: vec![BTreeSet::new(); self.manifests.len()],
-                ..Plan::default()
-            }
-        } else {
-            plan(&self.manifests, &now, whole_generations)
-        };
-        Ok(())
-    }
-
-    /// The summary's append part.
-    pub(crate) fn summary(&self) -> AppendSummary {
-        let up_to_date = self.plan.is_empty();
-        AppendSummary {
-            up_to_date,
-            generation: if up_to_date {
-                self.generation - 1
-            } else {
-                self.generation
-            },
-            retired: self.plan.retired.iter().map(|r| r.len() as u64).sum(),
-            reconverted: self.reconverted.clone(),
-        }
-    }
-
-    /// Set `i`'s new manifest: its live shards that stay, then `written` (the
-    /// generation's, named), as the run described them in `new`.
-    ///
-    /// # Errors
-    ///
-    /// New records whose features the set cannot hold beside its own (a feature of
-    /// another kind: TFRecord files, whose features are known once read).
-    pub(crate) fn manifest(
-        &self,
-        i: usize,
-        mut new: Manifest,
-        written: Vec<ShardInfo>,
-    ) -> Result<Manifest> {
-        let old = &self.manifests[i];
-        let retired = &self.plan.retired[i];
-        let g = self.generation;
-        let records: u64 = written.iter().map(|s| s.records).sum();
-        let mut shards: Vec<ShardInfo> = (old.shards.iter())
-            .filter(|s| !retired.contains(&s.file))
-            .map(|s| ShardInfo {
-                generation: Some(s.generation.unwrap_or(0)),
-                ..s.clone()
-            })
-            .collect();
-        let kept_any = !shards.is_empty();
-        let count = written.len() as u64;
-        shards.extend(written.into_iter().map(|s| ShardInfo {
-            generation: Some(g),
-            ..s
-        }));
-        // An input read only in part (records of retired shards) keeps its count.
-        let read_whole = |path: &str| self.plan.whole.contains(path);
-        let old_rows: std::collections::HashMap<&str, u64> = old
-            .inputs
-            .iter()
-            .map(|i| (i.path.as_str(), i.rows))
-            .collect();
-        for input in &mut new.inputs {
-            if !read_whole(&input.path) {
-                if let Some(&rows) = old_rows.get(input.path.as_str()) {
-                    input.rows = rows;
-                }
-            }
-        }
-        // Images left out: this run's walk and reads, and what earlier generations'
-        // reads left out of the images this run did not read.
-        if let (Some(now), Some(then)) = (&mut new.skipped, &old.skipped) {
-            let seen: BTreeSet<String> = now.iter().map(|s| s.path.clone()).collect();
-            now.extend(then.iter().filter(|s| !seen.contains(&s.path)).cloned());
-            now.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-        }
-        if kept_any && records == 0 {
-            new.features = old.features.clone();
-        } else if kept_any {
-            new.features = merge_features(&old.features, &new.features).map_err(|detail| {
-                Error::new(ErrorKind::SchemaMismatch {
-                    other: PathBuf::from(name::manifest_name(&old_prefix(old))),
-                    detail: format!("{detail}: convert again with --overwrite"),
-                })
-            })?;
-        }
-        let mut generations = old.generations_or_first();
-        generations.push(GenerationInfo {
-            generation: g,
-            created: new.created.clone(),
-            watermark: new.watermark(),
-            records,
-            shards: count,
-            retired: retired.iter().cloned().collect(),
-        });
-        new.manifest_version = MANIFEST_VERSION_GENERATIONS;
-        new.generations = Some(generations);
-        new.set_shards(shards);
-        Ok(new)
-    }
-
-    /// Set `i`'s publish beside its staged files: the names that stay until its
-    /// manifest is written (the live set's shards, the pinned manifests and the shards
-    /// they keep), its pinned manifest, and what goes once it is published (see
-    /// [`retire`]). `manifest` is the set's new manifest.
-    pub(crate) fn publish_set(
-        &self,
-        i: usize,
-        out: &dyn Destination,
-        prefix: &str,
-        manifest: &Manifest,
-        retain: Option<u32>,
-    ) -> Result<AppendSet> {
-        let old = &self.manifests[i];
-        let mut keep: Vec<String> = old.shards.iter().flat_map(|s| with_idx(&s.file)).collect();
-        let (kept, after) = retire(out, prefix, manifest, self.generation, retain)?;
-        keep.extend(kept);
-        Ok(AppendSet {
-            keep,
-            pinned: (
-                name::pinned_manifest_name(prefix, self.generation),
-                manifest.to_json()?,
-            ),
-            after,
-        })
-    }
-
-    /// Up to date: deletes what an append killed after publishing left (the shards its
-    /// generation retired, the pinned manifests listing them).
-    pub(crate) fn finish_last(
-        &self,
-        out: &dyn Destination,
-        prefixes: &[String],
-        retain: Option<u32>,
-    ) -> Result<()> {
-        for (m, prefix) in self.manifests.iter().zip(prefixes) {
-            if m.generations.is_none() {
-                continue;
-            }
-            let next = m.generation().saturating_add(1);
-            let (_, after) = retire(out, prefix, m, next, retain)?;
-            for n in after.iter().filter(|n| name::is_own_shard(prefix, n)) {
-                out.delete(n)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Whether another run took the claims over (this one was silent too long): it
-    /// must not publish.
-    pub(crate) fn is_lost(&self) -> bool {
-        self.claims.as_ref().is_some_and(Claims::is_lost)
-    }
-
-    /// What a worker records of set `i`'s append in its part (see [`PartAppend`]).
-    pub(crate) fn part(&self, i: usize, retain: Option<u32>) -> PartAppend {
-        let base = &self.manifests[i];
-        PartAppend {
-            base_generation: base.generation(),
-            base_created: base.created.clone(),
-            generation: self.generation,
-            retired: self.plan.retired[i].clone(),
-            whole: self.plan.whole.clone(),
-            reconverted: self.reconverted.clone(),
-            retain,
-        }
-    }
-
-    /// The append the workers' parts recorded (`part`) onto the set `live` (the one
-    /// set `finalize` publishes it to; claimed by `finalize`).
-    ///
-    /// # Errors
-    ///
-    /// The set is no longer the one the workers planned against (an append or
-    /// `finalize` published another generation since): nothing may be published.
-    pub(crate) fn of_part(live: Manifest, part: &PartAppend, path: &Path) -> Result<Appending> {
-        if live.generation() != part.base_generation || live.created != part.base_created {
-            let now = if live.generation() == part.generation && live.created != part.base_created {
-                "another run published that generation"
-            } else {
-                "another run published since"
-            };
-            return Err(Error::new(ErrorKind::PartsDisagree {
-                detail: format!(
-                    "the workers planned generation {} onto generation {} of the set ({}), \
-                     and it is at generation {} now ({now}): run the workers again",
-                    part.generation,
-                    part.base_generation,
-                    part.base_created,
-                    live.generation()
-                ),
-            })
-            .with_file(path));
-        }
-        Ok(Appending {
-            manifests: vec![live],
-            generation: part.generation,
-            plan: Plan {
-                reads: Vec::new(),
-                retired: vec![part.retired.clone()],
-                changed: !part.retired.is_empty(),
-                whole: part.whole.clone(),
-            },
-            reconverted: part.reconverted.clone(),
-            claims: None,
-        })
-    }
-}
-
-/// A worker part's manifest bytes: `manifest` with its append under [`PART_KEY`].
+/// Plans the append of the inputs `now` (the source's, described as `described`) as the
+/// next generation of `next.base`: sets the shards it retires and the inputs it counts
+/// anew, and returns what to read.
 ///
 /// # Errors
 ///
-/// The manifest cannot be serialized.
-pub(crate) fn part_manifest_json(manifest: &Manifest, part: &PartAppend) -> Result<Vec<u8>> {
-    let io = |e: serde_json::Error| Error::from(std::io::Error::other(e));
-    let mut value = serde_json::to_value(manifest).map_err(io)?;
-    value[PART_KEY] = serde_json::to_value(part).map_err(io)?;
-    let mut bytes = serde_json::to_vec_pretty(&value).map_err(io)?;
-    bytes.push(b'\n');
-    Ok(bytes)
-}
-
-fn with_idx(file: &str) -> [String; 2] {
-    [file.to_owned(), format!("{file}.idx")]
-}
-
-/// What of `prefix`'s files in `out` stays beside the set `live` that generation
-/// `generation` publishes, and what goes once it is published. A pinned manifest of an
-/// earlier generation stays while every shard it lists is live, or, with `retain` N,
-/// while it is of the last N generations (the new one included), and keeps the shards it
-/// lists; the others go, and so does every shard of the prefix that neither the set nor
-/// a pinned manifest that stays lists (the shards retired, a killed append's). Returns
-/// (the pinned manifests that stay and the shards they keep, what goes).
-fn retire(
-    out: &dyn Destination,
-    prefix: &str,
-    live: &Manifest,
-    generation: u32,
-    retain: Option<u32>,
-) -> Result<(Vec<String>, Vec<String>)> {
-    let names = out.names("")?;
-    let live_names: BTreeSet<&str> = live.shards.iter().map(|s| s.file.as_str()).collect();
-    let mut keep = Vec::new();
-    let mut kept_shards: BTreeSet<String> = BTreeSet::new();
-    let mut after = Vec::new();
-    for n in &names {
-        // A later one is a killed append's: written again, or cleared.
-        let Some(g) = name::pinned_generation(prefix, n).filter(|&g| g < generation) else {
-            continue;
-        };
-        let listed = out
-            .read(n)
-            .ok()
-            .and_then(|b| Manifest::from_json(&b, &out.display(n)).ok());
-        let recent = retain.is_some_and(|r| g.saturating_add(r) > generation);
-        match listed {
-            Some(m)
-                if recent
-                    || m.shards
-                        .iter()
-                        .all(|s| live_names.contains(s.file.as_str())) =>
-            {
-                keep.push(n.clone());
-                kept_shards.extend(m.shards.iter().flat_map(|s| with_idx(&s.file)));
+/// Options that change the records or where they go other than the set's; a table
+/// other than the set's, or a snapshot older than the set's.
+pub(crate) fn plan_generation(
+    next: &mut Generation,
+    described: &Manifest,
+    now: Vec<NowInput>,
+    whole_generations: bool,
+) -> Result<Plan> {
+    let first = &next.base[0];
+    // What changes the records or where they go must be the set's (the shard size may
+    // change: it only cuts).
+    const CUT: [&str; 3] = ["target_shard_size", "max_records_per_shard", "min_shards"];
+    let keys: BTreeSet<&String> = first
+        .options
+        .keys()
+        .chain(described.options.keys())
+        .collect();
+    for key in keys.into_iter().filter(|k| !CUT.contains(&k.as_str())) {
+        let (then, now) = (first.options.get(key), described.options.get(key));
+        if then != now {
+            let shown = |v: Option<&serde_json::Value>| {
+                v.map_or_else(|| "nothing".to_owned(), |v| v.to_string())
+            };
+            return Err(Error::invalid_option(
+                "append",
+                format!(
+                    "the set was converted with {key} {}, this run has {}: append with \
+                     the set's options, or convert again with --overwrite",
+                    shown(then),
+                    shown(now)
+                ),
+            ));
+        }
+    }
+    if let (Some(then), Some(table)) = (&first.table, &described.table) {
+        if then.format != table.format {
+            return Err(Error::invalid_option(
+                "append",
+                format!(
+                    "the set was converted from a {} table, this is a {} table",
+                    then.format, table.format
+                ),
+            ));
+        }
+        if let (Some(a), Some(b)) = (then.version, table.version) {
+            if b < a {
+                return Err(crate::source::table::table_error(
+                    &table.location,
+                    format!(
+                        "version {b} is older than the set's watermark, version {a}: \
+                         append a version at or after it, or convert version {b} again \
+                         with --overwrite"
+                    ),
+                ));
             }
-            _ => after.push(n.clone()),
         }
     }
-    for n in &names {
-        let shard = n.strip_suffix(".idx").unwrap_or(n);
-        if name::is_own_shard(prefix, n)
-            && name::pinned_generation(prefix, n).is_none()
-            && !live_names.contains(shard)
-            && !kept_shards.contains(n)
-        {
-            after.push(n.clone());
-        }
+    // (A source whose features are known only once read, TFRecord files, is checked
+    // when its records are: [`Generation::manifest`].)
+    let known = !described.features.is_empty();
+    if let Some(why) = schema_change(&first.features, &described.features).filter(|_| known) {
+        next.reconverted = Some(why);
+        let plan = Plan::everything(&now, &next.base);
+        next.retire_everything();
+        next.whole = plan.whole.clone();
+        return Ok(plan);
     }
-    keep.extend(kept_shards);
-    Ok((keep, after))
+    // The same snapshot: nothing to compare. (The same version of a table deleted and
+    // made again is another snapshot: its log or metadata file, which the inputs list
+    // first, is another file.)
+    let same_snapshot = (first.table.as_ref())
+        .zip(described.table.as_ref())
+        .is_some_and(|(a, b)| {
+            (a.version.is_some() || a.snapshot_id.is_some())
+                && a.version == b.version
+                && a.snapshot_id == b.snapshot_id
+        })
+        && same_file(first.inputs.first(), described.inputs.first());
+    let plan = if same_snapshot {
+        Plan {
+            reads: vec![Vec::new(); now.len()],
+            retired: vec![BTreeSet::new(); next.base.len()],
+            ..Plan::default()
+        }
+    } else {
+        plan(&next.base, &now, whole_generations)
+    };
+    next.retired = plan.retired.clone();
+    next.whole = plan.whole.clone();
+    Ok(plan)
+}
+
+/// What an append did, for its summary: `plan` of generation `next`.
+pub(crate) fn summary(next: &Generation, plan: &Plan) -> AppendSummary {
+    let up_to_date = plan.is_empty();
+    AppendSummary {
+        up_to_date,
+        generation: if up_to_date {
+            next.number - 1
+        } else {
+            next.number
+        },
+        retired: plan.retired.iter().map(|r| r.len() as u64).sum(),
+        reconverted: next.reconverted.clone(),
+    }
 }
 
 /// Why the set's spec `then` cannot hold records of the spec `now` (a column added or
@@ -834,49 +465,6 @@ fn schema_change(then: &[FeatureSpec], now: &[FeatureSpec]) -> Option<String> {
         .map(|t| format!("the schema changed: column {:?} is gone", t.name))
 }
 
-/// The prefix a manifest records in its options (`data` if none).
-fn old_prefix(m: &Manifest) -> String {
-    (m.options.get("prefix"))
-        .and_then(|p| p.as_str())
-        .unwrap_or(crate::convert::DEFAULT_PREFIX)
-        .to_owned()
-}
-
-/// The spec of a set holding records of both `then` and `now`: a shape both agree on,
-/// else none; a feature only one side has, no shape (absent from the other's records).
-/// A feature of two kinds cannot be held: its name and kinds.
-fn merge_features(
-    then: &[FeatureSpec],
-    now: &[FeatureSpec],
-) -> std::result::Result<Vec<FeatureSpec>, String> {
-    let mut merged = Vec::with_capacity(then.len());
-    for t in then {
-        let mut f = t.clone();
-        match now.iter().find(|n| n.name == t.name) {
-            Some(n) if n.kind != t.kind => {
-                return Err(format!(
-                    "feature {:?} is {} in the new records, {} in the set",
-                    t.name,
-                    n.kind.name(),
-                    t.kind.name()
-                ))
-            }
-            Some(n) if n.shape == t.shape => {}
-            _ => f.shape = None,
-        }
-        merged.push(f);
-    }
-    for n in now
-        .iter()
-        .filter(|n| !then.iter().any(|t| t.name == n.name))
-    {
-        let mut f = n.clone();
-        f.shape = None;
-        merged.push(f);
-    }
-    Ok(merged)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -888,6 +476,7 @@ mod tests {
             bytes: 100,
             rows,
             etag: Some(format!("e-{path}")),
+            identity: None,
         }
     }
 
@@ -897,7 +486,7 @@ mod tests {
             bytes: 100,
             etag: Some(format!("e-{path}")),
             records,
-            modified: None,
+            identity: None,
             delete_files: Vec::new(),
             growth: None,
         }
@@ -1036,23 +625,37 @@ mod tests {
         assert!(p.reads.iter().all(|r| !r.is_empty()));
     }
 
+    /// Regression: a local file counted as changed when modified in or after the
+    /// second its set was published, so a table written a moment before its conversion
+    /// was converted again whole by the next append. Without an ETag, an input is told
+    /// by its identity, compared for equality: the same identity is the same file,
+    /// whatever the clocks say; another (a rewrite within the second, an older mtime
+    /// set back, a new inode) is a change; none recorded (an older set) is a change,
+    /// but for a table's data file, which its table never rewrites.
     #[test]
-    fn without_an_etag_a_file_modified_since_the_set_counts_as_changed() {
-        let at = |secs: u64| Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs));
+    fn without_an_etag_a_file_is_told_by_its_identity_not_a_clock() {
         let mut m = six();
-        for i in &mut m.inputs {
+        for (k, i) in m.inputs.iter_mut().enumerate() {
             i.etag = None;
+            i.identity = Some(format!("1796083200000000000:{k}:1796083200000000000"));
         }
-        let published = 1_796_083_200; // 2026-12-01T00:00:00Z
         let mut inputs = all_now();
-        for n in &mut inputs {
+        for (k, n) in inputs.iter_mut().enumerate() {
             n.etag = None;
-            n.modified = at(published - 10);
+            n.identity = Some(format!("1796083200000000000:{k}:1796083200000000000"));
         }
         assert!(plan(std::slice::from_ref(&m), &inputs, false).is_empty());
-        inputs[4].modified = at(published);
-        let p = plan(&[m], &inputs, false);
+        // Rewritten in place with its old mtime set back: its ctime moved.
+        inputs[4].identity = Some("1796083200000000000:4:1796083201000000000".into());
+        let p = plan(std::slice::from_ref(&m), &inputs, false);
         assert_eq!(names(&p.retired[0]), ["s2"]);
+        // An older set recorded none: a local file is read again, a table's is not.
+        inputs[4].identity = m.inputs[4].identity.clone();
+        m.inputs[1].identity = None;
+        let p = plan(std::slice::from_ref(&m), &inputs, false);
+        assert_eq!(names(&p.retired[0]), ["s0", "s1"]);
+        inputs[1].identity = Some("delta:1796083200000:0:0000000000000000".into());
+        assert!(plan(std::slice::from_ref(&m), &inputs, false).is_empty());
     }
 
     /// An Iceberg file a new delete file applies to (its records known only once read)
@@ -1072,44 +675,6 @@ mod tests {
         assert_eq!(p.reads[5], vec![ALL]);
         assert_eq!(p.reads[4], vec![ALL], "read again whole");
         assert_eq!(p.reads[3], vec![[50, 100]]);
-    }
-
-    /// New records' features join the set's: a shape both agree on, none otherwise or
-    /// where one side lacks the feature; another kind cannot be held.
-    #[test]
-    fn features_merge_or_name_the_conflict() {
-        use crate::example::FeatureKind;
-        let f = |name: &str, kind, shape: Option<Vec<u64>>| FeatureSpec::new(name, kind, shape);
-        let then = vec![
-            f("x", FeatureKind::Float, Some(vec![4])),
-            f("y", FeatureKind::Int64, Some(vec![])),
-            f("old", FeatureKind::Bytes, Some(vec![])),
-        ];
-        let now = vec![
-            f("x", FeatureKind::Float, Some(vec![4])),
-            f("y", FeatureKind::Int64, Some(vec![2])),
-            f("new", FeatureKind::Bytes, Some(vec![])),
-        ];
-        let merged = merge_features(&then, &now).unwrap();
-        let shapes: Vec<(&str, Option<Vec<u64>>)> = merged
-            .iter()
-            .map(|f| (f.name.as_str(), f.shape.clone()))
-            .collect();
-        assert_eq!(
-            shapes,
-            [
-                ("x", Some(vec![4])),
-                ("y", None),
-                ("old", None),
-                ("new", None)
-            ]
-        );
-        let conflict = vec![f("y", FeatureKind::Float, Some(vec![]))];
-        let why = merge_features(&then, &conflict).unwrap_err();
-        assert!(
-            why.contains("\"y\" is float") && why.contains("int64"),
-            "{why}"
-        );
     }
 
     /// A listing input (an image folder) whose first entries are the set's grew: only

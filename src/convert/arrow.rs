@@ -216,6 +216,7 @@ impl Source for ArrowSource {
             bytes: 0,
             rows: stats.rows,
             etag: None,
+            identity: None,
         };
         options.new_manifest(
             self.plan.record_type(),

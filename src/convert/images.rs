@@ -134,10 +134,10 @@ fn image_digest(before: u64, file: &ImageFile) -> u64 {
     bytes.extend_from_slice(file.rel.as_bytes());
     bytes.push(0);
     bytes.extend_from_slice(&file.bytes.to_le_bytes());
-    let modified = (file.modified)
-        .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(u128::MAX, |d| d.as_nanos());
-    bytes.extend_from_slice(&modified.to_le_bytes());
+    // (Its identity: a file rewritten with the same size, even with its old mtime set
+    // back, is another image.)
+    bytes.extend_from_slice(file.identity.as_deref().unwrap_or("?").as_bytes());
+    bytes.push(0);
     if let Some((value, text)) = &file.label {
         bytes.extend_from_slice(&value.to_le_bytes());
         bytes.extend_from_slice(text.as_bytes());
@@ -257,6 +257,7 @@ impl Source for ImageSource {
                 bytes: f.bytes,
                 rows: f.digests.len() as u64,
                 etag: f.digests.last().map(|&d| append::listing_etag(d)),
+                identity: None,
             })
             .collect();
         let labels = images.labels != Labels::None;
@@ -297,7 +298,7 @@ impl Source for ImageSource {
                     bytes: f.bytes,
                     etag: f.digests.last().map(|&d| append::listing_etag(d)),
                     records: Some(f.digests.len() as u64),
-                    modified: None,
+                    identity: None,
                     delete_files: Vec::new(),
                     growth: Some(Arc::new(f.digests.clone())),
                 })

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::example::encode::EncodedBatch;
 use crate::hash::{index_hash, SPLIT_SALT};
 use crate::shard::scatter::{gather, order_hash, Scatter};
-use crate::shard::{ClosedShard, OutputDir, Plan, ShardOptions, ShardWriter, SourceRows};
+use crate::shard::{ClosedShard, Origin, OutputDir, Plan, ShardOptions, ShardWriter, SourceRows};
 use crate::tfrecord::deflate::DeflatePool;
 use crate::tfrecord::mapped::KeptMap;
 use crate::tfrecord::Compression;
@@ -26,9 +26,10 @@ pub(crate) struct Router<'a> {
     sinks: Sinks<'a>,
     next_index: u64,
     scattered_bytes: u64,
-    /// Where the next record comes from: its input and its index among the input's
-    /// records (set by the source before each run of an input's records).
-    origin: Option<(u32, u64)>,
+    /// Where the next record comes from: its input, its index among the input's records
+    /// (set by the source before each run of an input's records), and the run it
+    /// continues.
+    origin: Option<Origin>,
     /// With `--shuffle`, the inputs each split got records of: a shuffled shard may hold
     /// any of them.
     split_sources: Vec<Vec<SourceRows>>,
@@ -86,7 +87,7 @@ impl<'a> Router<'a> {
     /// the manifest lists); those after it follow it in the same input, until the next
     /// call. Each shard records the inputs it holds records of.
     pub(crate) fn origin(&mut self, input: u32, record: u64) {
-        self.origin = Some((input, record));
+        self.origin = Some(Origin::at(self.origin, input, record));
     }
 
     /// The inputs each split got records of (with `--shuffle`; empty otherwise).
@@ -107,14 +108,14 @@ impl<'a> Router<'a> {
                 key.unwrap_or_else(|| position_hash(index, self.seed)),
             )
         };
-        if let Some((input, record)) = self.origin.as_mut() {
+        if let Some(origin) = self.origin.as_mut() {
             match &mut self.sinks {
-                Sinks::Direct(writers) => writers[split].origin(*input, *record),
-                Sinks::Scatter(_) => {
-                    SourceRows::note(&mut self.split_sources[split], *input, *record, 1);
+                Sinks::Direct(writers) => {
+                    writers[split].origin_in_run(*origin);
+                    origin.next += 1;
                 }
+                Sinks::Scatter(_) => origin.note(&mut self.split_sources[split], 1),
             }
-            *record += 1;
         }
         (split, index)
     }
@@ -154,9 +155,9 @@ impl<'a> Router<'a> {
         if let (Sinks::Direct(writers), 1) = (&mut self.sinks, self.bounds.len()) {
             let count = batch.sizes.len() as u64;
             self.next_index += count;
-            if let Some((input, record)) = self.origin.as_mut() {
-                writers[0].origin(*input, *record);
-                *record += count;
+            if let Some(origin) = self.origin.as_mut() {
+                writers[0].origin_in_run(*origin);
+                origin.next += count;
             }
             return writers[0].write_batch(&batch.data, &batch.sizes);
         }

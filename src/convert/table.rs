@@ -210,7 +210,7 @@ impl TableSource {
                         .map(|u| u.records)
                         .sum()
                 }),
-                modified: input.modified(),
+                identity: input.identity(),
                 delete_files: input.delete_files(),
                 growth: None,
             })
@@ -347,6 +347,7 @@ impl Source for TableSource {
             bytes: f.bytes,
             rows: 0,
             etag: f.etag.clone(),
+            identity: f.identity.clone(),
         };
         let mut inputs: Vec<InputInfo> = self
             .table
@@ -359,6 +360,7 @@ impl Source for TableSource {
             bytes: input.bytes(),
             rows: rows.and_then(|r| r.get(i).copied()).unwrap_or(0),
             etag: input.etag().map(str::to_owned),
+            identity: input.identity(),
         }));
         if let Some(t) = &self.table {
             inputs.extend(t.deletes.iter().map(side));

@@ -671,6 +671,7 @@ impl Source for TfrecordSource {
                 bytes: f.bytes,
                 rows: records.and_then(|r| r.get(i).copied()).unwrap_or(0),
                 etag: f.etag(),
+                identity: f.blob.object().identity.clone(),
             })
             .collect();
         let features = match (&self.pass, self.record_type) {
@@ -706,7 +707,7 @@ impl Source for TfrecordSource {
                     bytes: f.bytes,
                     etag: f.etag(),
                     records: None,
-                    modified: f.blob.object().modified,
+                    identity: f.blob.object().identity.clone(),
                     delete_files: Vec::new(),
                     growth: None,
                 })

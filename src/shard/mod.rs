@@ -13,7 +13,7 @@ pub mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use writer::{ClosedShard, Plan, ShardHook, ShardOptions, ShardWriter, SourceRows};
+pub use writer::{ClosedShard, Origin, Plan, ShardHook, ShardOptions, ShardWriter, SourceRows};
 
 /// One output of a run (a prefix, or a split): the staged folder its shard writer
 /// writes to, and what the writer must know about it.

@@ -68,7 +68,9 @@ pub struct ShardOptions {
     pub deflate: Option<std::sync::Arc<DeflatePool>>,
 }
 
-pub use crate::store::destination::{ClosedShard, LastGuess, ShardEvents, ShardHook, SourceRows};
+pub use crate::store::destination::{
+    ClosedShard, LastGuess, Origin, ShardEvents, ShardHook, SourceRows,
+};
 
 /// A shard file that reports the bytes that reached it.
 struct Reported {
@@ -170,9 +172,8 @@ pub struct ShardWriter {
     /// The producer's latest restart point (`--resume`), attached to each shard closed
     /// after it.
     checkpoint: Option<serde_json::Value>,
-    /// Where the next record comes from: its input and its index among that input's
-    /// records (see [`ShardWriter::origin`]).
-    origin: Option<(u32, u64)>,
+    /// Where the next record comes from (see [`ShardWriter::origin`]).
+    origin: Option<Origin>,
 }
 
 fn io_at(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
@@ -405,9 +406,8 @@ impl ShardWriter {
             .encoder
             .write_all(framed)
             .map_err(io_at(&shard.path))?;
-        if let Some((input, record)) = self.origin.as_mut() {
-            SourceRows::note(&mut shard.sources, *input, *record, 1);
-            *record += 1;
+        if let Some(origin) = self.origin.as_mut() {
+            origin.note(&mut shard.sources, 1);
         }
         shard.records += 1;
         shard.framed += len;
@@ -475,9 +475,8 @@ impl ShardWriter {
                         .encoder
                         .write_all(&data[offset..end])
                         .map_err(io_at(&shard.path))?;
-                    if let Some((input, record)) = self.origin.as_mut() {
-                        SourceRows::note(&mut shard.sources, *input, *record, n as u64);
-                        *record += n as u64;
+                    if let Some(origin) = self.origin.as_mut() {
+                        origin.note(&mut shard.sources, n as u64);
                     }
                     shard.records += n as u64;
                     shard.framed += bytes;
@@ -523,15 +522,24 @@ impl ShardWriter {
 
     /// The next record is record `record` of input `input` (an index among the run's
     /// inputs); the ones after it follow it in that input, until the next call. Each
-    /// shard lists the inputs its records came from ([`ClosedShard::sources`]).
+    /// shard lists the inputs its records came from ([`ClosedShard::sources`]); records
+    /// that do not follow the last ones given start a range of their own (the tests';
+    /// a run's records come through [`ShardWriter::origin_in_run`]).
+    #[cfg(test)]
     pub fn origin(&mut self, input: u32, record: u64) {
-        self.origin = Some((input, record));
+        self.origin = Some(Origin::at(self.origin, input, record));
+    }
+
+    /// The next record comes from `origin`, in a run its producer tracks (a split's
+    /// writer is given only some of the records the run reads one after another).
+    pub fn origin_in_run(&mut self, origin: Origin) {
+        self.origin = Some(origin);
     }
 
     /// `count` records given were dropped (a resumed run's): the origin moves past them.
     fn advance_origin(&mut self, count: u64) {
-        if let Some((_, record)) = self.origin.as_mut() {
-            *record += count;
+        if let Some(origin) = self.origin.as_mut() {
+            origin.next += count;
         }
     }
 
@@ -646,6 +654,62 @@ mod tests {
         w.write(&r).unwrap();
         let resumed = w.finish().unwrap();
         assert_eq!(sources(&resumed)[2], vec![(3, [18, 20]), (4, [0, 2])]);
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// Regression: an append reads a file's first and last records again (live shards
+    /// hold those between) into one shard, whose sources named one range over the gap;
+    /// `verify` then reported the set, and later appends retired more than they needed.
+    /// Records that do not follow the last ones given are a range of their own; records
+    /// a producer reads in one run but gives this writer only some of (a split's) join.
+    #[test]
+    fn records_on_both_sides_of_a_gap_are_two_ranges() {
+        let tmp = crate::test_dir("writer-gap");
+        let r = record(84, 1);
+        let mut w = ShardWriter::new(opts(tmp.clone(), Compression::None, 10_000, Plan::Fill));
+        w.origin(2, 0);
+        w.write_batch(&r.repeat(3), &[100; 3]).unwrap();
+        w.origin(2, 90);
+        w.write_batch(&r.repeat(2), &[100; 2]).unwrap();
+        // The same run again: one range.
+        w.origin(2, 92);
+        w.write(&r).unwrap();
+        // A split's records: 10, 12 and 15 of one run that started at 10 are one range.
+        w.origin_in_run(Origin {
+            input: 3,
+            next: 10,
+            run_start: 10,
+        });
+        w.write(&r).unwrap();
+        w.origin_in_run(Origin {
+            input: 3,
+            next: 12,
+            run_start: 10,
+        });
+        w.write(&r).unwrap();
+        w.origin_in_run(Origin {
+            input: 3,
+            next: 15,
+            run_start: 10,
+        });
+        w.write(&r).unwrap();
+        // ... but not across a run that started after the range ended.
+        w.origin_in_run(Origin {
+            input: 3,
+            next: 30,
+            run_start: 20,
+        });
+        w.write(&r).unwrap();
+        let shards = w.finish().unwrap();
+        let got: Vec<(u32, [u64; 2])> = shards[0]
+            .sources
+            .iter()
+            .map(|x| (x.input, x.rows))
+            .collect();
+        assert_eq!(
+            got,
+            [(2, [0, 3]), (2, [90, 93]), (3, [10, 16]), (3, [30, 31])]
+        );
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 

@@ -437,6 +437,17 @@ impl DeltaTable {
                 dv_file = Some(format!("{}/{}", self.shown, self.relative(dv.as_str())));
             }
             let input = self.input_file(&rel, &objects)?;
+            // The log's record of the file: the add action's time, and the rows its
+            // deletion vector drops (a new vector, inline or in a file, drops others).
+            let dropped = deleted.as_ref().map_or(0, |rows| {
+                let bytes: Vec<u8> = rows.iter().flat_map(|r| r.to_le_bytes()).collect();
+                crate::hash::stable_hash(b'D', &bytes)
+            });
+            let identity = format!(
+                "delta:{}:{}:{dropped:016x}",
+                file.modification_time,
+                deleted.as_ref().map_or(0, Vec::len)
+            );
             out.push(DeltaFile {
                 input,
                 read: Arc::new(DeltaRead {
@@ -444,6 +455,7 @@ impl DeltaTable {
                     transform: file.transform.clone(),
                     deleted,
                     dv_file,
+                    identity,
                     evaluator: OnceLock::new(),
                 }),
             });
@@ -527,6 +539,7 @@ impl DeltaTable {
             display,
             bytes: object.size,
             etag: object.etag,
+            identity: object.identity,
         })
     }
 }
@@ -838,13 +851,15 @@ impl Log<'_> {
             }
         };
         let display = format!("{}/_delta_log/{name}", self.location);
-        let etag = storage.head(&dir.join("_delta_log").join(&name))?.etag;
+        // (A table deleted and made again holds another file at this version.)
+        let object = storage.head(&dir.join("_delta_log").join(&name))?;
         Ok((
             time,
             SideFile {
                 display,
                 bytes: meta.size,
-                etag,
+                etag: object.etag,
+                identity: object.identity,
             },
         ))
     }
@@ -875,6 +890,8 @@ pub struct DeltaRead {
     deleted: Option<Vec<u64>>,
     /// Its deletion vector's file, as the manifest's `inputs` name it (none inline).
     dv_file: Option<String>,
+    /// The log's record of it (see [`TableFileRead::identity`]).
+    identity: String,
     evaluator: OnceLock<std::result::Result<Arc<dyn ExpressionEvaluator>, String>>,
 }
 
@@ -1006,6 +1023,10 @@ impl TableFileRead for DeltaColumns {
     /// the rows it keeps).
     fn delete_files(&self) -> Vec<String> {
         self.read.dv_file.iter().cloned().collect()
+    }
+
+    fn identity(&self) -> String {
+        self.read.identity.clone()
     }
 
     fn projection(&self, _file: &ArrowReaderMetadata) -> ProjectionMask {

@@ -108,6 +108,8 @@ pub struct IcebergRead {
     pub has_deletes: bool,
     /// The delete files that apply, as the manifest's `inputs` name them.
     pub delete_files: Vec<String>,
+    /// Its records, as its manifest entry counts them (before deletes).
+    pub record_count: Option<u64>,
 }
 
 impl std::fmt::Debug for IcebergRead {
@@ -200,6 +202,7 @@ impl IcebergTable {
             display,
             bytes: bytes.len() as u64,
             etag: found.etag,
+            identity: found.identity,
         };
         let metadata = parse_metadata(&bytes, &metadata_file.display)?;
         let storage = TableStorage::new(
@@ -367,6 +370,7 @@ impl IcebergTable {
                 delete_files: (task.deletes.iter())
                     .map(|d| storage.shown(&storage.relative(&d.file_path), &d.file_path))
                     .collect(),
+                record_count: task.record_count,
             };
             files.push(IcebergFile {
                 input,
@@ -744,6 +748,20 @@ impl TableFileRead for IcebergFileRead {
         self.read.delete_files.clone()
     }
 
+    /// The manifest entry's record count and the delete files that apply (a data file is
+    /// never rewritten in place: its path is new each time).
+    fn identity(&self) -> String {
+        let mut deletes = self.read.delete_files.clone();
+        deletes.sort();
+        let joined = deletes.join("\n");
+        format!(
+            "iceberg:{}:{}:{:016x}",
+            self.read.record_count.map_or(-1, |r| r as i64),
+            deletes.len(),
+            crate::hash::stable_hash(b'I', joined.as_bytes())
+        )
+    }
+
     /// The crate reads the row group's bytes (its row groups counted as the crate counts
     /// them: back to back after the magic), deletes applied. Batches are handed over in
     /// slices of about [`BATCH_BYTES`]; `f` gets the index of each slice's first record
@@ -1048,6 +1066,7 @@ impl TableStorage {
             display: self.shown(rel, path),
             bytes,
             etag: found.get(rel).and_then(|o| o.etag.clone()),
+            identity: found.get(rel).and_then(|o| o.identity.clone()),
         }
     }
 

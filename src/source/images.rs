@@ -49,8 +49,8 @@ pub struct ImageFile {
     pub label: Option<(i64, String)>,
     /// Its size when the folder was walked.
     pub bytes: u64,
-    /// When it was last modified, where the file system says.
-    pub modified: Option<std::time::SystemTime>,
+    /// What the file system tells it by (see [`crate::store::storage::file_identity`]).
+    pub identity: Option<String>,
 }
 
 /// The walk's result.
@@ -160,7 +160,7 @@ pub fn plan(
             path: entry.path().to_path_buf(),
             label: None,
             bytes: meta.as_ref().map_or(0, std::fs::Metadata::len),
-            modified: meta.and_then(|m| m.modified().ok()),
+            identity: meta.as_ref().map(crate::store::storage::file_identity),
         });
     }
     // Byte order of the relative path, as Python's sorted().

@@ -317,6 +317,11 @@ pub trait TableFileRead: Send + Sync + std::fmt::Debug {
         Vec::new()
     }
 
+    /// The file as its table records it (see [`super::table::TableFile::identity`]): a
+    /// table's data file is immutable and named by the table, whatever the file system
+    /// says of it.
+    fn identity(&self) -> String;
+
     /// A batch of the file's projected columns, its first row at row `at` of the file,
     /// as the table's rows.
     ///
@@ -520,8 +525,11 @@ impl super::table::TableFile for ParquetInput {
         self.file.blob.etag()
     }
 
-    fn modified(&self) -> Option<std::time::SystemTime> {
-        self.file.blob.object().modified
+    fn identity(&self) -> Option<String> {
+        match &self.table {
+            Some(table) => Some(table.identity()),
+            None => self.file.blob.object().identity.clone(),
+        }
     }
 
     fn delete_files(&self) -> Vec<String> {

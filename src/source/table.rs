@@ -19,9 +19,10 @@ pub trait TableFile: Send + Sync {
     fn bytes(&self) -> u64;
     /// Its ETag in a store (its reads are pinned to it).
     fn etag(&self) -> Option<&str>;
-    /// When it was last modified, where its storage says (`--append` compares it with
-    /// the manifest's time where there is no ETag).
-    fn modified(&self) -> Option<std::time::SystemTime> {
+    /// What identifies it where no ETag does (`--append` compares it with the manifest's
+    /// for equality): a local file's `mtime_ns:ino:ctime_ns`, a table's data file's
+    /// record in its table.
+    fn identity(&self) -> Option<String> {
         None
     }
     /// The delete files that apply to it (Iceberg), as the manifest's `inputs` name
@@ -67,6 +68,8 @@ pub struct SideFile {
     pub bytes: u64,
     /// Its ETag in a store.
     pub etag: Option<String>,
+    /// What identifies it where no ETag does (see [`TableFile::identity`]).
+    pub identity: Option<String>,
 }
 
 /// `--timestamp T` in milliseconds since the epoch.

@@ -3,7 +3,15 @@
 //! conditional put), saying who holds it (run, host, process) and when it was last
 //! refreshed; the holder refreshes it while it runs. A claim not refreshed for
 //! [`CLAIM_STALE_AFTER`], or held by a process of this host that is gone, is stale: the
-//! next run takes it over. `finalize` claims each prefix it publishes this way.
+//! next run takes it over. `finalize` and every writer of a set claim this way.
+//!
+//! Every change of a claim that exists is a compare and swap
+//! ([`Destination::replace`]: a conditional put pinned to the ETag read in a store, a
+//! locked replace on disk): a takeover replaces only the stale note it judged, so of two
+//! runs taking one claim over, one wins; a refresh replaces only the holder's own note,
+//! so a holder taken for dead never writes over its successor's claim, and learns that
+//! it lost it. A holder confirms its claims right before it writes a manifest
+//! ([`Claims::confirm`]).
 
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -21,6 +29,10 @@ pub const CLAIM_STALE_AFTER: Duration = Duration::from_secs(60);
 
 /// How often a running claim holder refreshes its claims.
 const CLAIM_REFRESH_EVERY: Duration = Duration::from_secs(10);
+
+/// How many times a claim is put again when it went between our put and our read (its
+/// holder released it): a run racing a stream of short holders gives up as held.
+const CLAIM_ATTEMPTS: usize = 4;
 
 /// How long a run watches a claim that its holder's clock says is stale before it takes
 /// it over (longer than a refresh interval, by the taker's own clock): two hosts' clocks
@@ -161,47 +173,72 @@ impl Claims {
     }
 
     /// Claims the object `file` of the destination: a conditional put, or, over a stale
-    /// claim (its holder killed), a takeover. `Ok(Err(Held))`: a live run holds it.
+    /// claim (its holder killed), a takeover that replaces only that stale note.
+    /// `Ok(Err(Held))`: a live run holds it (or another run took the stale one over).
     ///
     /// # Errors
     ///
     /// A store or I/O error.
     pub(crate) fn claim(&mut self, file: &str) -> Result<std::result::Result<(), Held>> {
         let out = &*self.out;
-        match out.write(file, Self::note(&self.holder), true) {
-            Ok(()) => {}
-            Err(e) if already_exists(&e) => {
-                let (held, bytes) = match out.read(file) {
-                    Ok(bytes) => (serde_json::from_slice::<ClaimNote>(&bytes).ok(), bytes),
-                    // Released meanwhile: its holder finished or failed.
-                    Err(e) if is_not_found(&e) => (None, Vec::new()),
-                    Err(e) => return Err(e),
-                };
-                if !held.as_ref().is_none_or(ClaimNote::is_stale) {
-                    return Ok(Err(Held));
+        // (Released between our put and our read: put again, a few times at most.)
+        for _ in 0..CLAIM_ATTEMPTS {
+            match out.write(file, Self::note(&self.holder), true) {
+                Ok(()) => {
+                    self.files.push(file.to_owned());
+                    return Ok(Ok(()));
                 }
-                if held.as_ref().is_some_and(|h| !h.is_dead_here()) {
-                    // Stale by the holder's clock: watched by ours before it is taken.
-                    std::thread::sleep(CLAIM_WATCH);
-                    match out.read(file) {
-                        Ok(again) if again != bytes => return Ok(Err(Held)),
-                        Ok(_) => {}
-                        Err(e) if is_not_found(&e) => {}
-                        Err(e) => return Err(e),
-                    }
-                }
-                // Taken over: of two takers, the second put finds the first's claim.
-                out.delete(file)?;
-                match out.write(file, Self::note(&self.holder), true) {
-                    Ok(()) => {}
-                    Err(e) if already_exists(&e) => return Ok(Err(Held)),
-                    Err(e) => return Err(e),
-                }
+                Err(e) if already_exists(&e) => {}
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
+            let bytes = match out.read(file) {
+                Ok(bytes) => bytes,
+                Err(e) if is_not_found(&e) => continue,
+                Err(e) => return Err(e),
+            };
+            let held = serde_json::from_slice::<ClaimNote>(&bytes).ok();
+            if !held.as_ref().is_none_or(ClaimNote::is_stale) {
+                return Ok(Err(Held));
+            }
+            if held.as_ref().is_some_and(|h| !h.is_dead_here()) {
+                // Stale by the holder's clock: watched by ours before it is taken.
+                std::thread::sleep(CLAIM_WATCH);
+            }
+            // Taken over only if it still holds the note judged stale: of two takers,
+            // one replaces it, the other finds the first's note.
+            return if out.replace(file, &bytes, Self::note(&self.holder))? {
+                self.files.push(file.to_owned());
+                Ok(Ok(()))
+            } else {
+                Ok(Err(Held))
+            };
         }
-        self.files.push(file.to_owned());
-        Ok(Ok(()))
+        Ok(Err(Held))
+    }
+
+    /// Checks, right before a manifest is written, that every claim is still this run's
+    /// (none was taken over while it was silent).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::ClaimLost`] naming the claim another run holds now; a store or I/O
+    /// error reading it.
+    pub(crate) fn confirm(&self) -> Result<()> {
+        for f in &self.files {
+            let bytes = match self.out.read(f) {
+                Ok(bytes) => Some(bytes),
+                Err(e) if is_not_found(&e) => None,
+                Err(e) => return Err(e),
+            };
+            let ours = bytes
+                .and_then(|b| serde_json::from_slice::<ClaimNote>(&b).ok())
+                .is_some_and(|n| n.holder == self.holder);
+            if self.is_lost() || !ours {
+                self.lost.store(true, std::sync::atomic::Ordering::SeqCst);
+                return Err(Error::new(ErrorKind::ClaimLost).with_file(self.out.display(f)));
+            }
+        }
+        Ok(())
     }
 
     /// Stops the refreshing (before the claims are deleted with their folder).
@@ -221,21 +258,52 @@ impl Claims {
         self.refresher = Some(std::thread::spawn(move || {
             while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(CLAIM_REFRESH_EVERY) {
                 for f in &files {
-                    // Another holder now: this run was taken for dead, and stops.
-                    let taken = out
-                        .read(f)
-                        .ok()
-                        .and_then(|b| serde_json::from_slice::<ClaimNote>(&b).ok());
-                    if taken.is_some_and(|n| n.holder != holder) {
+                    if refresh(&*out, f, &holder) == Refreshed::Lost {
                         lost.store(true, std::sync::atomic::Ordering::SeqCst);
                         return;
                     }
-                    // A missed refresh is retried at the next tick; the claim goes stale
-                    // only after several.
-                    let _ = out.write(f, Claims::note(&holder), false);
                 }
             }
         }));
+    }
+}
+
+/// What one refresh of a claim found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refreshed {
+    /// Refreshed, or not this time (a store error, a concurrent change of our own note):
+    /// a missed refresh is retried at the next tick, and a claim goes stale only after
+    /// several.
+    Kept,
+    /// Another run holds it, or it is gone: this run was taken for dead.
+    Lost,
+}
+
+/// Refreshes `holder`'s claim `file`: its own note replaced by a fresh one, never
+/// another's.
+fn refresh(out: &dyn Destination, file: &str, holder: &str) -> Refreshed {
+    let bytes = match out.read(file) {
+        Ok(bytes) => bytes,
+        Err(e) if is_not_found(&e) => return Refreshed::Lost,
+        Err(_) => return Refreshed::Kept,
+    };
+    let ours = serde_json::from_slice::<ClaimNote>(&bytes).is_ok_and(|n| n.holder == holder);
+    if !ours {
+        return Refreshed::Lost;
+    }
+    match out.replace(file, &bytes, Claims::note(holder)) {
+        Ok(false) => match out.read(file) {
+            // Replaced between our read and our swap: by whom?
+            Ok(now)
+                if serde_json::from_slice::<ClaimNote>(&now).is_ok_and(|n| n.holder == holder) =>
+            {
+                Refreshed::Kept
+            }
+            Ok(_) => Refreshed::Lost,
+            Err(e) if is_not_found(&e) => Refreshed::Lost,
+            Err(_) => Refreshed::Kept,
+        },
+        Ok(true) | Err(_) => Refreshed::Kept,
     }
 }
 
@@ -248,5 +316,158 @@ impl Drop for Claims {
                 let _ = self.out.delete(f);
             }
         }
+    }
+}
+
+/// Claims against a back-end, run once per [`Destination`] (on disk and in moto's S3) by
+/// its conformance suite: the races a claim must win or lose cleanly.
+#[cfg(test)]
+pub(super) mod conformance {
+    use super::*;
+    use std::sync::Barrier;
+
+    /// A note of a holder that is gone: this host's, its process ended.
+    fn dead_note(holder: &str) -> Vec<u8> {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("run true");
+        let pid = child.id();
+        child.wait().expect("true ends");
+        serde_json::to_vec(&ClaimNote {
+            holder: holder.to_owned(),
+            refreshed: 0,
+            host: host_name(),
+            pid,
+            pids: pid_space(),
+        })
+        .expect("a note")
+    }
+
+    fn holder_of(out: &dyn Destination, file: &str) -> Option<String> {
+        let bytes = out.read(file).ok()?;
+        serde_json::from_slice::<ClaimNote>(&bytes)
+            .ok()
+            .map(|n| n.holder)
+    }
+
+    /// Of many runs that take one stale claim over at once, exactly one wins, and the
+    /// claim is then its. (With the takeover of before, a delete and a create, two
+    /// could win: the second deleted the first's new claim.)
+    fn a_stale_claim_is_taken_over_once(out: &Arc<dyn Destination>) {
+        let file = "race/.claim";
+        for round in 0..12 {
+            out.write(file, dead_note(&format!("dead-{round}")), false)
+                .expect("the stale claim");
+            let takers = 6;
+            let barrier = Arc::new(Barrier::new(takers));
+            let handles: Vec<_> = (0..takers)
+                .map(|_| {
+                    let (out, barrier) = (out.clone(), barrier.clone());
+                    std::thread::spawn(move || {
+                        let mut claims = Claims::new(out);
+                        barrier.wait();
+                        let won = claims.claim(file).expect("no store error").is_ok();
+                        let holder = claims.holder.clone();
+                        // Won: keep it from being released until counted.
+                        claims.forget();
+                        (won, holder)
+                    })
+                })
+                .collect();
+            let results: Vec<(bool, String)> = handles
+                .into_iter()
+                .map(|h| h.join().expect("a taker"))
+                .collect();
+            let winners: Vec<&String> = results.iter().filter(|r| r.0).map(|r| &r.1).collect();
+            assert_eq!(winners.len(), 1, "round {round}: {results:?}");
+            assert_eq!(
+                holder_of(&**out, file).as_ref(),
+                Some(winners[0]),
+                "round {round}"
+            );
+            out.delete(file).unwrap();
+        }
+    }
+
+    /// A holder's refresh never writes over another holder's note: a refresher racing
+    /// takeovers of its claim (each a compare and swap of the note it read) either
+    /// refreshes its own note or finds it lost; once taken over, the claim stays the
+    /// taker's, and the refresher says it lost it.
+    fn a_refresh_never_writes_over_another_holder(out: &Arc<dyn Destination>) {
+        let file = "race/.refreshed";
+        for round in 0..8 {
+            let holder = format!("holder-{round}");
+            out.write(file, Claims::note(&holder), false).unwrap();
+            let barrier = Arc::new(Barrier::new(2));
+            let refresher = {
+                let (out, barrier, holder) = (out.clone(), barrier.clone(), holder.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    (0..40)
+                        .map(|_| refresh(&*out, file, &holder))
+                        .collect::<Vec<Refreshed>>()
+                })
+            };
+            let taker = {
+                let (out, barrier) = (out.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    for k in 0..40 {
+                        let Ok(bytes) = out.read(file) else { continue };
+                        let mine = format!("taker-{k}");
+                        if out.replace(file, &bytes, Claims::note(&mine)).unwrap() {
+                            return Some(mine);
+                        }
+                    }
+                    None
+                })
+            };
+            let seen = refresher.join().unwrap();
+            let took = taker.join().unwrap();
+            let now = holder_of(&**out, file);
+            match took {
+                Some(taker) => {
+                    assert_eq!(now, Some(taker), "round {round}: the taker's claim stays");
+                    assert_eq!(
+                        seen.last(),
+                        Some(&Refreshed::Lost),
+                        "round {round}: {seen:?}"
+                    );
+                    // Once lost, never kept again.
+                    let first = seen.iter().position(|r| *r == Refreshed::Lost).unwrap();
+                    assert!(
+                        seen[first..].iter().all(|r| *r == Refreshed::Lost),
+                        "{seen:?}"
+                    );
+                }
+                None => assert_eq!(now, Some(holder), "round {round}"),
+            }
+            out.delete(file).unwrap();
+        }
+    }
+
+    /// A claim taken over meanwhile fails the holder's confirmation; its own passes.
+    fn confirm_finds_a_claim_taken_over(out: &Arc<dyn Destination>) {
+        let mut claims = Claims::new(out.clone());
+        assert!(claims.claim("race/.confirmed").unwrap().is_ok());
+        claims.confirm().expect("its own claim");
+        out.write("race/.confirmed", Claims::note("another"), false)
+            .unwrap();
+        let lost = claims.confirm().unwrap_err();
+        assert!(matches!(lost.kind(), ErrorKind::ClaimLost), "{lost}");
+        assert!(claims.is_lost());
+        drop(claims);
+        assert_eq!(
+            holder_of(&**out, "race/.confirmed").as_deref(),
+            Some("another"),
+            "not released"
+        );
+        out.delete("race/.confirmed").unwrap();
+    }
+
+    pub(crate) fn all(out: &Arc<dyn Destination>) {
+        a_stale_claim_is_taken_over_once(out);
+        a_refresh_never_writes_over_another_holder(out);
+        confirm_finds_a_claim_taken_over(out);
     }
 }

@@ -63,6 +63,16 @@ pub(crate) trait Destination: Send + Sync {
     /// when `create_only` finds the file; an I/O or store error.
     fn write(&self, rel: &str, bytes: Vec<u8>, create_only: bool) -> Result<()>;
 
+    /// Writes small file `rel` whole only if it still holds `expected` (compare and
+    /// swap: a claim taken over, a claim refreshed); `Ok(false)` when it holds something
+    /// else or nothing. On a store, a conditional put pinned to the ETag of what was
+    /// read; on disk, under an exclusive lock of the file, which every replace takes.
+    ///
+    /// # Errors
+    ///
+    /// An I/O or store error naming it.
+    fn replace(&self, rel: &str, expected: &[u8], bytes: Vec<u8>) -> Result<bool>;
+
     /// Deletes file `rel` (a missing one is fine).
     ///
     /// # Errors
@@ -168,13 +178,19 @@ pub(crate) trait Staging {
 
     /// Publishes every output (one [`Publication`] per output, in order): the old
     /// manifests go, the shards are placed, the stale shards go, and the manifests are
-    /// written last. Returns the manifests' paths.
+    /// written last, each right after `confirm` found the run's claims still its own.
+    /// Returns the manifests' paths.
     ///
     /// # Errors
     ///
-    /// An I/O or store error; another run publishing to the same output; cancelled.
-    /// Nothing is published then.
-    fn commit(&mut self, outputs: Vec<Publication>, cancel: &CancelToken) -> Result<Vec<PathBuf>>;
+    /// An I/O or store error; another run publishing to the same output; cancelled;
+    /// `confirm`'s error. Nothing is published then.
+    fn commit(
+        &mut self,
+        outputs: Vec<Publication>,
+        cancel: &CancelToken,
+        confirm: &dyn Fn() -> Result<()>,
+    ) -> Result<Vec<PathBuf>>;
 }
 
 /// What an append publishes beside its staged files (names in the set's folder).
@@ -249,8 +265,11 @@ pub struct ClosedShard {
 
 /// Records of one input that a shard holds: the input (its index among the run's
 /// inputs, as the manifest lists them) and the range of its records, `[start, end)`
-/// counted in the order its source yields them. For a split's shard the range may hold
-/// records that went to other splits.
+/// counted in the order its source yields them. Each range holds only records the run
+/// read one after another: for a split's shard, the records of the range that went to
+/// this split (the others went to other splits' shards); two runs of an input that the
+/// run did not read one after another (an append's records read again from both sides
+/// of a gap that live shards hold) are two ranges.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SourceRows {
     /// The input's index.
@@ -260,11 +279,15 @@ pub struct SourceRows {
 }
 
 impl SourceRows {
-    /// Adds `count` records of `input` from record `first` on to `sources`: the last
-    /// range grows when they are the same input's later records, else a range starts.
-    pub fn note(sources: &mut Vec<SourceRows>, input: u32, first: u64, count: u64) {
+    /// Adds `count` records of `input` from record `first` on to `sources`, read in one
+    /// run from record `run_start` on: the last range grows when it is the same input's
+    /// and ends inside that run (the records between went elsewhere), else a range
+    /// starts.
+    pub fn note(sources: &mut Vec<SourceRows>, input: u32, first: u64, count: u64, run_start: u64) {
         match sources.last_mut() {
-            Some(last) if last.input == input && last.rows[1] <= first => {
+            Some(last)
+                if last.input == input && run_start <= last.rows[1] && last.rows[1] <= first =>
+            {
                 last.rows[1] = first + count;
             }
             _ => sources.push(SourceRows {
@@ -272,6 +295,39 @@ impl SourceRows {
                 rows: [first, first + count],
             }),
         }
+    }
+}
+
+/// Where the next record of a run comes from: its input, its index among that input's
+/// records, and where the run of that input's records read one after another began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Origin {
+    /// The input's index.
+    pub input: u32,
+    /// The next record's index in it.
+    pub next: u64,
+    /// The first record of the run the next one continues.
+    pub run_start: u64,
+}
+
+impl Origin {
+    /// The next record is record `record` of `input`: a run continues when it follows the
+    /// last record read (`current`), else a run starts there.
+    pub fn at(current: Option<Origin>, input: u32, record: u64) -> Origin {
+        match current {
+            Some(o) if o.input == input && o.next == record => o,
+            _ => Origin {
+                input,
+                next: record,
+                run_start: record,
+            },
+        }
+    }
+
+    /// Notes the next `count` records in `sources` and moves past them.
+    pub fn note(&mut self, sources: &mut Vec<SourceRows>, count: u64) {
+        SourceRows::note(sources, self.input, self.next, count, self.run_start);
+        self.next += count;
     }
 }
 
@@ -444,7 +500,7 @@ mod conformance {
         let shards = write_shards(&*staging, 3, 7, true);
         let bytes: Vec<Vec<u8>> = shards.iter().map(|(_, b)| b.clone()).collect();
         let paths = staging
-            .commit(vec![publication(shards)], &CancelToken::new())
+            .commit(vec![publication(shards)], &CancelToken::new(), &|| Ok(()))
             .unwrap();
         drop(staging);
         assert_eq!(paths, vec![d.display("data.manifest.json")]);
@@ -481,7 +537,7 @@ mod conformance {
         let shards = write_shards(&*staging, 2, 9, false);
         let bytes: Vec<Vec<u8>> = shards.iter().map(|(_, b)| b.clone()).collect();
         staging
-            .commit(vec![publication(shards)], &CancelToken::new())
+            .commit(vec![publication(shards)], &CancelToken::new(), &|| Ok(()))
             .unwrap();
         drop(staging);
         assert_eq!(
@@ -518,7 +574,7 @@ mod conformance {
         let cancel = CancelToken::new();
         cancel.cancel();
         let stopped = staging
-            .commit(vec![publication(shards)], &cancel)
+            .commit(vec![publication(shards)], &cancel, &|| Ok(()))
             .unwrap_err();
         assert!(
             matches!(stopped.kind(), ErrorKind::Interrupted),
@@ -541,7 +597,7 @@ mod conformance {
             d.write(name, bytes.to_vec(), false).unwrap();
         }
         let refused = staging
-            .commit(vec![publication(shards)], &CancelToken::new())
+            .commit(vec![publication(shards)], &CancelToken::new(), &|| Ok(()))
             .unwrap_err();
         assert!(
             matches!(refused.kind(), ErrorKind::OutputClaimed),
@@ -571,6 +627,7 @@ mod conformance {
         let d = crate::store::destination_of(&root.join("out"), crate::store::IoOptions::new())
             .unwrap();
         all(&*d, &root.join("staging"));
+        crate::store::claim::conformance::all(&d);
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -587,6 +644,7 @@ mod conformance {
         .unwrap();
         let scratch = crate::test_dir("destination-s3");
         all(&*d, &scratch);
+        crate::store::claim::conformance::all(&d);
         // Local staging is the run's own and goes with it.
         assert!(std::fs::read_dir(&scratch).map_or(true, |mut e| e.next().is_none()));
         let _ = std::fs::remove_dir_all(&scratch);

@@ -81,6 +81,39 @@ impl Destination for LocalDir {
         write_atomic(&self.path(rel), &bytes, create_only)
     }
 
+    /// Under an exclusive `flock` of the file: the one that still holds `expected`
+    /// (the path names the locked file, not one renamed over it meanwhile) is replaced
+    /// by a rename, so whoever waited on the lock finds another file there and fails.
+    fn replace(&self, rel: &str, expected: &[u8], bytes: Vec<u8>) -> Result<bool> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::io::AsRawFd;
+        let path = self.path(rel);
+        let mut file = match fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_at(&path)(e)),
+        };
+        // SAFETY: a valid descriptor; the lock goes with it when `file` is dropped.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io_at(&path)(std::io::Error::last_os_error()));
+        }
+        let locked = file.metadata().map_err(io_at(&path))?.ino();
+        match fs::metadata(&path) {
+            Ok(m) if m.ino() == locked => {}
+            Ok(_) => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_at(&path)(e)),
+        }
+        let mut held = Vec::new();
+        file.read_to_end(&mut held).map_err(io_at(&path))?;
+        if held != expected {
+            return Ok(false);
+        }
+        write_atomic(&path, &bytes, false)?;
+        Ok(true)
+    }
+
     fn delete(&self, rel: &str) -> Result<()> {
         let path = self.path(rel);
         match fs::remove_file(&path) {
@@ -265,7 +298,12 @@ impl Staging for LocalStaging {
     /// which makes the renames durable. A failure before a set's manifest removes the
     /// shards placed for it (a folder of shards without a manifest would still pass a
     /// frame check).
-    fn commit(&mut self, outputs: Vec<Publication>, cancel: &CancelToken) -> Result<Vec<PathBuf>> {
+    fn commit(
+        &mut self,
+        outputs: Vec<Publication>,
+        cancel: &CancelToken,
+        confirm: &dyn Fn() -> Result<()>,
+    ) -> Result<Vec<PathBuf>> {
         let rel = |path: &Path| -> String {
             let rel = path.strip_prefix(&self.root).unwrap_or(path);
             rel.to_string_lossy()
@@ -283,6 +321,7 @@ impl Staging for LocalStaging {
             &sets,
             Mode::of(self.replace, self.append),
             cancel,
+            confirm,
         ) {
             Ok(paths) => paths,
             Err(e) => {

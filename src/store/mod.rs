@@ -58,7 +58,9 @@ pub(crate) use self::multipart::{
 pub(crate) use self::objects::{
     any_below, delete, get_range, head_async, list_async, put_async, put_tagged, read_all_async,
 };
-pub use self::objects::{delete_object, head, list, list_dir, put, read_all, Listed};
+pub use self::objects::{
+    delete_object, head, list, list_dir, put, read_all, replace_object, Listed,
+};
 pub use self::parquet::{ColumnChunks, PageRead, ParquetBytes};
 pub use self::read::RemoteRead;
 pub(crate) use self::records::{

@@ -94,6 +94,10 @@ impl Destination for ObjectPrefix {
         put(&self.at(rel), bytes, create_only)
     }
 
+    fn replace(&self, rel: &str, expected: &[u8], bytes: Vec<u8>) -> Result<bool> {
+        super::replace_object(&self.at(rel), expected, bytes)
+    }
+
     fn delete(&self, rel: &str) -> Result<()> {
         super::delete_object(&self.at(rel))
     }
@@ -186,7 +190,12 @@ impl Staging for ObjectStaging {
         self.groups[self.which[i]].begin_resume(&self.tmps[i], &self.folders[i], header)
     }
 
-    fn commit(&mut self, outputs: Vec<Publication>, cancel: &CancelToken) -> Result<Vec<PathBuf>> {
+    fn commit(
+        &mut self,
+        outputs: Vec<Publication>,
+        cancel: &CancelToken,
+        confirm: &dyn Fn() -> Result<()>,
+    ) -> Result<Vec<PathBuf>> {
         let mut by_group: Vec<Vec<(&str, Publication)>> =
             (0..self.groups.len()).map(|_| Vec::new()).collect();
         for (i, publication) in outputs.into_iter().enumerate() {
@@ -194,7 +203,7 @@ impl Staging for ObjectStaging {
         }
         let mut paths = Vec::new();
         for (group, publications) in self.groups.iter().zip(by_group) {
-            paths.extend(group.commit(publications, cancel)?);
+            paths.extend(group.commit(publications, cancel, confirm)?);
         }
         Ok(paths)
     }
@@ -529,6 +538,7 @@ impl RemoteOutput {
         &self,
         outputs: Vec<(&str, Publication)>,
         cancel: &CancelToken,
+        confirm: &dyn Fn() -> Result<()>,
     ) -> Result<Vec<PathBuf>> {
         let s = &*self.shared;
         if !s.overwrite && !s.append {
@@ -585,16 +595,21 @@ impl RemoteOutput {
                 Set::of_run(p, String::new(), |local| (tmp.to_owned(), local.to_owned()))
             })
             .collect();
-        let lost = (self
-            .claims
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref())
-        .is_some_and(Claims::is_lost);
-        if lost {
-            return Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()));
-        }
-        let paths = publish(self, &sets, Mode::of(s.overwrite, s.append), cancel)?;
+        // Right before each manifest: the caller's claims, and this run's own on the
+        // output.
+        let confirm = || {
+            confirm()?;
+            let claims = self.claims.lock().unwrap_or_else(|p| p.into_inner());
+            match claims.as_ref().map(Claims::confirm) {
+                Some(Err(e)) if matches!(e.kind(), ErrorKind::ClaimLost) => {
+                    Err(Error::new(ErrorKind::OutputClaimed).with_file(s.out.to_path()))
+                }
+                Some(other) => other,
+                None => Ok(()),
+            }
+        };
+        let mode = Mode::of(s.overwrite, s.append);
+        let paths = publish(self, &sets, mode, cancel, &confirm)?;
         self.committed.store(true, Ordering::SeqCst);
         if let Some(claims) = self.claims.lock().unwrap_or_else(|p| p.into_inner()).take() {
             drop(claims);

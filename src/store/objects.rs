@@ -221,6 +221,47 @@ pub(crate) async fn put_tagged(
     Ok(done.e_tag)
 }
 
+/// Writes a small object whole only if it still holds `expected`: a conditional put
+/// pinned to the ETag of what was read (S3's `If-Match`, GCS's generation, Azure's
+/// `If-Match`). `Ok(false)` when it holds something else, or nothing.
+///
+/// # Errors
+///
+/// A store error naming the URL.
+pub fn replace_object(url: &ObjectUrl, expected: &[u8], bytes: Vec<u8>) -> Result<bool> {
+    block_on(async {
+        let b = bucket(url)?;
+        let key = url.object_key()?;
+        let got = match request(url, async { b.store.get(&key).await }).await {
+            Ok(got) => got,
+            Err(e) if is_problem(&e, StoreProblem::NotFound) => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        let version = object_store::UpdateVersion {
+            e_tag: got.meta.e_tag.clone(),
+            version: got.meta.version.clone(),
+        };
+        let held = request(url, got.bytes()).await?;
+        if held.as_ref() != expected {
+            return Ok(false);
+        }
+        let options = PutOptions {
+            mode: PutMode::Update(version),
+            ..Default::default()
+        };
+        match request(
+            url,
+            b.store.put_opts(&key, PutPayload::from(bytes), options),
+        )
+        .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_problem(&e, StoreProblem::Changed) => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+}
+
 /// Deletes an object; a missing one is fine (blocking).
 ///
 /// # Errors

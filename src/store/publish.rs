@@ -19,12 +19,15 @@
 //!    renames emptied it).
 //! 5. **Publish the manifests**: the commit point, one per set, every set's after every
 //!    set's shards (a failure between two manifests leaves the earlier sets published,
-//!    the later not). Without `replace`, each is written only where none is.
+//!    the later not), each right after the caller confirmed that it still holds its
+//!    claims. Without `replace`, each is written only where none is. An append writes
+//!    every set's pinned manifest before any set's manifest, so that a writer killed
+//!    between two sets' manifests leaves what completes the later ones.
 //!
 //! An **append** (`--append`) publishes a new generation beside the live set instead:
 //! nothing of the set goes before its new manifest is written; step 2 clears only the
 //! prefix's files no manifest kept lists (a killed append's); step 5 writes the
-//! generation's pinned manifest, then the manifest over the old one (one atomic
+//! generation's pinned manifests, then each manifest over the old one (one atomic
 //! replace); then, the set published, the shards it retired go.
 //!
 //! Claiming the output comes before (the caller holds a [`super::claim::Claims`] where
@@ -193,13 +196,15 @@ fn join(dir: &str, name: &str) -> String {
 /// # Errors
 ///
 /// Cancelled before anything is touched ([`ErrorKind::Interrupted`]); a set published
-/// by another run meanwhile, without `replace` ([`ErrorKind::OutputClaimed`]); an I/O
-/// or store error. Nothing is published then.
+/// by another run meanwhile, without `replace` ([`ErrorKind::OutputClaimed`]);
+/// `confirm`'s error (the caller's claim taken over); an I/O or store error. Nothing is
+/// published then (but the sets whose manifests were written before a failure).
 pub(crate) fn publish<S: Steps + ?Sized>(
     steps: &S,
     sets: &[Set<S::From>],
     mode: Mode,
     cancel: &CancelToken,
+    confirm: &dyn Fn() -> Result<()>,
 ) -> Result<Vec<PathBuf>> {
     cancel.check()?;
     let replace = mode == Mode::Replace;
@@ -244,13 +249,17 @@ pub(crate) fn publish<S: Steps + ?Sized>(
     steps.retire_staging()?;
     crate::failpoint::hit("publish:placed")?;
     // 5.
-    let mut paths = Vec::with_capacity(sets.len());
+    confirm()?;
     for set in sets {
-        let path = steps.display(&set.manifest_rel());
         if let Some(append) = &set.append {
             steps.write_file(&set.rel(&append.pinned.0), &append.pinned.1)?;
             crate::failpoint::hit("publish:pinned")?;
         }
+    }
+    let mut paths = Vec::with_capacity(sets.len());
+    for set in sets {
+        let path = steps.display(&set.manifest_rel());
+        confirm()?;
         match steps.write_manifest(set, mode == Mode::Create) {
             // Another run published this set since this one found the output empty.
             Err(e) if !replace && already_exists(&e) => {

@@ -44,6 +44,25 @@ pub struct Object {
     pub etag: Option<String>,
     /// When it was last modified, where the storage says.
     pub modified: Option<SystemTime>,
+    /// What tells this file from another one at the same path on a storage without
+    /// ETags (see [`file_identity`]); `None` in a store, whose ETag does.
+    pub identity: Option<String>,
+}
+
+/// A local file's identity, compared for equality (never against a clock): its
+/// modification time to the nanosecond, its inode and its status-change time
+/// (`mtime_ns:ino:ctime_ns`), so that a file rewritten within one second, restored with
+/// an older modification time, or rewritten in place with its old one set back, still
+/// reads as another file.
+pub fn file_identity(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let ns = |secs: i64, nsec: i64| i128::from(secs) * 1_000_000_000 + i128::from(nsec);
+    format!(
+        "{}:{}:{}",
+        ns(meta.mtime(), meta.mtime_nsec()),
+        meta.ino(),
+        ns(meta.ctime(), meta.ctime_nsec())
+    )
 }
 
 /// What is at a path: a folder, or a file as found.
@@ -215,6 +234,7 @@ fn local_object(path: &Path, meta: &std::fs::Metadata) -> Object {
         size: meta.len(),
         etag: None,
         modified: meta.modified().ok(),
+        identity: Some(file_identity(meta)),
     }
 }
 
@@ -397,6 +417,7 @@ fn remote_object(listed: &Listed) -> Object {
         size: listed.size,
         etag: listed.etag.clone(),
         modified: None,
+        identity: None,
     }
 }
 
