@@ -153,7 +153,63 @@ fn sources_of(old: &[&ShardInfo], start: u64, end: u64) -> Vec<ShardSource> {
     out
 }
 
-/// Compacts the set (see the module docs).
+/// The prefixes of the set whose manifest is `m` (a `--split` run's splits are one set,
+/// compacted together as one generation), `prefix` among them.
+fn set_prefixes(m: &Manifest, prefix: &str) -> Vec<String> {
+    let Some(splits) = m.options.get("split").and_then(|s| s.as_object()) else {
+        return vec![prefix.to_owned()];
+    };
+    let tfds = m.options.get("tfds").and_then(|t| t.as_str());
+    let mut prefixes: Vec<String> = (splits.keys())
+        .map(|split| tfds.map_or_else(|| split.clone(), |name| crate::tfds::prefix(name, split)))
+        .collect();
+    if !prefixes.iter().any(|p| p == prefix) {
+        return vec![prefix.to_owned()];
+    }
+    prefixes.sort();
+    prefixes
+}
+
+/// What one set of the generation rewrites: its small generations' shards, in order.
+struct Small<'a> {
+    old: Vec<&'a ShardInfo>,
+    target: u64,
+    max_records: Option<u64>,
+}
+
+impl<'a> Small<'a> {
+    /// The shards of `m` worth rewriting at `target` bytes a shard (none: nothing to gain).
+    fn of(m: &'a Manifest, target: Option<u64>) -> (Small<'a>, Vec<u32>) {
+        let target = target
+            .or_else(|| m.options.get("target_shard_size").and_then(|v| v.as_u64()))
+            .unwrap_or(crate::convert::DEFAULT_TARGET_BYTES);
+        let max_records = m.options.get("max_records_per_shard").and_then(|v| v.as_u64());
+        let mut generations = small_generations(m, target);
+        let mut old: Vec<&ShardInfo> = (m.shards.iter())
+            .filter(|s| generations.contains(&s.generation.unwrap_or(0)))
+            .collect();
+        // As many shards again (records per shard capped): nothing to gain.
+        let bytes: u64 = old.iter().map(|s| s.bytes).sum();
+        let records: u64 = old.iter().map(|s| s.records).sum();
+        let fewest = bytes
+            .div_ceil(target.max(1))
+            .max(max_records.map_or(1, |n| records.div_ceil(n.max(1))));
+        if fewest >= old.len() as u64 {
+            old.clear();
+            generations.clear();
+        }
+        let small = Small {
+            old,
+            target,
+            max_records,
+        };
+        (small, generations)
+    }
+}
+
+/// Compacts the set (see the module docs): every split of a split set, as one
+/// generation (a split with nothing to rewrite gains a generation that writes and
+/// retires nothing, so that the splits stay at one generation).
 ///
 /// # Errors
 ///
@@ -161,56 +217,47 @@ fn sources_of(old: &[&ShardInfo], start: u64, end: u64) -> Vec<ShardSource> {
 /// an I/O or store error. Nothing is published then.
 pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
     let started = Instant::now();
-    let prefixes = vec![options.prefix.clone()];
     let destination = crate::store::destination_of(&options.output, options.io)?;
-    let manifest_path = destination.display(&name::manifest_name(&options.prefix));
+    let manifest_rel = name::manifest_name(&options.prefix);
+    let manifest_path = destination.display(&manifest_rel);
+    let named = match destination.read(&manifest_rel) {
+        Ok(bytes) => Manifest::from_json(&bytes, &manifest_path)?,
+        Err(e) if crate::store::storage::is_not_found(&e) => {
+            return Err(Error::new(ErrorKind::NoShards).with_file(&manifest_path))
+        }
+        Err(e) => return Err(e),
+    };
+    let prefixes = set_prefixes(&named, &options.prefix);
     let Some(mut next) = Generation::open(&destination, &prefixes, true)? else {
         return Err(Error::new(ErrorKind::NoShards).with_file(&manifest_path));
     };
-    let m = next.base[0].clone();
-    let target = options
-        .target_bytes
-        .or_else(|| m.options.get("target_shard_size").and_then(|v| v.as_u64()))
-        .unwrap_or(crate::convert::DEFAULT_TARGET_BYTES);
-    let small = small_generations(&m, target);
+    let base = next.base.clone();
+    let smalls: Vec<(Small, Vec<u32>)> = (base.iter())
+        .map(|m| Small::of(m, options.target_bytes))
+        .collect();
+    let mine = prefixes.iter().position(|p| *p == options.prefix).unwrap_or(0);
     let mut summary = CompactSummary {
         manifest: manifest_path,
-        compacted: small.clone(),
-        generation: m.generation(),
+        compacted: smalls[mine].1.clone(),
+        generation: base[mine].generation(),
         replaced: 0,
         shards: 0,
         records: 0,
         bytes: 0,
         seconds: 0.0,
     };
-    if small.is_empty() {
-        summary.seconds = started.elapsed().as_secs_f64();
-        return Ok(summary);
-    }
-    let old: Vec<&ShardInfo> = (m.shards.iter())
-        .filter(|s| small.contains(&s.generation.unwrap_or(0)))
-        .collect();
-    // As many shards again (records per shard capped): nothing to gain.
-    let max_records = m
-        .options
-        .get("max_records_per_shard")
-        .and_then(|v| v.as_u64());
-    let bytes: u64 = old.iter().map(|s| s.bytes).sum();
-    let records: u64 = old.iter().map(|s| s.records).sum();
-    let fewest = bytes
-        .div_ceil(target.max(1))
-        .max(max_records.map_or(1, |n| records.div_ceil(n.max(1))));
-    if fewest >= old.len() as u64 {
+    if smalls.iter().all(|(small, _)| small.old.is_empty()) {
         summary.compacted.clear();
         summary.seconds = started.elapsed().as_secs_f64();
         return Ok(summary);
     }
-    let compression = m.compression().unwrap_or_default();
     let mut staging = destination.stage(StagePlan {
-        outputs: vec![StagedOutput {
-            dir: String::new(),
-            tmp: name::tmp_dir_name(&options.prefix),
-        }],
+        outputs: (prefixes.iter())
+            .map(|p| StagedOutput {
+                dir: String::new(),
+                tmp: name::tmp_dir_name(p),
+            })
+            .collect(),
         hidden: Vec::new(),
         overwrite: false,
         append: true,
@@ -218,29 +265,101 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
         part: false,
         staging_dir: None,
     })?;
-    let mut writer = ShardWriter::new(ShardOptions {
-        tmp_dir: staging.folder(0).to_path_buf(),
-        compression,
-        target_bytes: target,
-        max_records,
-        index: m.options.get("index").and_then(|v| v.as_bool()) == Some(true),
-        plan: Cut::Fill,
-        events: staging.hook(0),
-        expected_records: Some(old.iter().map(|s| s.records).sum()),
-        deflate: None,
-    });
-    let dir = options.output.clone();
+    let generation = next.number;
+    // The generation retires the small generations' shards; every input keeps its rows.
+    next.retired = (smalls.iter())
+        .map(|(small, _)| small.old.iter().map(|s| s.file.clone()).collect::<BTreeSet<_>>())
+        .collect();
+    let mut publications = Vec::with_capacity(prefixes.len());
+    for (i, (prefix, (small, _))) in prefixes.iter().zip(&smalls).enumerate() {
+        let m = &base[i];
+        let compression = m.compression().unwrap_or_default();
+        let closed = if small.old.is_empty() {
+            Vec::new()
+        } else {
+            let mut writer = ShardWriter::new(ShardOptions {
+                tmp_dir: staging.folder(i).to_path_buf(),
+                compression,
+                target_bytes: small.target,
+                max_records: small.max_records,
+                index: m.options.get("index").and_then(|v| v.as_bool()) == Some(true),
+                plan: Cut::Fill,
+                events: staging.hook(i),
+                expected_records: Some(small.old.iter().map(|s| s.records).sum()),
+                deflate: None,
+            });
+            copy_shards(&options.output, &small.old, compression, options.io, &mut writer)?;
+            writer.finish()?
+        };
+        let names: Vec<String> = (0..closed.len())
+            .map(|k| name::generation_shard_name(prefix, generation, k, closed.len(), compression))
+            .collect();
+        let mut at = 0;
+        let written: Vec<ShardInfo> = (closed.iter().zip(&names))
+            .map(|(c, file)| {
+                let sources = sources_of(&small.old, at, at + c.records);
+                at += c.records;
+                let mut info: ShardInfo = serde_json::from_value(serde_json::json!({
+                    "file": file, "records": c.records, "bytes": c.bytes,
+                    "crc32c": format!("{:08x}", c.crc32c),
+                }))
+                .expect("a shard entry");
+                info.sources = sources;
+                info
+            })
+            .collect();
+        let mut described = m.clone();
+        described.created = crate::manifest::now_rfc3339();
+        let new = next.manifest(i, described, written)?;
+        let append = next.publication(i, &*destination, prefix, &new, options.retain)?;
+        if i == mine {
+            summary.generation = generation;
+            summary.replaced = small.old.len() as u64;
+            summary.shards = closed.len() as u64;
+            summary.records = closed.iter().map(|c| c.records).sum();
+            summary.bytes = closed.iter().map(|c| c.bytes).sum();
+        }
+        publications.push(Publication {
+            shards: closed,
+            names,
+            manifest: (name::manifest_name(prefix), new.to_json()?),
+            own: name::is_own_shard,
+            prefix: prefix.clone(),
+            append: Some(append),
+        });
+    }
+    let cancel = crate::progress::CancelToken::new();
+    staging.commit(publications, &cancel, &|| next.confirm())?;
+    drop(staging);
+    drop(next);
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+/// Copies the records of `old` (the set in `dir`'s shards, in order) to `writer`,
+/// checking each shard holds the records its manifest lists.
+///
+/// # Errors
+///
+/// A shard that cannot be read, or holds another count of records (named).
+fn copy_shards(
+    dir: &Path,
+    old: &[&ShardInfo],
+    compression: Compression,
+    io: IoOptions,
+    writer: &mut ShardWriter,
+) -> Result<()> {
     let mut framed = Vec::new();
-    for s in &old {
-        let path = shard_path(&dir, &s.file);
+    for s in old {
+        let path = shard_path(dir, &s.file);
         let local = match compression {
-            Compression::None => crate::store::paths::local_path(&path, options.io)?,
+            Compression::None => crate::store::paths::local_path(&path, io)?,
             _ => None,
         };
         let records = match local {
-            Some(local) => copy_mapped(&local, &path, &mut writer)?,
+            Some(local) => copy_mapped(&local, &path, writer)?,
             None => {
-                let mut reader = crate::records::open(&path, Some(compression), options.io)?;
+                let mut reader = crate::records::open(&path, Some(compression), io)?;
                 let mut records = 0;
                 while let Some(payload) = reader.read_record()? {
                     framed.clear();
@@ -260,54 +379,7 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
             .with_file(&path));
         }
     }
-    let closed = writer.finish()?;
-    let generation = next.number;
-    let names: Vec<String> = (0..closed.len())
-        .map(|i| {
-            name::generation_shard_name(&options.prefix, generation, i, closed.len(), compression)
-        })
-        .collect();
-    let mut at = 0;
-    let written: Vec<ShardInfo> = closed
-        .iter()
-        .zip(&names)
-        .map(|(c, file)| {
-            let sources = sources_of(&old, at, at + c.records);
-            at += c.records;
-            let mut info: ShardInfo = serde_json::from_value(serde_json::json!({
-                "file": file, "records": c.records, "bytes": c.bytes,
-                "crc32c": format!("{:08x}", c.crc32c),
-            }))
-            .expect("a shard entry");
-            info.sources = sources;
-            info
-        })
-        .collect();
-    // The generation retires the small generations' shards; every input keeps its rows.
-    next.retired = vec![old.iter().map(|s| s.file.clone()).collect::<BTreeSet<_>>()];
-    let mut described = m.clone();
-    described.created = crate::manifest::now_rfc3339();
-    let new = next.manifest(0, described, written)?;
-    let append = next.publication(0, &*destination, &options.prefix, &new, options.retain)?;
-    summary.generation = generation;
-    summary.replaced = old.len() as u64;
-    summary.shards = closed.len() as u64;
-    summary.records = closed.iter().map(|c| c.records).sum();
-    summary.bytes = closed.iter().map(|c| c.bytes).sum();
-    let publication = Publication {
-        shards: closed,
-        names,
-        manifest: (name::manifest_name(&options.prefix), new.to_json()?),
-        own: name::is_own_shard,
-        prefix: options.prefix.clone(),
-        append: Some(append),
-    };
-    let cancel = crate::progress::CancelToken::new();
-    staging.commit(vec![publication], &cancel, &|| next.confirm())?;
-    drop(staging);
-    drop(next);
-    summary.seconds = started.elapsed().as_secs_f64();
-    Ok(summary)
+    Ok(())
 }
 
 /// Copies the records of the plain shard at `local` (named `shown` in errors) to

@@ -100,7 +100,9 @@ fn live_append(out: &dyn Destination, prefix: &str, part: &PartAppend) -> Result
 }
 
 /// Whether `prefix`'s set is published by a `finalize`: its manifest is there and is the
-/// recorded plan's, or no plan and no part is left.
+/// recorded plan's (the whole manifest: a set converted in the second the plan was made
+/// has the same `created`, and was taken for the plan's, its parts then deleted
+/// unpublished), or no plan and no part is left.
 fn is_published(out: &dyn Destination, prefix: &str) -> bool {
     let rel = name::manifest_name(prefix);
     let Ok(Ok(manifest)) = out
@@ -111,8 +113,11 @@ fn is_published(out: &dyn Destination, prefix: &str) -> bool {
     };
     let parts_dir = name::parts_dir_name(prefix);
     match out.read(&format!("{parts_dir}/finalize.json")) {
-        Ok(bytes) => serde_json::from_slice::<Plan>(&bytes)
-            .is_ok_and(|plan| plan.manifest.created == manifest.created),
+        Ok(bytes) => serde_json::from_slice::<Plan>(&bytes).is_ok_and(|plan| {
+            let mut planned = plan.manifest;
+            planned.worker = None;
+            planned == manifest
+        }),
         Err(e) if is_not_found(&e) => out
             .names(&parts_dir)
             .unwrap_or_default()

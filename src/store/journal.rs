@@ -74,6 +74,17 @@ impl Journal {
             .map_err(|e| Error::from(e).with_file(&path))
     }
 
+    /// Whether the journal is of an append whose generation the set holds already (this
+    /// run's is later): killed after it published (or another run published that
+    /// generation since), it has nothing left for this run, which starts afresh.
+    pub fn superseded_by(&self, header: &serde_json::Value) -> bool {
+        let generation = |h: &serde_json::Value| h["append"]["generation"].as_u64();
+        matches!(
+            (generation(&self.header), generation(header)),
+            (Some(then), Some(now)) if then < now
+        )
+    }
+
     /// The first difference between the journal's header and this run's, as
     /// `--resume` reports it: `option "x": the journal has A, this run B`.
     pub fn difference(&self, header: &serde_json::Value) -> Option<String> {

@@ -278,6 +278,7 @@ impl Staging for LocalStaging {
         let out = &self.outputs[i];
         let finished = match &out.journal {
             None => Vec::new(),
+            Some(journal) if journal.superseded_by(&header) => Vec::new(),
             Some(journal) => {
                 if let Some(difference) = journal.difference(&header) {
                     return Err(journal::mismatch(difference).with_file(&out.tmp));

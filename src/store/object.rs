@@ -405,9 +405,16 @@ impl RemoteOutput {
                     Error::new(ErrorKind::ManifestInvalid(e)).with_file(journal_url.to_path())
                 })?;
                 if let Some(difference) = journal.difference(&header) {
-                    return Err(journal::mismatch(difference).with_file(journal_url.to_path()));
+                    if !journal.superseded_by(&header) {
+                        return Err(journal::mismatch(difference).with_file(journal_url.to_path()));
+                    }
                 }
-                for entry in &journal.shards {
+                let live = if journal.superseded_by(&header) {
+                    &[][..]
+                } else {
+                    &journal.shards[..]
+                };
+                for entry in live {
                     let url = s.run_dir(tmp).join(&entry.file);
                     // The object the upload made (its ETag and size), or, journaled
                     // without an ETag, its bytes read back.
