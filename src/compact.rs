@@ -183,7 +183,10 @@ impl<'a> Small<'a> {
         let target = target
             .or_else(|| m.options.get("target_shard_size").and_then(|v| v.as_u64()))
             .unwrap_or(crate::convert::DEFAULT_TARGET_BYTES);
-        let max_records = m.options.get("max_records_per_shard").and_then(|v| v.as_u64());
+        let max_records = m
+            .options
+            .get("max_records_per_shard")
+            .and_then(|v| v.as_u64());
         let mut generations = small_generations(m, target);
         let mut old: Vec<&ShardInfo> = (m.shards.iter())
             .filter(|s| generations.contains(&s.generation.unwrap_or(0)))
@@ -235,7 +238,10 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
     let smalls: Vec<(Small, Vec<u32>)> = (base.iter())
         .map(|m| Small::of(m, options.target_bytes))
         .collect();
-    let mine = prefixes.iter().position(|p| *p == options.prefix).unwrap_or(0);
+    let mine = prefixes
+        .iter()
+        .position(|p| *p == options.prefix)
+        .unwrap_or(0);
     let mut summary = CompactSummary {
         manifest: manifest_path,
         compacted: smalls[mine].1.clone(),
@@ -268,7 +274,13 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
     let generation = next.number;
     // The generation retires the small generations' shards; every input keeps its rows.
     next.retired = (smalls.iter())
-        .map(|(small, _)| small.old.iter().map(|s| s.file.clone()).collect::<BTreeSet<_>>())
+        .map(|(small, _)| {
+            small
+                .old
+                .iter()
+                .map(|s| s.file.clone())
+                .collect::<BTreeSet<_>>()
+        })
         .collect();
     let mut publications = Vec::with_capacity(prefixes.len());
     for (i, (prefix, (small, _))) in prefixes.iter().zip(&smalls).enumerate() {
@@ -288,7 +300,13 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
                 expected_records: Some(small.old.iter().map(|s| s.records).sum()),
                 deflate: None,
             });
-            copy_shards(&options.output, &small.old, compression, options.io, &mut writer)?;
+            copy_shards(
+                &options.output,
+                &small.old,
+                compression,
+                options.io,
+                &mut writer,
+            )?;
             writer.finish()?
         };
         let names: Vec<String> = (0..closed.len())

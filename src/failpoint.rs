@@ -15,7 +15,10 @@
 //! `shard:journaled` (a shard complete and journaled, with `--resume`),
 //! `publish:moved` (one staged file placed, one at a time: on disk, and by `finalize`),
 //! `publish:placed` (every shard under its final name and the staging retired, no
-//! manifest yet: on disk, in a store, and by `finalize`),
+//! manifest yet: on disk, in a store, and by `finalize`), `publish:pinned` (an append's
+//! pinned manifest written), `publish:manifest` (a set's manifest written: with
+//! `exit@1`, a split set killed between its splits' manifests), `publish:published`
+//! (an append's manifests written, its retired shards not yet deleted),
 //! `finalize:planned` (the output claimed, the plan recorded), `finalize:published` (the
 //! manifests written, the parts not yet deleted),
 //! `shuffle:scattered` (with `--shuffle`, every record read and scattered, none written),

@@ -303,13 +303,6 @@ impl Generation {
                 }
             }
         }
-        // Images left out: this run's walk and reads, and what earlier generations'
-        // reads left out of the images this run did not read.
-        if let (Some(now), Some(then)) = (&mut new.skipped, &old.skipped) {
-            let seen: BTreeSet<String> = now.iter().map(|s| s.path.clone()).collect();
-            now.extend(then.iter().filter(|s| !seen.contains(&s.path)).cloned());
-            now.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
-        }
         if kept_any && records == 0 {
             new.features = old.features.clone();
         } else if kept_any {

@@ -85,6 +85,8 @@ pub(crate) struct ImageSource {
     at: Vec<(u32, u64)>,
     /// Files left out by the last pass (`--on-error skip`).
     skipped: Vec<Skipped>,
+    /// `--append`: what the set left out of the images this run does not read again.
+    carried: Vec<Skipped>,
 }
 
 /// A folder of images, as the manifest lists it among the inputs: its images' bytes and
@@ -162,6 +164,7 @@ impl ImageSource {
             folders,
             at,
             skipped: Vec::new(),
+            carried: Vec::new(),
         })
     }
 
@@ -169,6 +172,7 @@ impl ImageSource {
     fn all_skipped(&self) -> Vec<Skipped> {
         let mut all = self.plan.skipped.clone();
         all.extend(self.skipped.iter().cloned());
+        all.extend(self.carried.iter().cloned());
         all.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
         all
     }
@@ -306,14 +310,25 @@ impl Source for ImageSource {
         )
     }
 
-    fn select(&mut self, reads: &[Vec<[u64; 2]>]) -> Result<()> {
+    /// The images of the folders `reads` names; of the images the set left out before,
+    /// those this run does not read again stay left out (an image fixed since is read
+    /// again, its folder changed, and is no longer listed; one deleted is gone).
+    fn select(&mut self, reads: &[Vec<[u64; 2]>], base: &Manifest) -> Result<()> {
         let read = |&(folder, index): &(u32, u64)| {
             (reads[folder as usize].iter()).any(|r| r[0] <= index && index < r[1])
         };
         let keep: Vec<bool> = self.at.iter().map(read).collect();
+        let walked: std::collections::HashSet<String> =
+            (self.plan.files.iter()).map(|f| f.rel.clone()).collect();
         let mut k = keep.iter();
         self.plan.files.retain(|_| *k.next().unwrap_or(&false));
         self.at.retain(read);
+        let read_again: std::collections::HashSet<&str> =
+            self.plan.files.iter().map(|f| f.rel.as_str()).collect();
+        self.carried = (base.skipped.iter().flatten())
+            .filter(|s| walked.contains(&s.path) && !read_again.contains(s.path.as_str()))
+            .cloned()
+            .collect();
         Ok(())
     }
 }

@@ -229,12 +229,13 @@ pub(crate) trait Source: Send {
         None
     }
     /// `--append`: reads only the records `reads[i]` of input `i` (see
-    /// [`append::Plan::reads`]) from now on (a worker: its share of them).
+    /// [`append::Plan::reads`]) from now on (a worker: its share of them), onto the set
+    /// `base` (whose `skipped` an image folder carries on for the images not read again).
     ///
     /// # Errors
     ///
     /// As cutting a worker's share when the source was opened.
-    fn select(&mut self, _reads: &[Vec<[u64; 2]>]) -> Result<()> {
+    fn select(&mut self, _reads: &[Vec<[u64; 2]>], _base: &Manifest) -> Result<()> {
         Ok(())
     }
 }
@@ -446,7 +447,7 @@ fn plan(
             append: Some(append::summary(&next, &plan)),
         })));
     }
-    source.select(&plan.reads)?;
+    source.select(&plan.reads, &next.base[0])?;
     Ok(Planned::Write(Some((next, plan)), None))
 }
 

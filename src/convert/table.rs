@@ -336,7 +336,7 @@ impl Source for TableSource {
         Some(self.inputs_now())
     }
 
-    fn select(&mut self, reads: &[Vec<[u64; 2]>]) -> Result<()> {
+    fn select(&mut self, reads: &[Vec<[u64; 2]>], _base: &Manifest) -> Result<()> {
         self.select_records(reads)
     }
 

@@ -715,7 +715,7 @@ impl Source for TfrecordSource {
         )
     }
 
-    fn select(&mut self, reads: &[Vec<[u64; 2]>]) -> Result<()> {
+    fn select(&mut self, reads: &[Vec<[u64; 2]>], _base: &Manifest) -> Result<()> {
         let read: Vec<usize> = (0..self.files.len())
             .filter(|&f| !reads[f].is_empty())
             .collect();

@@ -267,6 +267,7 @@ pub(crate) fn publish<S: Steps + ?Sized>(
             }
             other => other?,
         }
+        crate::failpoint::hit("publish:manifest")?;
         paths.push(path);
     }
     // 6. An append's retired shards, now that no manifest lists them.

@@ -12,6 +12,7 @@ mod hive;
 mod iceberg;
 mod images;
 mod inspect_schema;
+mod lifecycle;
 mod pipeline;
 mod resume;
 mod roundtrip;
