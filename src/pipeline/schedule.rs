@@ -162,6 +162,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// Cases a property: `PROPTEST_CASES` (a long run), else 4,000.
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(4000)
+    }
+
     /// Record counts that find edges: 0, 1, primes, 2^k ± 1, and any.
     fn counts() -> impl Strategy<Value = u64> {
         prop_oneof![
@@ -243,7 +251,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(4000))]
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
 
         /// Every position from `start` on is read exactly once, but for the last step:
         /// dropped with drop_remainder, its repeats (at most ranks − 1, only where fewer

@@ -73,6 +73,29 @@ def test_a_batch_of_indices_is_a_datasets_batch(small_shards):
     assert [r["y"] for r in listed] == [records[5]["y"], records[6]["y"]]
 
 
+def test_keys_follow_numpys_indexing(small_shards):
+    """Regression: a NumPy bool mask was read as the indices 0 and 1, and a 0-d array
+    failed. A mask of len(records) picks its records; a 0-d integer array is one index;
+    a boolean alone is no index."""
+    raw = tfshard.Records(small_shards, raw=True)
+    mask = np.zeros(len(raw), dtype=bool)
+    mask[[3, 10, 1999]] = True
+    assert raw[mask] == [raw[3], raw[10], raw[1999]]
+    assert raw[list(mask)] == raw[mask], "a list of bools is a mask too"
+    assert raw[np.array(7)] == raw[7] and raw[np.int64(-1)] == raw[1999]
+    with pytest.raises(IndexError, match="boolean mask of 2 for 2000 records"):
+        raw[np.array([True, False])]
+    for bad in (True, np.bool_(False), np.array(True)):
+        with pytest.raises(TypeError, match="a boolean is not a record index"):
+            raw[bad]
+    with pytest.raises(TypeError, match="mix booleans and integers"):
+        raw[[True, 3]]
+    with pytest.raises(IndexError, match="one-dimensional"):
+        raw[np.array([[1, 2]])]
+    records = tfshard.Records(small_shards, columns=["y"])
+    np.testing.assert_array_equal(records[mask]["y"], records[[3, 10, 1999]]["y"])
+
+
 def test_raw_records_are_the_payloads(small_shards):
     raw = tfshard.Records(small_shards, raw=True)
     payloads = _payloads(small_shards)

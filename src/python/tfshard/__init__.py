@@ -732,6 +732,12 @@ class Dataset:
         )
 
 
+def _is_bool(k: Any) -> bool:
+    """A Python or NumPy boolean."""
+    dtype = getattr(k, "dtype", None)
+    return isinstance(k, bool) or (dtype is not None and dtype.kind == "b")
+
+
 class Records:
     """The records of uncompressed TFRecord shards by index: a map-style dataset for
     PyTorch (``DataLoader``, ``DistributedSampler``) and a random-access data source for
@@ -836,12 +842,12 @@ class Records:
             key = key.tolist()
         else:
             key = list(key)
-            mask = bool(key) and all(isinstance(k, bool) for k in key)
+            mask = bool(key) and all(_is_bool(k) for k in key)
         if mask:
             if len(key) != self._len:
                 raise IndexError(f"a boolean mask of {len(key)} for {self._len} records")
             return [i for i, k in enumerate(key) if k]
-        if any(isinstance(k, bool) for k in key):
+        if any(_is_bool(k) for k in key):
             raise TypeError("record indices mix booleans and integers")
         return [self._index(i) for i in key]
 
