@@ -538,7 +538,7 @@ fn kept_and_gone(
 fn prefix_of(m: &Manifest) -> String {
     (m.options.get("prefix"))
         .and_then(|p| p.as_str())
-        .unwrap_or(crate::convert::DEFAULT_PREFIX)
+        .unwrap_or(name::DEFAULT_PREFIX)
         .to_owned()
 }
 

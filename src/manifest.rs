@@ -46,6 +46,15 @@ pub struct InputInfo {
     pub identity: Option<String>,
 }
 
+/// What starts the ETag of a listing input (an image folder: see [`listing_etag`]).
+pub(crate) const LISTING_ETAG: &str = "listing-";
+
+/// The ETag of a listing input (an image folder) whose entries' running digest is
+/// `digest`: `--append` tells a folder that only grew by it.
+pub(crate) fn listing_etag(digest: u64) -> String {
+    format!("{LISTING_ETAG}{digest:016x}")
+}
+
 /// One shard.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]

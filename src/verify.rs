@@ -683,7 +683,7 @@ fn plan_manifest(
 }
 
 fn is_listing_etag(etag: &str) -> bool {
-    etag.starts_with(crate::convert::append::LISTING_ETAG)
+    etag.starts_with(manifest::LISTING_ETAG)
 }
 
 /// The generation a shard's name gives it: `g` for `…-g{g:05}-{i:05}-of-{n:05}…`, else

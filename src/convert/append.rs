@@ -51,13 +51,7 @@ pub(crate) struct NowInput {
     pub growth: Option<Arc<Vec<u64>>>,
 }
 
-/// What starts the ETag of a listing input (see [`listing_etag`]).
-pub(crate) const LISTING_ETAG: &str = "listing-";
-
-/// The ETag of a listing input whose entries' running digest is `digest`.
-pub(crate) fn listing_etag(digest: u64) -> String {
-    format!("{LISTING_ETAG}{digest:016x}")
-}
+pub(crate) use crate::manifest::listing_etag;
 
 /// Whether `now` holds `then`'s entries first, and more after them (see
 /// [`NowInput::growth`]).

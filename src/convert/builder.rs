@@ -348,7 +348,7 @@ impl ConverterBuilder {
     }
 
     /// A global, seeded shuffle of the records, sorting with at most `memory_bytes` in
-    /// memory (see [`DEFAULT_SHUFFLE_MEMORY`]; the output does not depend on it).
+    /// memory (see [`DEFAULT_SHUFFLE_MEMORY`](super::DEFAULT_SHUFFLE_MEMORY); the output does not depend on it).
     pub fn with_shuffle(mut self, memory_bytes: u64) -> Self {
         let tmp_dir = (self.options.shuffle.take())
             .and_then(|s| s.tmp_dir)

@@ -9,7 +9,7 @@
 //! in one file behind the `Source` trait (`parquet` for Parquet and Delta, `images`,
 //! `tfrecord`); `ordered` runs the units of a file source in parallel and writes them
 //! in order; `route` holds splits, `--shuffle` and `--min-shards`. A run owns a thread
-//! pool of its `threads` and stops when its [`CancelToken`] is cancelled.
+//! pool of its `threads` and stops when its [`CancelToken`](crate::CancelToken) is cancelled.
 //!
 //! ```
 //! use tfshard::convert::Converter;
@@ -53,6 +53,7 @@ use crate::store;
 use crate::store::destination::{ClosedShard, Publication, StagePlan, StagedOutput};
 
 pub use crate::manifest::{rfc3339_ms, TableInfo};
+pub use crate::shard::name::DEFAULT_PREFIX;
 pub use crate::source::delta::{DeltaOptions, DeltaTable};
 pub use crate::source::iceberg::{IcebergOptions, IcebergTable};
 pub use crate::source::images::{Labels, OnError};
@@ -62,8 +63,8 @@ pub use arrow::ArrowStream;
 pub use builder::{Converter, ConverterBuilder};
 pub use images::ImageOptions;
 pub use options::{
-    ConvertOptions, ParquetDecoder, ShuffleOptions, WorkerShare, DEFAULT_PREFIX,
-    DEFAULT_SHUFFLE_MEMORY, DEFAULT_TARGET_BYTES,
+    ConvertOptions, ParquetDecoder, ShuffleOptions, WorkerShare, DEFAULT_SHUFFLE_MEMORY,
+    DEFAULT_TARGET_BYTES,
 };
 pub use tfrecord::TfrecordOptions;
 
@@ -300,7 +301,7 @@ fn run(
         Planned::UpToDate(summary) => {
             return Ok(ConvertSummary {
                 seconds: started.elapsed().as_secs_f64(),
-                ..*summary
+                ..summary
             })
         }
         Planned::Write(next, claim) => (next, claim),
@@ -334,7 +335,7 @@ fn run(
             &mut source,
             &mut *staging,
             &mut outs,
-            next.as_ref(),
+            next.as_deref(),
         )?),
         false => None,
     };
@@ -361,9 +362,9 @@ fn run(
         &*destination,
         &outs,
         &shards,
-        next.as_ref(),
+        next.as_deref(),
     )?;
-    let confirm = || match (&next, &claim) {
+    let confirm = || match (next.as_deref(), &claim) {
         (Some((next, _)), _) => next.confirm(),
         (None, Some(claim)) => claim.confirm(),
         (None, None) => Ok(()),
@@ -379,7 +380,7 @@ fn run(
         paths,
         &manifests,
         &shards,
-        next.as_ref(),
+        next.as_deref(),
         reused,
         &*source,
         started,
@@ -389,10 +390,10 @@ fn run(
 /// What [`plan`] found.
 enum Planned {
     /// An append that found nothing new: its summary, nothing written.
-    UpToDate(Box<ConvertSummary>),
+    UpToDate(ConvertSummary),
     /// Shards to write: an append's next generation of the sets there (or none: a
     /// first conversion), and a plain run's claim on the sets it replaces.
-    Write(Option<(Generation, append::Plan)>, Option<SetClaim>),
+    Write(Option<Box<(Generation, append::Plan)>>, Option<SetClaim>),
 }
 
 /// Plans the run: `--append` onto a published set is claimed, planned, and only what
@@ -432,7 +433,7 @@ fn plan(
         if lone {
             next.finish_last(&**destination, prefixes, options.retain)?;
         }
-        return Ok(Planned::UpToDate(Box::new(ConvertSummary {
+        return Ok(Planned::UpToDate(ConvertSummary {
             output: options.output.clone(),
             manifest: (options.splits.is_none())
                 .then(|| destination.display(&name::manifest_name(&prefixes[0]))),
@@ -445,10 +446,10 @@ fn plan(
             splits: Vec::new(),
             table: next.base[0].table.clone(),
             append: Some(append::summary(&next, &plan)),
-        })));
+        }));
     }
     source.select(&plan.reads, &next.base[0])?;
-    Ok(Planned::Write(Some((next, plan)), None))
+    Ok(Planned::Write(Some(Box::new((next, plan))), None))
 }
 
 /// `--resume`: the journal's header checked against this run, the shards it finished

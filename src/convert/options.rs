@@ -12,7 +12,7 @@ use crate::example::encode::EncodeOptions;
 use crate::example::RecordType;
 use crate::manifest::{self, InputInfo, Manifest, MANIFEST_VERSION};
 use crate::progress::CancelToken;
-use crate::shard::name;
+use crate::shard::name::{self, DEFAULT_PREFIX};
 use crate::store;
 use crate::tfrecord::Compression;
 
@@ -28,9 +28,6 @@ const MIN_SHUFFLE_MEMORY: u64 = 1 << 20;
 /// How far split fractions may sum from 1 (decimal fractions like 0.8/0.1/0.1 do not
 /// sum to exactly 1.0 in binary).
 const SPLIT_SUM_TOLERANCE: f64 = 1e-9;
-
-/// The shard prefix when none is given.
-pub const DEFAULT_PREFIX: &str = "data";
 
 /// A prefix (or split name) must be a plain file name: shards are named
 /// `{prefix}-00000-of-00012.tfrecord` inside the output folder, and nothing may land
@@ -64,8 +61,9 @@ fn check_prefix(option: &'static str, prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// What to convert and how: what a [`Converter`] follows, set through its builder's
-/// setters and read back with [`Converter::options`].
+/// What to convert and how: what a [`Converter`](super::Converter) follows, set through
+/// its builder's setters and read back with
+/// [`Converter::options`](super::Converter::options).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ConvertOptions {

@@ -83,7 +83,9 @@ struct Leaf {
     field_metadata: std::collections::HashMap<String, String>,
 }
 
-pub use crate::source::hive::PARTITION_METADATA;
+/// The Arrow field metadata key that marks a column made from Hive partition values
+/// (the source sets it; the encoder records such features as partitions).
+pub const PARTITION_METADATA: &str = "tfshard:partition";
 
 fn is_partition(metadata: &std::collections::HashMap<String, String>) -> bool {
     metadata.contains_key(PARTITION_METADATA)

@@ -1,11 +1,40 @@
 //! Image records: one `tf.train.Example` per image file, in the layout TensorFlow's
 //! image tutorials and TFDS read (`image/encoded`, `image/format`, `image/height`, ...).
 
+use std::path::PathBuf;
+
 use prost::Message;
 
 use crate::example::proto::{Example, Feature, Features};
 use crate::example::{FeatureKind, FeatureSpec};
-use crate::source::images::{ImageData, ImageFile};
+
+/// One image to convert.
+#[derive(Debug, Clone)]
+pub struct ImageFile {
+    /// Path relative to the folder, `/`-separated.
+    pub rel: String,
+    /// Where to read it.
+    pub path: PathBuf,
+    /// Label and class text.
+    pub label: Option<(i64, String)>,
+    /// Its size when the folder was walked.
+    pub bytes: u64,
+    /// What the file system tells it by (see [`crate::store::storage::file_identity`]).
+    pub identity: Option<String>,
+}
+
+/// An image's bytes and what its header says.
+#[derive(Debug, Clone)]
+pub struct ImageData {
+    /// The file's bytes, unchanged.
+    pub bytes: Vec<u8>,
+    /// `jpeg`, `png`, `gif`, `bmp` or `webp`, from the content.
+    pub format: &'static str,
+    /// Pixels.
+    pub height: u64,
+    /// Pixels.
+    pub width: u64,
+}
 
 /// The record for one image: its bytes, format, file name, size and (with labels) its
 /// class, under the feature names TensorFlow's image datasets use.

@@ -267,13 +267,8 @@ mod tests {
             let m = left % span;
             let last_first = start + left / span * span;
             for p in 0..n {
-                let expected = if p < start {
-                    0
-                } else if p >= last_first && c.drop_remainder {
-                    0
-                } else {
-                    1
-                };
+                let dropped = p >= last_first && c.drop_remainder;
+                let expected = u32::from(p >= start && !dropped);
                 let got = seen[p as usize];
                 if c.even && !c.drop_remainder && m > 0 && m < c.ranks && p >= last_first {
                     prop_assert!(got >= 1, "position {p} not read");

@@ -52,6 +52,9 @@ pub fn pinned_generation(prefix: &str, name: &str) -> Option<u32> {
         .flatten()
 }
 
+/// The shard prefix when none is given.
+pub const DEFAULT_PREFIX: &str = "data";
+
 /// `{prefix}.manifest.json` (for a TFDS prefix, `{NAME}-{split}.manifest.json`).
 pub fn manifest_name(prefix: &str) -> String {
     let prefix = prefix.strip_suffix(TFDS_SUFFIX).unwrap_or(prefix);

@@ -13,9 +13,7 @@ use arrow_schema::{DataType, Field};
 
 use crate::error::{Error, ErrorKind, Result};
 
-/// The Arrow field metadata key that marks a column made from Hive partition values
-/// (the encoder records such features as partitions).
-pub const PARTITION_METADATA: &str = "tfshard:partition";
+pub use crate::example::encode::PARTITION_METADATA;
 
 /// The value that stands for null in a partition path.
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";

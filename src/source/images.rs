@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, ImageProblem, Result};
+pub use crate::example::image::{ImageData, ImageFile};
 use crate::manifest::Skipped;
 
 /// Extensions read by default (case-insensitive).
@@ -36,21 +37,6 @@ pub enum OnError {
     Fail,
     /// Leave it out and list it in the manifest's `skipped`.
     Skip,
-}
-
-/// One image to convert.
-#[derive(Debug, Clone)]
-pub struct ImageFile {
-    /// Path relative to the folder, `/`-separated.
-    pub rel: String,
-    /// Where to read it.
-    pub path: PathBuf,
-    /// Label and class text.
-    pub label: Option<(i64, String)>,
-    /// Its size when the folder was walked.
-    pub bytes: u64,
-    /// What the file system tells it by (see [`crate::store::storage::file_identity`]).
-    pub identity: Option<String>,
 }
 
 /// The walk's result.
@@ -282,19 +268,6 @@ fn label_from_csv(
     out.skipped.extend(problems);
     out.classes = (!integers).then_some(names);
     Ok(())
-}
-
-/// An image's bytes and what its header says.
-#[derive(Debug, Clone)]
-pub struct ImageData {
-    /// The file's bytes, unchanged.
-    pub bytes: Vec<u8>,
-    /// `jpeg`, `png`, `gif`, `bmp` or `webp`, from the content.
-    pub format: &'static str,
-    /// Pixels.
-    pub height: u64,
-    /// Pixels.
-    pub width: u64,
 }
 
 /// The format from the first bytes.
