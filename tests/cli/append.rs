@@ -71,15 +71,13 @@ fn same_as_full(table: &Path, out: &Path, name: &str) {
     assert_eq!(code, 0, "{name}: {stdout}{err}");
 }
 
-/// A Hive-style folder: `day=1` .. `day=N` partitions of 300 rows each (3 row groups).
-/// Converted a second later: on disk, a file modified in the second its set was
-/// published counts as changed (the manifest's time is to the second).
+/// A Hive-style folder: `day=1` .. `day=N` partitions of 300 rows each (3 row groups),
+/// converted at once (an input is told by its identity, not by the clock).
 fn table(name: &str, days: usize) -> PathBuf {
     let dir = scratch(name);
     for d in 1..=days {
         add_day(&dir, d, d * 1000);
     }
-    crate::settle();
     dir
 }
 
@@ -103,7 +101,6 @@ fn a_growing_folder_appends_what_changed_and_keeps_one_snapshot() {
 
     // A new partition: only it is read, into generation 1.
     add_day(&t, 4, 4000);
-    crate::settle();
     let (code, stdout, err) = convert(&t, &out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -147,7 +144,6 @@ fn a_growing_folder_appends_what_changed_and_keeps_one_snapshot() {
     // records go, with the records they held of day=1 and day=3 read again; the others
     // stay.
     write_table(&t.join("day=2/part-0.parquet"), 200, 77_000, 100);
-    crate::settle();
     let (code, stdout, err) = convert(&t, &out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -220,7 +216,6 @@ fn records_read_again_from_inside_a_file_keep_their_rows() {
     // Shard 3 holds day 3's [150, 300) (its second row group in part, its third whole)
     // and day 4's [0, 100): day 4 replaced, it is read again.
     write_table(&t.join("day=4/part-0.parquet"), 300, 44_000, 100);
-    crate::settle();
     let (code, _, err) = convert(&t, &out, &["--append"]);
     assert_eq!(code, 0, "{err}");
     let m = read_manifest(&out, "data");
@@ -234,7 +229,6 @@ fn records_read_again_from_inside_a_file_keep_their_rows() {
     same_as_full(&t, &out, "inside: day 4 replaced");
     // Day 3 replaced: every shard holding its rows goes, and none of them twice.
     write_table(&t.join("day=3/part-0.parquet"), 300, 33_000, 100);
-    crate::settle();
     let (code, _, err) = convert(&t, &out, &["--append"]);
     assert_eq!(code, 0, "{err}");
     same_as_full(&t, &out, "inside: day 3 replaced");
@@ -268,7 +262,6 @@ fn workers_append_one_generation_that_finalize_publishes() {
     }
     add_day(&t, 5, 5000);
     write_table(&t.join("day=2/part-0.parquet"), 200, 22_000, 100);
-    crate::settle();
     let (code, _, err) = convert(&t, &one, &["--append"]);
     assert_eq!(code, 0, "{err}");
     append_with_workers(&t, &many, 2);
@@ -327,7 +320,6 @@ fn workers_append_one_generation_that_finalize_publishes() {
 
     // Another run publishes after the workers planned: finalize refuses their parts.
     add_day(&t, 6, 6000);
-    crate::settle();
     append_with_workers(&t, &many, 2);
     let (code, _, err) = convert(&t, &many, &["--append"]);
     assert_eq!(code, 0, "{err}");
@@ -371,13 +363,11 @@ fn an_image_folder_appends_its_new_images() {
     let (code, _, err) = convert_images(&dir, &out, &[]);
     assert_eq!(code, 0, "{err}");
     let before = listed(&out);
-    crate::settle();
     // dogs/ gains an image after its last (G.JPEG, d.gif, e.bmp, f-really-png.jpg);
     // zebras/, empty, gains its first.
     let png = dir.join("cats/nested/deep/b.png");
     fs::copy(&png, dir.join("dogs/h.png")).unwrap();
     fs::copy(&png, dir.join("zebras/z.png")).unwrap();
-    crate::settle();
     let (code, stdout, err) = convert_images(&dir, &out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -394,7 +384,6 @@ fn an_image_folder_appends_its_new_images() {
 
     // An image replaced, one removed: their folders' shards go.
     fs::copy(dir.join("dogs/e.bmp"), dir.join("cats/a.jpg")).unwrap();
-    crate::settle();
     let (code, stdout, err) = convert_images(&dir, &out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -496,7 +485,6 @@ fn verify_checks_sources_and_generations() {
     let out = scratch("append-verify-out");
     assert_eq!(convert(&t, &out, &[]).0, 0);
     add_day(&t, 4, 4000);
-    crate::settle();
     assert_eq!(convert(&t, &out, &["--append"]).0, 0);
     let (code, stdout, err) = run(["verify", "--deep", s(&out)]);
     assert_eq!(code, 0, "{stdout}{err}");
@@ -551,7 +539,6 @@ fn verify_checks_sources_and_generations() {
         "{report}"
     );
     // After an append the set is as the inputs are; an input gone is not a problem.
-    crate::settle();
     assert_eq!(convert(&t, &out, &["--append"]).0, 0);
     let (code, stdout, err) = run(["verify", "--deep", s(&out)]);
     assert_eq!(code, 0, "{stdout}{err}");
@@ -580,7 +567,6 @@ fn a_killed_append_leaves_a_live_set_and_a_rerun_completes_it() {
     let base = listed(&reference);
     let base_manifest = read_manifest(&reference, "data");
     add_day(&t, 4, 4000);
-    crate::settle();
     assert_eq!(convert(&t, &reference, &["--append"]).0, 0);
     let want = listed(&reference);
     for point in [
@@ -736,7 +722,6 @@ fn a_delta_table_appends_version_by_version() {
     // snapshot's rows are the same, so the set is up to date at the new version, and
     // `verify --deep` passes with the set's old inputs gone.
     let copy = crate::copy_tree(&dir.join("compacted"), "append-delta-vacuumed");
-    crate::settle();
     let out = scratch("append-delta-vacuumed-out");
     delta(&copy, &out, 3, &[]);
     let vacuum = "import sys; from deltalake import DeltaTable; \
@@ -766,7 +751,6 @@ fn a_delta_table_appends_version_by_version() {
     // version 3 deleted, as log retention does): an append needs the target snapshot
     // only.
     let copy = crate::copy_tree(&dir.join("events"), "append-delta-cleaned");
-    crate::settle();
     let out = scratch("append-delta-cleaned-out");
     delta(&copy, &out, 1, &[]);
     for v in 0..3 {
@@ -904,7 +888,6 @@ fn a_killed_append_resumes() {
     let base_manifest = read_manifest(&reference, "data");
     add_day(&t, 4, 4000);
     add_day(&t, 5, 5000);
-    crate::settle();
     assert_eq!(convert(&t, &reference, &["--append"]).0, 0);
     let want = listed(&reference);
     let out = scratch("append-resume-out");
@@ -954,7 +937,6 @@ fn tfrecord_files_append() {
     for f in &files[..2] {
         fs::copy(f, dir.join(f.file_name().unwrap())).unwrap();
     }
-    crate::settle();
     let out = scratch("append-tfrecord-out");
     let tfrecord = |out: &Path, extra: &[&str]| {
         let mut args = vec!["convert", "tfrecord", s(&dir), "-o", s(out)];
@@ -973,7 +955,6 @@ fn tfrecord_files_append() {
     assert_eq!(tfrecord(&out, &[]).0, 0);
     let before = listed(&out);
     fs::copy(&files[2], dir.join(files[2].file_name().unwrap())).unwrap();
-    crate::settle();
     let (code, stdout, err) = tfrecord(&out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -999,7 +980,6 @@ fn tfrecord_files_append() {
         }
     }
     fs::write(&first, &bytes[..at]).unwrap();
-    crate::settle();
     let (code, stdout, err) = tfrecord(&out, &["--append", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -1031,7 +1011,6 @@ fn tfrecord_files_of_another_kind_stop_an_append() {
         )
         .unwrap();
         if name == "a" {
-            crate::settle();
             let (code, _, err) = run(["convert", "tfrecord", s(&dir), "-o", s(&out)]);
             assert_eq!(code, 0, "{err}");
         }
@@ -1059,10 +1038,8 @@ fn retain_keeps_the_last_generations_pinned_sets() {
     let g0 = listed(&out);
     // Generation 1: a new day. Generation 2: day 1 replaced (retires its shards).
     add_day(&t, 3, 3000);
-    crate::settle();
     assert_eq!(convert(&t, &out, &["--append", "--retain", "2"]).0, 0);
     write_table(&t.join("day=1/part-0.parquet"), 100, 70_000, 100);
-    crate::settle();
     let (code, stdout, err) = convert(&t, &out, &["--append", "--retain", "2", "--json"]);
     assert_eq!(code, 0, "{err}");
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -1080,7 +1057,6 @@ fn retain_keeps_the_last_generations_pinned_sets() {
     // listed goes.
     for day in [4, 5] {
         add_day(&t, day, day * 1000);
-        crate::settle();
         assert_eq!(convert(&t, &out, &["--append", "--retain", "2"]).0, 0);
     }
     assert!(!pinned1.exists());
@@ -1118,7 +1094,6 @@ fn compact_rewrites_small_generations_as_full_shards() {
     conv(&[]);
     for day in 3..=5 {
         add_day(&t, day, day * 1000);
-        crate::settle();
         conv(&["--append"]);
     }
     let before = read_manifest(&out, "data");
@@ -1156,7 +1131,6 @@ fn compact_rewrites_small_generations_as_full_shards() {
     assert!(stdout.contains("nothing to compact"), "{stdout}");
     // A later change retires the compacted shards holding its file, by their sources.
     write_table(&t.join("day=1/part-0.parquet"), 50, 80_000, 100);
-    crate::settle();
     conv(&["--append"]);
     same_as_full_at(&t, &out, &size, "after compact");
 }
@@ -1219,13 +1193,11 @@ fn splits_by_key_append_and_stay_stable() {
         assert_eq!(code, 0, "{what}: {stdout}{err}");
     };
     add_day(&t, 4, 4000);
-    crate::settle();
     let summary: serde_json::Value =
         serde_json::from_str(&go(&out, &["--append", "--json"])).unwrap();
     assert_eq!(summary["retired"], 0, "{summary}");
     check("a new partition");
     write_table(&t.join("day=2/part-0.parquet"), 120, 52_000, 100);
-    crate::settle();
     let summary: serde_json::Value =
         serde_json::from_str(&go(&out, &["--append", "--json"])).unwrap();
     assert!(summary["retired"].as_u64().unwrap() > 0, "{summary}");
@@ -1247,7 +1219,6 @@ fn compact_refuses_a_corrupt_shard() {
         }
         assert_eq!(run(args).0, 0);
         add_day(&t, day, day * 1000);
-        crate::settle();
     }
     let m = read_manifest(&out, "data");
     let victim = out.join(m["shards"][1]["file"].as_str().unwrap());

@@ -60,7 +60,6 @@ pub(crate) fn tables() -> Option<&'static (PathBuf, Value)> {
             let python = python()?;
             let dir = scratch("iceberg-tables");
             let expected = write_tables(&python, &dir, &[]);
-            crate::settle();
             Some((dir, expected))
         })
         .as_ref()

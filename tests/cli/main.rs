@@ -215,14 +215,6 @@ pub fn inspect_all(dir: &Path) -> Vec<serde_json::Value> {
 
 /// A copy of the folder `from` as scratch folder `name` (the tests that break a table
 /// break their own).
-/// Waits out the second files were written in: `--append` takes an input without an
-/// ETag modified in the second its set was published as changed (the manifest's time is
-/// to the second), so a table written just before its first conversion would read as
-/// changed at the next append.
-pub fn settle() {
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-}
-
 pub fn copy_tree(from: &Path, name: &str) -> PathBuf {
     let to = scratch(name);
     let _ = std::fs::remove_dir_all(&to);
