@@ -56,13 +56,18 @@ impl SetClaim {
     /// error.
     pub(crate) fn take(out: &Arc<dyn Destination>, prefixes: &[String]) -> Result<SetClaim> {
         let mut claims = Claims::new(out.clone());
+        let mut held = false;
         for p in prefixes {
-            if let Err(Held) = claims.claim(&claim_name(p))? {
-                return Err(Error::new(ErrorKind::AppendClaimed).with_file(out.display("")));
+            held = claims.claim(&claim_name(p))? == Err(Held);
+            if held {
+                break;
             }
         }
-        claims.keep_alive();
-        Ok(SetClaim(claims))
+        if !held {
+            claims.keep_alive();
+            return Ok(SetClaim(claims));
+        }
+        Err(Error::new(ErrorKind::AppendClaimed).with_file(out.display("")))
     }
 
     /// Checks that every claim is still this writer's (see [`Claims::confirm`]).

@@ -50,7 +50,10 @@ use crate::progress::Progress;
 use crate::shard::{name, OutputDir, SourceRows};
 pub use crate::source::hive::Partitioning;
 use crate::store;
-use crate::store::destination::{ClosedShard, Publication, StagePlan, StagedOutput};
+use crate::store::destination::{
+    ClosedShard, Destination, Publication, StagePlan, StagedOutput, Staging,
+};
+use std::sync::Arc;
 
 pub use crate::manifest::{rfc3339_ms, TableInfo};
 pub use crate::shard::name::DEFAULT_PREFIX;
@@ -269,187 +272,266 @@ pub(crate) trait Open: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Runs a conversion of `source`: plan (an append: against the set there), stage the
-/// outputs, route every record into shards, then publish every output with its
-/// manifest.
+/// Runs a conversion of `opener`'s source: plans it (an append: against the set there),
+/// writes every record into shards, then publishes every output with its manifest.
 fn run(
     options: &ConvertOptions,
     opener: &dyn Open,
     progress: &dyn Progress,
 ) -> Result<ConvertSummary> {
-    let mut source = opener.open(options)?;
     let started = Instant::now();
-    crate::failpoint::hit("convert:planned")?;
-    let prefixes = options.prefixes();
-    if options.tfds.is_some() {
-        // Names TFDS cannot nest fail before anything is written.
-        crate::tfds::check_features(&source.manifest(options, 0).features)?;
-    }
-    let destination = store::destination_of(&options.output, options.io)?;
-    let hidden: Vec<String> = prefixes
-        .iter()
-        .flat_map(|p| [name::tmp_dir_name(p), name::parts_dir_name(p)])
-        .collect();
-    // A worker's part goes to a hidden folder that finalize reads; the output itself
-    // must not hold a published set. (An append's workers add a generation to the set
-    // there: `finalize` checks that it is still the one they planned against.)
-    let worker_into_set = options.worker.is_some() && !options.append;
-    if worker_into_set && destination.names("")?.iter().any(|n| !hidden.contains(n)) {
-        return Err(Error::new(ErrorKind::OutputExists).with_file(&options.output));
-    }
-    let (next, claim) = match plan(options, &destination, &prefixes, &mut *source)? {
+    let mut job = match Job::plan(options, opener)? {
         Planned::UpToDate(summary) => {
             return Ok(ConvertSummary {
                 seconds: started.elapsed().as_secs_f64(),
-                ..summary
+                ..*summary
             })
         }
-        Planned::Write(next, claim) => (next, claim),
+        Planned::Write(job) => job,
     };
-    let mut staging = destination.stage(StagePlan {
-        outputs: prefixes
-            .iter()
-            .map(|p| StagedOutput {
-                dir: match options.worker {
-                    None => String::new(),
-                    Some(w) => format!("{}/{}", name::parts_dir_name(p), w.part_name()),
-                },
-                tmp: name::tmp_dir_name(p),
-            })
-            .collect(),
-        hidden,
-        overwrite: options.overwrite,
-        // (A worker's part is staged and published as any worker's.)
-        append: next.is_some() && options.worker.is_none(),
-        resume: options.resume,
-        part: options.worker.is_some(),
-        staging_dir: options.staging_dir.clone(),
-    })?;
-    let mut outs: Vec<OutputDir> = (prefixes.iter().enumerate())
-        .map(|(i, p)| OutputDir::new(p, staging.folder(i), staging.hook(i)))
-        .collect();
-    let reused = match options.resume {
-        true => Some(resume(
+    let written = job.write(progress)?;
+    job.publish(written, started)
+}
+
+/// A planned conversion: its source, where it writes (the destination and a prefix per
+/// output), and what it publishes: an append's next generation of the sets there (its
+/// plan beside it), or a plain run's claim on the sets it replaces.
+struct Job<'a> {
+    options: &'a ConvertOptions,
+    opener: &'a dyn Open,
+    source: Box<dyn Source + 'a>,
+    destination: Arc<dyn Destination>,
+    prefixes: Vec<String>,
+    next: Option<(Generation, append::Plan)>,
+    claim: Option<SetClaim>,
+}
+
+/// What [`Job::plan`] found.
+enum Planned<'a> {
+    /// An append that found nothing new: its summary, nothing written.
+    UpToDate(Box<ConvertSummary>),
+    /// Shards to write.
+    Write(Box<Job<'a>>),
+}
+
+/// The shards a job wrote, still staged.
+struct Written {
+    staging: Box<dyn Staging>,
+    outs: Vec<OutputDir>,
+    shards: Vec<Vec<ClosedShard>>,
+    reused: Option<Reused>,
+}
+
+impl<'a> Job<'a> {
+    /// Opens the source and plans the run: `--append` onto a published set is claimed,
+    /// planned, and only what changed read (its workers claim nothing: their `finalize`
+    /// does); `--overwrite` claims the sets it replaces, so that it never publishes
+    /// under a live append; a worker's part of a new set needs an output without one.
+    ///
+    /// # Errors
+    ///
+    /// The source's; names TFDS cannot nest; another writer holds a claim; an input that
+    /// cannot append; the append's own rules ([`append::plan_generation`]).
+    fn plan(options: &'a ConvertOptions, opener: &'a dyn Open) -> Result<Planned<'a>> {
+        let source = opener.open(options)?;
+        crate::failpoint::hit("convert:planned")?;
+        let prefixes = options.prefixes();
+        if options.tfds.is_some() {
+            // Names TFDS cannot nest fail before anything is written.
+            crate::tfds::check_features(&source.manifest(options, 0).features)?;
+        }
+        let destination = store::destination_of(&options.output, options.io)?;
+        let lone = options.worker.is_none();
+        let mut job = Job {
             options,
             opener,
-            &mut source,
-            &mut *staging,
-            &mut outs,
-            next.as_deref(),
-        )?),
-        false => None,
-    };
-    progress.set_total(source.total_units());
-    let mut report: &dyn Progress = progress;
-    let expected = source.expected_records();
-    let (shards, ()) = route::write_outputs(
-        options,
-        &outs,
-        source.estimated_bytes(),
-        expected,
-        |router| {
-            // A second pass (--min-shards) is not progress.
-            let pass = source.produce(options, router, report);
-            report = &crate::progress::NoProgress;
-            pass
-        },
-    )?;
-    options.cancel.check()?;
-    crate::failpoint::hit("convert:written")?;
-    let (publications, manifests) = publications(
-        options,
-        &*source,
-        &*destination,
-        &outs,
-        &shards,
-        next.as_deref(),
-    )?;
-    let confirm = || match (next.as_deref(), &claim) {
-        (Some((next, _)), _) => next.confirm(),
-        (None, Some(claim)) => claim.confirm(),
-        (None, None) => Ok(()),
-    };
-    let paths = staging.commit(publications, &options.cancel, &confirm)?;
-    drop(staging);
-    if let (Some(name), None) = (&options.tfds, options.worker) {
-        crate::tfds::publish(&*destination, name)?;
-    }
-    Ok(summarize(
-        options,
-        &outs,
-        paths,
-        &manifests,
-        &shards,
-        next.as_deref(),
-        reused,
-        &*source,
-        started,
-    ))
-}
-
-/// What [`plan`] found.
-enum Planned {
-    /// An append that found nothing new: its summary, nothing written.
-    UpToDate(ConvertSummary),
-    /// Shards to write: an append's next generation of the sets there (or none: a
-    /// first conversion), and a plain run's claim on the sets it replaces.
-    Write(Option<Box<(Generation, append::Plan)>>, Option<SetClaim>),
-}
-
-/// Plans the run: `--append` onto a published set is claimed, planned, and only what
-/// changed read (its workers claim nothing: their `finalize` does); `--overwrite` claims
-/// the sets it replaces, so that it never publishes under a live append.
-///
-/// # Errors
-///
-/// Another writer holds a claim; an input that cannot append; the append's own rules
-/// ([`append::plan_generation`]).
-fn plan(
-    options: &ConvertOptions,
-    destination: &std::sync::Arc<dyn store::destination::Destination>,
-    prefixes: &[String],
-    source: &mut dyn Source,
-) -> Result<Planned> {
-    let lone = options.worker.is_none();
-    if !options.append {
-        let claim = (options.overwrite && lone)
-            .then(|| SetClaim::take(destination, prefixes))
-            .transpose()?;
-        return Ok(Planned::Write(None, claim));
-    }
-    let Some(mut next) = Generation::open(destination, prefixes, lone)? else {
-        return Ok(Planned::Write(None, None));
-    };
-    let Some(now) = source.now_inputs() else {
-        return Err(Error::invalid_option(
-            "append",
-            "not for this input: it applies to Parquet and TFRecord files, image folders and Delta or \
-             Iceberg tables; convert again with --overwrite",
-        ));
-    };
-    let described = source.manifest(options, 0);
-    let plan = append::plan_generation(&mut next, &described, now, options.shuffle.is_some())?;
-    if plan.is_empty() {
-        if lone {
-            next.finish_last(&**destination, prefixes, options.retain)?;
+            source,
+            destination,
+            prefixes,
+            next: None,
+            claim: None,
+        };
+        if !options.append {
+            job.claim = (options.overwrite && lone)
+                .then(|| SetClaim::take(&job.destination, &job.prefixes))
+                .transpose()?;
+            if !lone && job.holds_a_set()? {
+                return Err(Error::new(ErrorKind::OutputExists).with_file(&options.output));
+            }
+            return Ok(Planned::Write(Box::new(job)));
         }
-        return Ok(Planned::UpToDate(ConvertSummary {
-            output: options.output.clone(),
-            manifest: (options.splits.is_none())
-                .then(|| destination.display(&name::manifest_name(&prefixes[0]))),
-            records: 0,
-            shards: 0,
-            bytes: 0,
-            seconds: 0.0,
-            skipped: 0,
-            reused: None,
-            splits: Vec::new(),
-            table: next.base[0].table.clone(),
-            append: Some(append::summary(&next, &plan)),
-        }));
+        let Some(mut next) = Generation::open(&job.destination, &job.prefixes, lone)? else {
+            return Ok(Planned::Write(Box::new(job)));
+        };
+        let Some(now) = job.source.now_inputs() else {
+            return Err(Error::invalid_option(
+                "append",
+                "not for this input: it applies to Parquet and TFRecord files, image folders and Delta or \
+                 Iceberg tables; convert again with --overwrite",
+            ));
+        };
+        let described = job.source.manifest(options, 0);
+        let plan = append::plan_generation(&mut next, &described, now, options.shuffle.is_some())?;
+        if plan.is_empty() {
+            if lone {
+                next.finish_last(&*job.destination, &job.prefixes, options.retain)?;
+            }
+            let table = next.base[0].table.clone();
+            return Ok(Planned::UpToDate(Box::new(ConvertSummary {
+                output: options.output.clone(),
+                manifest: (options.splits.is_none()).then(|| {
+                    job.destination
+                        .display(&name::manifest_name(&job.prefixes[0]))
+                }),
+                records: 0,
+                shards: 0,
+                bytes: 0,
+                seconds: 0.0,
+                skipped: 0,
+                reused: None,
+                splits: Vec::new(),
+                table,
+                append: Some(append::summary(&next, &plan)),
+            })));
+        }
+        job.source.select(&plan.reads, &next.base[0])?;
+        job.next = Some((next, plan));
+        Ok(Planned::Write(Box::new(job)))
     }
-    source.select(&plan.reads, &next.base[0])?;
-    Ok(Planned::Write(Some(Box::new((next, plan))), None))
+
+    /// The names of the run's temporary and parts folders (a worker's part goes to a
+    /// hidden folder that finalize reads).
+    fn hidden(&self) -> Vec<String> {
+        (self.prefixes.iter())
+            .flat_map(|p| [name::tmp_dir_name(p), name::parts_dir_name(p)])
+            .collect()
+    }
+
+    /// Whether the output holds anything but the run's hidden folders: a worker's part
+    /// of a new set needs an output without a published set. (An append's workers add a
+    /// generation to the set there: `finalize` checks that it is still the one they
+    /// planned against.)
+    fn holds_a_set(&self) -> Result<bool> {
+        let hidden = self.hidden();
+        Ok(self
+            .destination
+            .names("")?
+            .iter()
+            .any(|n| !hidden.contains(n)))
+    }
+
+    /// Stages the outputs, resumes what an earlier run finished (`--resume`), and routes
+    /// every record into shards.
+    ///
+    /// # Errors
+    ///
+    /// The staging's (an output that is not empty); the resume's; the source's and the
+    /// shard writers'.
+    fn write(&mut self, progress: &dyn Progress) -> Result<Written> {
+        let options = self.options;
+        let mut staging = self.destination.stage(StagePlan {
+            outputs: (self.prefixes.iter())
+                .map(|p| StagedOutput {
+                    dir: match options.worker {
+                        None => String::new(),
+                        Some(w) => format!("{}/{}", name::parts_dir_name(p), w.part_name()),
+                    },
+                    tmp: name::tmp_dir_name(p),
+                })
+                .collect(),
+            hidden: self.hidden(),
+            overwrite: options.overwrite,
+            // (A worker's part is staged and published as any worker's.)
+            append: self.next.is_some() && options.worker.is_none(),
+            resume: options.resume,
+            part: options.worker.is_some(),
+            staging_dir: options.staging_dir.clone(),
+        })?;
+        let mut outs: Vec<OutputDir> = (self.prefixes.iter().enumerate())
+            .map(|(i, p)| OutputDir::new(p, staging.folder(i), staging.hook(i)))
+            .collect();
+        let reused = match options.resume {
+            true => Some(resume(
+                options,
+                self.opener,
+                &mut self.source,
+                &mut *staging,
+                &mut outs,
+                self.next.as_ref(),
+            )?),
+            false => None,
+        };
+        let source = &mut self.source;
+        progress.set_total(source.total_units());
+        let mut report: &dyn Progress = progress;
+        let expected = source.expected_records();
+        let (shards, ()) = route::write_outputs(
+            options,
+            &outs,
+            source.estimated_bytes(),
+            expected,
+            |router| {
+                // A second pass (--min-shards) is not progress.
+                let pass = source.produce(options, router, report);
+                report = &crate::progress::NoProgress;
+                pass
+            },
+        )?;
+        options.cancel.check()?;
+        crate::failpoint::hit("convert:written")?;
+        Ok(Written {
+            staging,
+            outs,
+            shards,
+            reused,
+        })
+    }
+
+    /// Publishes what `written` staged: each output's manifest, the commit (the claims
+    /// confirmed right before each manifest), a TFDS dataset's files; returns the summary.
+    ///
+    /// # Errors
+    ///
+    /// Those of [`publications`] and of the commit; a TFDS file that cannot be written.
+    fn publish(self, written: Written, started: Instant) -> Result<ConvertSummary> {
+        let Written {
+            mut staging,
+            outs,
+            shards,
+            reused,
+        } = written;
+        let options = self.options;
+        let next = self.next.as_ref();
+        let (publications, manifests) = publications(
+            options,
+            &*self.source,
+            &*self.destination,
+            &outs,
+            &shards,
+            next,
+        )?;
+        let confirm = || match (next, &self.claim) {
+            (Some((next, _)), _) => next.confirm(),
+            (None, Some(claim)) => claim.confirm(),
+            (None, None) => Ok(()),
+        };
+        let paths = staging.commit(publications, &options.cancel, &confirm)?;
+        drop(staging);
+        if let (Some(name), None) = (&options.tfds, options.worker) {
+            crate::tfds::publish(&*self.destination, name)?;
+        }
+        Ok(summarize(
+            options,
+            &outs,
+            paths,
+            &manifests,
+            &shards,
+            next,
+            reused,
+            &*self.source,
+            started,
+        ))
+    }
 }
 
 /// `--resume`: the journal's header checked against this run, the shards it finished
@@ -463,7 +545,7 @@ fn resume<'o>(
     options: &ConvertOptions,
     opener: &'o dyn Open,
     source: &mut Box<dyn Source + 'o>,
-    staging: &mut dyn store::destination::Staging,
+    staging: &mut dyn Staging,
     outs: &mut [OutputDir],
     next: Option<&(Generation, append::Plan)>,
 ) -> Result<Reused> {
@@ -533,7 +615,7 @@ fn resume<'o>(
 fn publications(
     options: &ConvertOptions,
     source: &dyn Source,
-    destination: &dyn store::destination::Destination,
+    destination: &dyn Destination,
     outs: &[OutputDir],
     shards: &[Vec<ClosedShard>],
     next: Option<&(Generation, append::Plan)>,
