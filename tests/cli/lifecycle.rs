@@ -440,3 +440,53 @@ fn an_image_fixed_since_it_was_skipped_is_no_longer_listed() {
     let (code, stdout, err) = run(["verify", s(&out), "--deep"]);
     assert_eq!(code, 0, "{stdout}{err}");
 }
+
+/// `finalize` respects an append's claim: workers' parts of a new generation are not
+/// published while another append publishes to the set (exit 1, the parts kept); once it
+/// has ended, they are refused as planned against a set that moved on.
+#[test]
+fn finalize_waits_for_an_appends_claim() {
+    let t = folder("finalize-claim", 2);
+    let out = scratch("finalize-claim-out");
+    convert(&t, &out, &[]);
+    write_table(&t.join("part-2.parquet"), 50, 2000, 50);
+    for i in ["0", "1"] {
+        convert(
+            &t,
+            &out,
+            &["--append", "--num-workers", "2", "--worker-index", i],
+        );
+    }
+    write_table(&t.join("part-3.parquet"), 50, 3000, 50);
+    let gate = scratch("finalize-claim-gate").join("go");
+    let mut append = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(["convert", "parquet", s(&t), "-o", s(&out), "--append"])
+        .args(["--max-records-per-shard", "100"])
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("convert:written=wait:{}", gate.display()),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_failpoint(&mut append, &gate, "the append wrote its shards");
+    let (code, _, err) = run(["finalize", s(&out)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("another run is publishing to this output"),
+        "{err}"
+    );
+    assert!(out.join(".data.tfshard-parts").exists(), "the parts kept");
+    fs::write(&gate, "").unwrap();
+    let done = append.wait_with_output().unwrap();
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let (code, _, err) = run(["finalize", s(&out)]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("run the workers again"), "{err}");
+    same_as_full(&t, &out, &[], &["data"]);
+}
