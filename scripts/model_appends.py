@@ -54,8 +54,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 KINDS = ["parquet", "hive", "tfrecord", "delta", "iceberg"]
-FAILPOINTS = ["convert:planned", "convert:written", "publish:placed", "publish:pinned",
-              "publish:published", "publish:moved"]
+FAILPOINTS = ["convert:planned", "convert:written", "shard:journaled", "publish:placed",
+              "publish:pinned", "publish:manifest", "publish:published", "publish:moved"]
 
 
 class Violation(Exception):
@@ -609,7 +609,8 @@ class History:
             mode += f" x{n}"
         elif mode == "kill":
             point = self.rng.choice(FAILPOINTS)
-            resume = self.rng.random() < 0.5
+            # (shard:journaled: a shard finished and journaled, with --resume.)
+            resume = point == "shard:journaled" or self.rng.random() < 0.5
             extra = ["--resume"] if resume else []
             done = self.append(extra, env={"TFSHARD_FAILPOINTS": f"{point}=exit"}, check=False)
             if done.returncode not in (0, 137):
