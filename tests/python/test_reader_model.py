@@ -23,6 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import numpy.random  # noqa: F401  (imported before any fork: torchdata's workers seed it, and a
+#                     lazy import racing another thread's breaks the child's import lock)
 import pytest
 
 import tfshard
@@ -291,3 +293,51 @@ def test_ranks_stay_even_under_a_data_loader(sets, shuffle):
     read, counts = loader_epoch(path, c, 1, 2, "fork")
     assert sorted(counts) == [25, 25, 25, 26]
     assert sum(read.values()) == 1001 and len(read) == 1001
+
+
+@pytest.mark.parametrize("seed", range(int(os.environ.get("TFSHARD_READER_STATEFUL_SCHEDULES", "8"))))
+def test_stateful_loader_schedules(sets, seed):
+    """Random StatefulDataLoader resumes: a state taken after any number of steps, loaded
+    through the loader alone (exact under the same workers, batch size and ranks, else a
+    ValueError naming what differs) or into the Dataset first (exact under any)."""
+    pytest.importorskip("torchdata")
+    rng = random.Random(20_000 + seed)
+    n = rng.choice(COUNTS[6:])
+    path = sets[(n, rng.random() < 0.5)]
+    c = Config(rng, shuffle=rng.choice(["global", "blocks"]))
+    c.drop = False
+    workers = rng.randint(1, 3)
+    data_seed = rng.randint(0, 99)
+    steps = min(len(c.dataset(path, r, data_seed)) for r in range(c.ranks))
+    k = rng.randint(0, steps)
+    first, states = Counter(), []
+    for r in range(c.ranks):
+        loader = stateful(path, c, data_seed, workers, r)
+        it = iter(loader)
+        for _ in range(k):
+            first.update(ids(next(it)))
+        states.append(loader.state_dict())
+        del it, loader
+    same = rng.random() < 0.4
+    d = Config(rng, shuffle=c.shuffle)
+    d.drop, d.block, d.window = False, c.block, c.window
+    if same:
+        d.ranks, d.batch, d.even = c.ranks, c.batch, c.even
+    whole = rng.random() < 0.5
+    what = f"{n} records, {c} x {workers} workers, {k} steps, resumed as {d} ({'whole state' if whole else 'loader alone'})"
+    refused = not whole and (d.batch, d.ranks) != (c.batch, c.ranks)
+    rest = Counter()
+    for r in range(d.ranks):
+        loader = stateful(path, d, data_seed, workers, r)
+        if whole:
+            loader.dataset.load_state_dict(states[r % c.ranks])
+        loader.load_state_dict(states[r % c.ranks])
+        if refused:
+            with pytest.raises(Exception, match="one worker's state cannot say where the epoch stands"):
+                list(loader)
+            return
+        rest.update(i for b in loader for i in ids(b))
+    start = min(k * c.batch * c.ranks, n)
+    check_epoch(rest, n, d, start, what)
+    assert not (set(first) & set(rest)), what
+    assert set(first) | set(rest) == set(range(n)), what
