@@ -62,6 +62,40 @@ fn folder(name: &str, files: usize) -> PathBuf {
     dir
 }
 
+/// A set converted from `files` files of 50 rows, then one more file in the folder: (the
+/// folder, the set).
+fn grown(name: &str, files: usize) -> (PathBuf, PathBuf) {
+    let t = folder(name, files);
+    let out = scratch(&format!("{name}-out"));
+    convert(&t, &out, &[]);
+    write_table(
+        &t.join(format!("part-{files}.parquet")),
+        50,
+        files * 1000,
+        50,
+    );
+    (t, out)
+}
+
+/// `convert parquet --append` of `t` into `out`, stopped at `convert:written` (its shards
+/// written, nothing published) until the gate opens: the run, and the gate.
+fn paused_append(t: &Path, out: &Path, name: &str) -> (std::process::Child, PathBuf) {
+    let gate = scratch(name).join("go");
+    let mut append = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
+        .args(["convert", "parquet", s(t), "-o", s(out), "--append"])
+        .args(["--max-records-per-shard", "100"])
+        .env(
+            "TFSHARD_FAILPOINTS",
+            format!("convert:written=wait:{}", gate.display()),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_failpoint(&mut append, &gate, "the append wrote its shards");
+    (append, gate)
+}
+
 /// Regression: a local file counted as changed when modified in or after the second
 /// its set was published (the manifest's `created`), so a table converted right after it
 /// was written paid a whole conversion on its next append (a streaming job's table, every
@@ -112,10 +146,7 @@ fn a_table_converted_in_the_second_it_was_written_appends_only_what_changed() {
 /// `finalize` run again: it publishes.
 #[test]
 fn finalize_publishes_a_plan_made_in_the_second_the_set_was() {
-    let t = folder("finalize-second", 2);
-    let out = scratch("finalize-second-out");
-    convert(&t, &out, &[]);
-    write_table(&t.join("part-2.parquet"), 50, 2000, 50);
+    let (t, out) = grown("finalize-second", 2);
     for i in ["0", "1"] {
         convert(
             &t,
@@ -150,10 +181,7 @@ fn finalize_publishes_a_plan_made_in_the_second_the_set_was() {
 /// A journal of a generation the set holds is superseded: the run starts afresh.
 #[test]
 fn a_resumed_append_after_one_killed_once_published_starts_afresh() {
-    let t = folder("resume-published", 2);
-    let out = scratch("resume-published-out");
-    convert(&t, &out, &[]);
-    write_table(&t.join("part-2.parquet"), 50, 2000, 50);
+    let (t, out) = grown("resume-published", 2);
     let killed = crate::tfshard()
         .args([
             "convert",
@@ -245,23 +273,8 @@ fn compact_keeps_a_split_set_at_one_generation() {
 /// would replace the set exits 1 and touches nothing.
 #[test]
 fn overwrite_waits_for_an_appends_claim() {
-    let t = folder("overwrite-claim", 2);
-    let out = scratch("overwrite-claim-out");
-    convert(&t, &out, &[]);
-    write_table(&t.join("part-2.parquet"), 50, 2000, 50);
-    let gate = scratch("overwrite-claim-gate").join("go");
-    let mut append = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .args(["convert", "parquet", s(&t), "-o", s(&out), "--append"])
-        .args(["--max-records-per-shard", "100"])
-        .env(
-            "TFSHARD_FAILPOINTS",
-            format!("convert:written=wait:{}", gate.display()),
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_failpoint(&mut append, &gate, "the append wrote its shards");
+    let (t, out) = grown("overwrite-claim", 2);
+    let (append, gate) = paused_append(&t, &out, "overwrite-claim-gate");
     let before = listed(&out);
     let (code, _, err) = run(["convert", "parquet", s(&t), "-o", s(&out), "--overwrite"]);
     assert_eq!(code, 1, "{err}");
@@ -446,10 +459,7 @@ fn an_image_fixed_since_it_was_skipped_is_no_longer_listed() {
 /// has ended, they are refused as planned against a set that moved on.
 #[test]
 fn finalize_waits_for_an_appends_claim() {
-    let t = folder("finalize-claim", 2);
-    let out = scratch("finalize-claim-out");
-    convert(&t, &out, &[]);
-    write_table(&t.join("part-2.parquet"), 50, 2000, 50);
+    let (t, out) = grown("finalize-claim", 2);
     for i in ["0", "1"] {
         convert(
             &t,
@@ -458,19 +468,7 @@ fn finalize_waits_for_an_appends_claim() {
         );
     }
     write_table(&t.join("part-3.parquet"), 50, 3000, 50);
-    let gate = scratch("finalize-claim-gate").join("go");
-    let mut append = Command::new(assert_cmd::cargo::cargo_bin("tfshard"))
-        .args(["convert", "parquet", s(&t), "-o", s(&out), "--append"])
-        .args(["--max-records-per-shard", "100"])
-        .env(
-            "TFSHARD_FAILPOINTS",
-            format!("convert:written=wait:{}", gate.display()),
-        )
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_failpoint(&mut append, &gate, "the append wrote its shards");
+    let (append, gate) = paused_append(&t, &out, "finalize-claim-gate");
     let (code, _, err) = run(["finalize", s(&out)]);
     assert_eq!(code, 1, "{err}");
     assert!(
