@@ -132,7 +132,10 @@ fn sources_of(old: &[&ShardInfo], start: u64, end: u64) -> Vec<ShardSource> {
         if first >= end || last <= start {
             continue;
         }
-        let exact = s.sources.iter().map(|r| r.rows[1] - r.rows[0]).sum::<u64>() == s.records;
+        let held = (s.sources.iter()).fold(0u64, |n, r| {
+            n.saturating_add(r.rows[1].saturating_sub(r.rows[0]))
+        });
+        let exact = held == s.records;
         if !exact {
             s.sources.iter().cloned().for_each(&mut add);
             continue;
@@ -141,7 +144,7 @@ fn sources_of(old: &[&ShardInfo], start: u64, end: u64) -> Vec<ShardSource> {
         let (from, to) = (start.max(first) - first, end.min(last) - first);
         let mut k = 0;
         for src in &s.sources {
-            let len = src.rows[1] - src.rows[0];
+            let len = src.rows[1].saturating_sub(src.rows[0]);
             let (a, b) = (from.max(k), to.min(k + len));
             if a < b {
                 let rows = [src.rows[0] + (a - k), src.rows[0] + (b - k)];
@@ -231,7 +234,7 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
         Err(e) => return Err(e),
     };
     let prefixes = set_prefixes(&named, &options.prefix);
-    let Some(mut next) = Generation::open(&destination, &prefixes, true)? else {
+    let Some(mut next) = Generation::open(&destination, &prefixes, true, options.retain)? else {
         return Err(Error::new(ErrorKind::NoShards).with_file(&manifest_path));
     };
     let base = next.base.clone();

@@ -506,11 +506,12 @@ pub enum ErrorKind {
          nothing was published; rerun with --overwrite to replace it"
     )]
     OutputClaimed,
-    /// Another `--append` holds the output's claim and is alive (it refreshes it).
+    /// Another writer of the set (an append, `compact`, `finalize`, a run with
+    /// `--overwrite`) holds its claim and is alive (it refreshes it).
     #[error(
-        "another run is publishing to this output (an append): nothing was done; append \
-         again once it has ended (a claim not refreshed for 60 s, its holder killed, is taken \
-         over)"
+        "another run is publishing to this output (an append, compact, finalize or \
+         --overwrite): nothing was done; run again once it has ended (a claim not refreshed \
+         for 60 s, its holder killed, is taken over)"
     )]
     AppendClaimed,
     /// Another `finalize` holds the output's claim and is alive (it refreshes the claim).
@@ -523,7 +524,8 @@ pub enum ErrorKind {
     /// than a claim stays fresh): it published nothing.
     #[error(
         "another run took this run's claim over (this run was silent too long and taken for \
-         dead): nothing was published; run again once the other has ended"
+         dead): it stopped before writing a manifest (of a split set, the splits written \
+         before it are completed by the next run); run again once the other has ended"
     )]
     ClaimLost,
     /// A Delta Lake or Iceberg table that cannot be read as asked: not a table, a

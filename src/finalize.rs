@@ -96,7 +96,7 @@ fn live_append(out: &dyn Destination, prefix: &str, part: &PartAppend) -> Result
         Err(e) => return Err(e),
     };
     live.check_generations(&path)?;
-    Generation::of_part(live, part, &path)
+    Generation::of_part(live, prefix, part, &path)
 }
 
 /// Whether `prefix`'s set is published by a `finalize`: its manifest is there and is the

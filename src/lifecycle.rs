@@ -123,6 +123,8 @@ pub(crate) fn part_manifest_json(manifest: &Manifest, part: &PartAppend) -> Resu
 pub(crate) struct Generation {
     /// The live sets, one per prefix, as their manifests were when claimed.
     pub base: Vec<Manifest>,
+    /// Their prefixes.
+    prefixes: Vec<String>,
     /// Its number.
     pub number: u32,
     /// Per set, the names of the shards it retires.
@@ -140,18 +142,21 @@ impl Generation {
     /// Claims (with `claim`) the prefixes' sets in `out` and reads their manifests: the
     /// next generation of them, retiring nothing yet; `None` where the output holds no
     /// set of them (a first conversion). Splits found at different generations (a
-    /// writer killed between their manifests) are completed first.
+    /// writer killed between their manifests) are completed first, under the claim,
+    /// keeping the generations `retain` keeps.
     ///
     /// # Errors
     ///
     /// Another run holds a claim ([`ErrorKind::AppendClaimed`]); shards of a prefix but
     /// no manifest (a usage error: convert again with `--overwrite`); some splits'
     /// sets but not all; a manifest that cannot be read, or whose generations do not add
-    /// up; lagging splits that cannot be completed.
+    /// up; lagging splits that cannot be completed, or that a writer without the claim
+    /// (a worker) finds.
     pub(crate) fn open(
         out: &Arc<dyn Destination>,
         prefixes: &[String],
         claim: bool,
+        retain: Option<u32>,
     ) -> Result<Option<Generation>> {
         let claim = claim.then(|| SetClaim::take(out, prefixes)).transpose()?;
         let names = out.names("")?;
@@ -184,7 +189,7 @@ impl Generation {
                  --overwrite",
             ));
         }
-        complete_lagging(&**out, prefixes, &mut base)?;
+        complete_lagging(&**out, prefixes, &mut base, claim.is_some(), retain)?;
         let newest = base.iter().map(Manifest::generation).max().unwrap_or(0);
         let Some(number) = newest.checked_add(1) else {
             let path = out.display(&name::manifest_name(&prefixes[0]));
@@ -198,6 +203,7 @@ impl Generation {
         Ok(Some(Generation {
             retired: vec![BTreeSet::new(); base.len()],
             base,
+            prefixes: prefixes.to_vec(),
             number,
             whole: BTreeSet::new(),
             reconverted: None,
@@ -212,9 +218,14 @@ impl Generation {
     ///
     /// The set is no longer the one the workers planned against (an append or
     /// `finalize` published another generation since): nothing may be published.
-    pub(crate) fn of_part(live: Manifest, part: &PartAppend, path: &Path) -> Result<Generation> {
+    pub(crate) fn of_part(
+        live: Manifest,
+        prefix: &str,
+        part: &PartAppend,
+        path: &Path,
+    ) -> Result<Generation> {
         if live.generation() != part.base_generation || live.created != part.base_created {
-            let now = if live.generation() == part.generation && live.created != part.base_created {
+            let now = if live.generation() == part.generation {
                 "another run published that generation"
             } else {
                 "another run published since"
@@ -233,6 +244,7 @@ impl Generation {
         }
         Ok(Generation {
             base: vec![live],
+            prefixes: vec![prefix.to_owned()],
             number: part.generation,
             retired: vec![part.retired.clone()],
             whole: part.whole.clone(),
@@ -251,6 +263,7 @@ impl Generation {
         whole: BTreeSet<String>,
     ) -> Generation {
         Generation {
+            prefixes: (0..base.len()).map(|i| format!("s{i}")).collect(),
             base,
             number,
             retired,
@@ -313,7 +326,7 @@ impl Generation {
         } else if kept_any {
             new.features = merge_features(&old.features, &new.features).map_err(|detail| {
                 Error::new(ErrorKind::SchemaMismatch {
-                    other: PathBuf::from(name::manifest_name(&prefix_of(old))),
+                    other: PathBuf::from(name::manifest_name(&self.prefixes[i])),
                     detail: format!("{detail}: convert again with --overwrite"),
                 })
             })?;
@@ -352,7 +365,7 @@ impl Generation {
     ) -> Result<AppendSet> {
         let old = &self.base[i];
         let mut keep: Vec<String> = old.shards.iter().flat_map(|s| with_idx(&s.file)).collect();
-        let (kept, after) = kept_and_gone(out, prefix, manifest, self.number, retain)?;
+        let (kept, after) = kept_and_gone(out, prefix, manifest, retain)?;
         keep.extend(kept);
         Ok(AppendSet {
             keep,
@@ -365,26 +378,15 @@ impl Generation {
     }
 
     /// Nothing to publish: deletes what a writer killed after publishing left (the
-    /// shards its generation retired, the pinned manifests listing them).
+    /// shards its generation retired, the pinned manifests listing them), and what one
+    /// killed before publishing left (its shards, its pinned manifest).
     ///
     /// # Errors
     ///
     /// A pinned manifest that cannot be read; an I/O or store error.
-    pub(crate) fn finish_last(
-        &self,
-        out: &dyn Destination,
-        prefixes: &[String],
-        retain: Option<u32>,
-    ) -> Result<()> {
-        for (m, prefix) in self.base.iter().zip(prefixes) {
-            if m.generations.is_none() {
-                continue;
-            }
-            let next = m.generation().saturating_add(1);
-            let (_, after) = kept_and_gone(out, prefix, m, next, retain)?;
-            for n in after.iter().filter(|n| name::is_own_shard(prefix, n)) {
-                out.delete(n)?;
-            }
+    pub(crate) fn finish_last(&self, out: &dyn Destination, retain: Option<u32>) -> Result<()> {
+        for (m, prefix) in self.base.iter().zip(&self.prefixes) {
+            delete_gone(out, prefix, m, retain)?;
         }
         Ok(())
     }
@@ -435,6 +437,8 @@ fn complete_lagging(
     out: &dyn Destination,
     prefixes: &[String],
     base: &mut [Manifest],
+    claimed: bool,
+    retain: Option<u32>,
 ) -> Result<()> {
     let newest = base.iter().map(Manifest::generation).max().unwrap_or(0);
     let lagging: Vec<usize> = (0..base.len())
@@ -444,33 +448,65 @@ fn complete_lagging(
         return Ok(());
     }
     let pinned = |i: usize| name::pinned_manifest_name(&prefixes[i], newest);
-    let missing: Vec<&str> = (lagging.iter())
-        .filter(|&&i| !out.exists(&pinned(i)).unwrap_or(false))
-        .map(|&i| prefixes[i].as_str())
-        .collect();
-    if !missing.is_empty() {
+    let mut missing = Vec::new();
+    for &i in &lagging {
+        if !out.exists(&pinned(i))? {
+            missing.push(prefixes[i].as_str());
+        }
+    }
+    let lagging_names: Vec<&str> = lagging.iter().map(|&i| prefixes[i].as_str()).collect();
+    let why = if !missing.is_empty() {
+        format!(
+            "{} cannot be completed to generation {newest} (no pinned manifest of it): convert \
+             again with --overwrite",
+            missing.join(", ")
+        )
+    } else if !claimed {
+        // (A worker holds no claim: another writer may be between the manifests now.)
+        format!(
+            "{} lag behind generation {newest}: run `convert --append` (or `compact`) once, \
+             without workers, to complete them, then the workers",
+            lagging_names.join(", ")
+        )
+    } else {
+        String::new()
+    };
+    if !why.is_empty() {
         return Err(
             Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
                 format!(
                     "the splits are at different generations (a run was killed between their \
-             manifests) and {} cannot be completed to generation {newest}: convert again with \
-             --overwrite",
-                    missing.join(", ")
+             manifests, or one is publishing): {why}"
                 ),
             )))
             .with_file(out.display(&name::manifest_name(&prefixes[lagging[0]]))),
         );
     }
     for i in lagging {
-        let rel = pinned(i);
-        let m = read_manifest(out, &rel)?;
+        let m = read_manifest(out, &pinned(i))?;
         out.write(&name::manifest_name(&prefixes[i]), m.to_json()?, false)?;
-        let next = newest.saturating_add(1);
-        let (_, after) = kept_and_gone(out, &prefixes[i], &m, next, None)?;
-        for n in after.iter().filter(|n| name::is_own_shard(&prefixes[i], n)) {
-            out.delete(n)?;
-        }
+        delete_gone(out, &prefixes[i], &m, retain)?;
         base[i] = m;
+    }
+    Ok(())
+}
+
+/// Deletes what of `prefix`'s files neither the set `live` nor a pinned manifest that
+/// stays keeps (see [`kept_and_gone`]): the shards and pinned manifests of the retired
+/// generations, and what a killed writer left.
+///
+/// # Errors
+///
+/// A pinned manifest that cannot be read; an I/O or store error.
+fn delete_gone(
+    out: &dyn Destination,
+    prefix: &str,
+    live: &Manifest,
+    retain: Option<u32>,
+) -> Result<()> {
+    let (_, after) = kept_and_gone(out, prefix, live, retain)?;
+    for n in after.iter().filter(|n| name::is_own_shard(prefix, n)) {
+        out.delete(n)?;
     }
     Ok(())
 }
@@ -479,13 +515,15 @@ fn with_idx(file: &str) -> [String; 2] {
     [file.to_owned(), format!("{file}.idx")]
 }
 
-/// What of `prefix`'s files in `out` stays beside the set `live` that generation
-/// `generation` publishes, and what goes once it is published. A pinned manifest of an
-/// earlier generation stays while every shard it lists is live, or, with `retain` N,
-/// while it is of the last N generations (the new one included), and keeps the shards it
-/// lists; the others go, and so does every shard of the prefix that neither the set nor
-/// a pinned manifest that stays lists (the shards retired, a killed writer's). Returns
-/// (the pinned manifests that stay and the shards they keep, what goes).
+/// What of `prefix`'s files in `out` stays beside the set `live` (the manifest a
+/// publish writes, or the live one), and what goes once it is live. A pinned manifest of
+/// an earlier generation stays while every shard it lists is live, or, with `retain` N,
+/// while it is of the last N generations (`live`'s included), and keeps the shards it
+/// lists; the others go, and so do a later one (a killed writer's, whose generation
+/// never went live) and every shard of the prefix that neither the set nor a pinned
+/// manifest that stays lists (the shards retired, a killed writer's). `live`'s own
+/// pinned manifest is neither. Returns (the pinned manifests that stay and the shards
+/// they keep, what goes).
 ///
 /// # Errors
 ///
@@ -496,19 +534,25 @@ fn kept_and_gone(
     out: &dyn Destination,
     prefix: &str,
     live: &Manifest,
-    generation: u32,
     retain: Option<u32>,
 ) -> Result<(Vec<String>, Vec<String>)> {
+    let generation = live.generation();
     let names = out.names("")?;
     let live_names: BTreeSet<&str> = live.shards.iter().map(|s| s.file.as_str()).collect();
     let mut keep = Vec::new();
     let mut kept_shards: BTreeSet<String> = BTreeSet::new();
     let mut after = Vec::new();
     for n in &names {
-        // A later one is a killed writer's: written again, or cleared.
-        let Some(g) = name::pinned_generation(prefix, n).filter(|&g| g < generation) else {
+        let Some(g) = name::pinned_generation(prefix, n) else {
             continue;
         };
+        if g >= generation {
+            // A later one is a killed writer's, never live: it goes.
+            if g > generation {
+                after.push(n.clone());
+            }
+            continue;
+        }
         let bytes = match out.read(n) {
             Ok(bytes) => bytes,
             // Deleted meanwhile: nothing to keep.
@@ -537,14 +581,6 @@ fn kept_and_gone(
     }
     keep.extend(kept_shards);
     Ok((keep, after))
-}
-
-/// The prefix a manifest records in its options (`data` if none).
-fn prefix_of(m: &Manifest) -> String {
-    (m.options.get("prefix"))
-        .and_then(|p| p.as_str())
-        .unwrap_or(name::DEFAULT_PREFIX)
-        .to_owned()
 }
 
 /// The spec of a set holding records of both `then` and `now`: a shape both agree on,

@@ -354,6 +354,12 @@ impl Manifest {
             if !seen.insert(s.file.as_str()) {
                 return Err(invalid(format!("shards: {:?} is listed twice", s.file)));
             }
+            if let Some(bad) = s.sources.iter().find(|r| r.rows[0] > r.rows[1]) {
+                return Err(invalid(format!(
+                    "shards: {:?}'s sources hold rows [{}, {}) of {}",
+                    s.file, bad.rows[0], bad.rows[1], bad.input
+                )));
+            }
         }
         let records: u64 = self.shards.iter().map(|s| s.records).sum();
         if records != self.records {

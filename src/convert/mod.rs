@@ -360,7 +360,9 @@ impl<'a> Job<'a> {
             }
             return Ok(Planned::Write(Box::new(job)));
         }
-        let Some(mut next) = Generation::open(&job.destination, &job.prefixes, lone)? else {
+        let Some(mut next) =
+            Generation::open(&job.destination, &job.prefixes, lone, options.retain)?
+        else {
             return Ok(Planned::Write(Box::new(job)));
         };
         let Some(now) = job.source.now_inputs() else {
@@ -374,7 +376,7 @@ impl<'a> Job<'a> {
         let plan = append::plan_generation(&mut next, &described, now, options.shuffle.is_some())?;
         if plan.is_empty() {
             if lone {
-                next.finish_last(&*job.destination, &job.prefixes, options.retain)?;
+                next.finish_last(&*job.destination, options.retain)?;
             }
             let table = next.base[0].table.clone();
             return Ok(Planned::UpToDate(Box::new(ConvertSummary {

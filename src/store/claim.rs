@@ -53,6 +53,10 @@ struct ClaimNote {
     /// are ours (a container with the host's name has pids of its own).
     #[serde(default)]
     pids: String,
+    /// When the holder's process started (clock ticks since boot, `/proc/PID/stat`): a
+    /// process that reused its pid since is not the holder.
+    #[serde(default)]
+    started: u64,
 }
 
 impl ClaimNote {
@@ -64,14 +68,16 @@ impl ClaimNote {
             || self.is_dead_here()
     }
 
-    /// Whether the holder is a process of this host that no longer exists.
+    /// Whether the holder is a process of this host that no longer exists (its pid gone,
+    /// or another process's now: started at another time).
     fn is_dead_here(&self) -> bool {
-        !self.host.is_empty()
+        let here = !self.host.is_empty()
             && self.host == host_name()
             && !self.pids.is_empty()
             && self.pids == pid_space()
-            && self.pid != 0
-            && !process_exists(self.pid)
+            && self.pid != 0;
+        here && (!process_exists(self.pid)
+            || (self.started != 0 && start_time(self.pid).is_some_and(|s| s != self.started)))
     }
 }
 
@@ -95,6 +101,16 @@ fn pid_space() -> String {
         return String::new();
     }
     format!("{boot}/{ns}")
+}
+
+/// When process `pid` started, in clock ticks since boot (`/proc/PID/stat`'s 22nd field),
+/// where Linux says.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (2nd field) is in parentheses and may hold spaces: count from
+    // after its closing one (field 3 on).
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Whether process `pid` exists on this host (one we may not signal exists too).
@@ -168,6 +184,7 @@ impl Claims {
             host: host_name(),
             pid: std::process::id(),
             pids: pid_space(),
+            started: start_time(std::process::id()).unwrap_or(0),
         })
         .expect("a claim note serializes")
     }
@@ -201,17 +218,26 @@ impl Claims {
                 return Ok(Err(Held));
             }
             if held.as_ref().is_some_and(|h| !h.is_dead_here()) {
-                // Stale by the holder's clock: watched by ours before it is taken.
+                // Stale by the holder's clock: watched by ours before it is taken (the
+                // claims this run holds already refreshed first, so that they do not go
+                // stale while it watches).
+                for f in &self.files {
+                    refresh(out, f, &self.holder);
+                }
                 std::thread::sleep(CLAIM_WATCH);
             }
             // Taken over only if it still holds the note judged stale: of two takers,
             // one replaces it, the other finds the first's note.
-            return if out.replace(file, &bytes, Self::note(&self.holder))? {
+            if out.replace(file, &bytes, Self::note(&self.holder))? {
                 self.files.push(file.to_owned());
-                Ok(Ok(()))
-            } else {
-                Ok(Err(Held))
-            };
+                return Ok(Ok(()));
+            }
+            // Released meanwhile (its holder ended): put it again.
+            match out.exists(file) {
+                Ok(false) => continue,
+                Ok(true) => return Ok(Err(Held)),
+                Err(e) => return Err(e),
+            }
         }
         Ok(Err(Held))
     }
@@ -310,10 +336,17 @@ fn refresh(out: &dyn Destination, file: &str, holder: &str) -> Refreshed {
 impl Drop for Claims {
     fn drop(&mut self) {
         self.stop_refreshing();
-        // A claim taken over is its new holder's.
+        // A claim taken over is its new holder's: only our own note goes (a holder cut
+        // off from the store long enough to be taken for dead learns it here).
         if !self.done && !self.is_lost() {
             for f in &self.files {
-                let _ = self.out.delete(f);
+                if let Ok(bytes) = self.out.read(f) {
+                    let ours = serde_json::from_slice::<ClaimNote>(&bytes)
+                        .is_ok_and(|n| n.holder == self.holder);
+                    if ours {
+                        let _ = self.out.delete_if(f, &bytes);
+                    }
+                }
             }
         }
     }
@@ -339,6 +372,7 @@ pub(super) mod conformance {
             host: host_name(),
             pid,
             pids: pid_space(),
+            started: 0,
         })
         .expect("a note")
     }
@@ -465,7 +499,50 @@ pub(super) mod conformance {
         out.delete("race/.confirmed").unwrap();
     }
 
+    /// A holder dropped after another run took its claim over (it never refreshed in
+    /// between, so it does not know) leaves the other's claim: it deletes only its own.
+    fn a_dropped_holder_leaves_its_successors_claim(out: &Arc<dyn Destination>) {
+        let mut claims = Claims::new(out.clone());
+        assert!(claims.claim("race/.dropped").unwrap().is_ok());
+        out.write("race/.dropped", Claims::note("successor"), false)
+            .unwrap();
+        drop(claims);
+        assert_eq!(
+            holder_of(&**out, "race/.dropped").as_deref(),
+            Some("successor")
+        );
+        out.delete("race/.dropped").unwrap();
+        let mut claims = Claims::new(out.clone());
+        assert!(claims.claim("race/.dropped").unwrap().is_ok());
+        drop(claims);
+        assert!(!out.exists("race/.dropped").unwrap(), "its own goes");
+    }
+
+    /// A pid another process took since is not the holder: its start time says so.
+    #[test]
+    fn a_reused_pid_is_not_the_holder() {
+        let me = std::process::id();
+        let started = start_time(me).expect("Linux says when this process started");
+        let mut note = ClaimNote {
+            holder: "h".into(),
+            refreshed: now_secs(),
+            host: host_name(),
+            pid: me,
+            pids: pid_space(),
+            started,
+        };
+        assert!(!note.is_dead_here(), "this process, alive");
+        note.started = started + 1;
+        assert!(note.is_dead_here(), "another process with this pid");
+        note.started = 0;
+        assert!(
+            !note.is_dead_here(),
+            "a note without a start time: the pid alone"
+        );
+    }
+
     pub(crate) fn all(out: &Arc<dyn Destination>) {
+        a_dropped_holder_leaves_its_successors_claim(out);
         a_stale_claim_is_taken_over_once(out);
         a_refresh_never_writes_over_another_holder(out);
         confirm_finds_a_claim_taken_over(out);

@@ -73,6 +73,17 @@ pub(crate) trait Destination: Send + Sync {
     /// An I/O or store error naming it.
     fn replace(&self, rel: &str, expected: &[u8], bytes: Vec<u8>) -> Result<bool>;
 
+    /// Deletes file `rel` only if it still holds `expected` (a claim released by its
+    /// holder, never another's that took it over); `Ok(false)` when it holds something
+    /// else or nothing. On disk under the lock [`Destination::replace`] takes; on a store,
+    /// read, compared, then deleted (object stores have no conditional delete: a
+    /// replace in between is not seen).
+    ///
+    /// # Errors
+    ///
+    /// An I/O or store error naming it.
+    fn delete_if(&self, rel: &str, expected: &[u8]) -> Result<bool>;
+
     /// Deletes file `rel` (a missing one is fine).
     ///
     /// # Errors

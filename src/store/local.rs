@@ -51,6 +51,34 @@ fn write_atomic(path: &Path, bytes: &[u8], create_only: bool) -> Result<()> {
     }
 }
 
+/// The file at `path`, locked (an exclusive `flock`, released when dropped), if it is
+/// still the file there and holds `expected`; `None` otherwise (gone, replaced, or
+/// holding something else).
+fn lock_if_holding(path: &Path, expected: &[u8]) -> Result<Option<fs::File>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::io::AsRawFd;
+    let mut file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_at(path)(e)),
+    };
+    // SAFETY: a valid descriptor; the lock goes with it when `file` is dropped.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(io_at(path)(std::io::Error::last_os_error()));
+    }
+    let locked = file.metadata().map_err(io_at(path))?.ino();
+    match fs::metadata(path) {
+        Ok(m) if m.ino() == locked => {}
+        Ok(_) => return Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_at(path)(e)),
+    }
+    let mut held = Vec::new();
+    file.read_to_end(&mut held).map_err(io_at(path))?;
+    Ok((held == expected).then_some(file))
+}
+
 impl Destination for LocalDir {
     fn display(&self, rel: &str) -> PathBuf {
         self.path(rel)
@@ -85,33 +113,23 @@ impl Destination for LocalDir {
     /// (the path names the locked file, not one renamed over it meanwhile) is replaced
     /// by a rename, so whoever waited on the lock finds another file there and fails.
     fn replace(&self, rel: &str, expected: &[u8], bytes: Vec<u8>) -> Result<bool> {
-        use std::io::Read;
-        use std::os::unix::fs::MetadataExt;
-        use std::os::unix::io::AsRawFd;
         let path = self.path(rel);
-        let mut file = match fs::File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(io_at(&path)(e)),
-        };
-        // SAFETY: a valid descriptor; the lock goes with it when `file` is dropped.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(io_at(&path)(std::io::Error::last_os_error()));
-        }
-        let locked = file.metadata().map_err(io_at(&path))?.ino();
-        match fs::metadata(&path) {
-            Ok(m) if m.ino() == locked => {}
-            Ok(_) => return Ok(false),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(io_at(&path)(e)),
-        }
-        let mut held = Vec::new();
-        file.read_to_end(&mut held).map_err(io_at(&path))?;
-        if held != expected {
+        let Some(_locked) = lock_if_holding(&path, expected)? else {
             return Ok(false);
-        }
+        };
         write_atomic(&path, &bytes, false)?;
         Ok(true)
+    }
+
+    fn delete_if(&self, rel: &str, expected: &[u8]) -> Result<bool> {
+        let path = self.path(rel);
+        let Some(_locked) = lock_if_holding(&path, expected)? else {
+            return Ok(false);
+        };
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_at(&path)(e)),
+            _ => Ok(true),
+        }
     }
 
     fn delete(&self, rel: &str) -> Result<()> {

@@ -98,6 +98,19 @@ impl Destination for ObjectPrefix {
         super::replace_object(&self.at(rel), expected, bytes)
     }
 
+    fn delete_if(&self, rel: &str, expected: &[u8]) -> Result<bool> {
+        let url = self.at(rel);
+        match super::read_all(&url) {
+            Ok(held) if held.as_ref() == expected => {
+                super::delete_object(&url)?;
+                Ok(true)
+            }
+            Ok(_) => Ok(false),
+            Err(e) if super::is_problem(&e, super::StoreProblem::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     fn delete(&self, rel: &str) -> Result<()> {
         super::delete_object(&self.at(rel))
     }

@@ -437,6 +437,9 @@ fn an_image_fixed_since_it_was_skipped_is_no_longer_listed() {
     };
     images(&[]);
     assert_eq!(listed(), ["dogs/zz-bad.jpg"]);
+    // (Its folder counts it among its images, which no shard holds: not a gap.)
+    let (code, stdout, err) = run(["verify", s(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
     let records = read_manifest(&out, "data")["records"].as_u64().unwrap();
     // Another folder gains an image: the bad one is not read again, and stays listed.
     fs::copy(dir.join("cats/a.jpg"), dir.join("cats/z-new.jpg")).unwrap();
@@ -486,5 +489,83 @@ fn finalize_waits_for_an_appends_claim() {
     let (code, _, err) = run(["finalize", s(&out)]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("run the workers again"), "{err}");
+    same_as_full(&t, &out, &[], &["data"]);
+}
+
+/// A split set killed between its splits' manifests: a worker (which holds no claim)
+/// finds the lagging split and stops, saying to complete the set first; the run that
+/// completes it keeps what `--retain` keeps of the lagging split.
+#[test]
+fn lagging_splits_are_completed_by_a_claimed_run_keeping_what_retain_keeps() {
+    let t = folder("split-retain", 2);
+    let out = scratch("split-retain-out");
+    convert(&t, &out, &SPLIT);
+    let mut again = SPLIT.to_vec();
+    again.extend(["--append", "--retain", "3"]);
+    for f in 2..4 {
+        write_table(&t.join(format!("part-{f}.parquet")), 50, f * 1000, 50);
+        convert(&t, &out, &again);
+    }
+    write_table(&t.join("part-4.parquet"), 50, 4000, 50);
+    let mut args = vec!["convert", "parquet", s(&t), "-o", s(&out)];
+    args.extend_from_slice(&again);
+    args.extend_from_slice(&["--max-records-per-shard", "100"]);
+    let killed = crate::tfshard()
+        .args(&args)
+        .env("TFSHARD_FAILPOINTS", "publish:manifest=exit@1")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), Some(137));
+    let mut worker = args.clone();
+    worker.extend_from_slice(&["--num-workers", "2", "--worker-index", "0"]);
+    let (code, _, err) = run(worker);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("without workers, to complete them"), "{err}");
+    let pinned = |p: &str| -> Vec<String> {
+        let mut v: Vec<String> = (fs::read_dir(&out).unwrap())
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!("{p}.manifest-g")))
+            .collect();
+        v.sort();
+        v
+    };
+    convert(&t, &out, &again);
+    assert_eq!(pinned("a").len(), 3, "{:?}", pinned("a"));
+    assert_eq!(pinned("b").len(), 3, "{:?}", pinned("b"));
+    same_as_full(&t, &out, &SPLIT, &["a", "b"]);
+    for p in pinned("a").iter().chain(&pinned("b")) {
+        let (code, stdout, err) = run(["verify", s(&out.join(p))]);
+        assert_eq!(code, 0, "{p}: {stdout}{err}");
+    }
+}
+
+/// An append killed after its pinned manifest, before its manifest, leaves that
+/// generation's pinned manifest and shards; a run that finds nothing to do (the change
+/// undone) deletes them, so that no pinned manifest names shards that are gone.
+#[test]
+fn a_killed_appends_pinned_manifest_goes_with_its_shards() {
+    let (t, out) = grown("pinned-leftover", 2);
+    let mut args = vec!["convert", "parquet", s(&t), "-o", s(&out), "--append"];
+    args.extend_from_slice(&["--max-records-per-shard", "100"]);
+    let killed = crate::tfshard()
+        .args(&args)
+        .env("TFSHARD_FAILPOINTS", "publish:pinned=exit")
+        .output()
+        .unwrap();
+    assert_eq!(killed.status.code(), Some(137));
+    assert!(out.join("data.manifest-g00001.json").exists());
+    fs::remove_file(t.join("part-2.parquet")).unwrap();
+    let (code, stdout, err) = run(args.iter().copied().chain(["--json"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("\"up_to_date\":true"), "{stdout}");
+    assert!(
+        !out.join("data.manifest-g00001.json").exists(),
+        "the killed run's pinned manifest"
+    );
+    let names: Vec<String> = (fs::read_dir(&out).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("-g00001-"))
+        .collect();
+    assert!(names.is_empty(), "its shards: {names:?}");
     same_as_full(&t, &out, &[], &["data"]);
 }

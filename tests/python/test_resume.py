@@ -77,13 +77,29 @@ def test_a_loader_stopped_anywhere_resumes_at_the_steps_it_yielded(seed):
     assert _resume.position(loaded, n) == min(yielded * span, n)
 
 
+def test_worker_counts_no_in_order_loader_leaves_are_refused_under_another_configuration():
+    """A loader with in_order=False can leave its workers' counts out of turn ({0: 5,
+    1: 3}: steps 0, 2, 4, 6, 8 and 1, 3, 5, not the first eight): no position says where
+    the epoch stands, so another configuration is refused; the same one continues each
+    worker's own steps exactly."""
+    loaded = _resume.load_ordered(_resume.states_in(loader_state([5, 3])), MINE)
+    with pytest.raises(ValueError, match="not the first steps of the epoch"):
+        _resume.ordered_start(loaded, 48, 3, 5000, 0, 2)
+    assert _resume.ordered_start(loaded, 32, 2, 5000, 0, 2) == (0, 5)
+    assert _resume.ordered_start(loaded, 32, 2, 5000, 1, 2) == (0, 3)
+    # Two of three workers' states (hand-merged): the others' are unknown.
+    two = _resume.load_ordered(_resume.states_in(state(0, 3, 2)) + _resume.states_in(state(1, 3, 2)), MINE)
+    with pytest.raises(ValueError, match="holds workers \\[0, 1\\] of 3"):
+        _resume.ordered_start(two, 48, 3, 5000, 0, 2)
+
+
 def test_buffer_states_resume_the_same_configuration_only():
     config = {"batch_size": 8, "seed": 0, "shuffle_buffer": 100, "drop_remainder": False, "num_shards": 1,
               "shard_index": 0, "records": 50, "cycle_length": None, "cache": None, "even_batches": True}
     taken = dict(config, version=1, epoch=0, batches=3, worker=1, workers=2)
     loaded = _resume.load_buffer([taken], config, "buffer")
     assert _resume.buffer_skip(loaded, 1, 2) == 3
-    with pytest.raises(ValueError, match="worker 1 of 2's alone"):
+    with pytest.raises(ValueError, match=r"workers \[1\] of 2 alone, and this is worker 0"):
         _resume.buffer_skip(loaded, 0, 2)
     with pytest.raises(ValueError, match="2 DataLoader workers, this loader has 3"):
         _resume.buffer_skip(loaded, 1, 3)

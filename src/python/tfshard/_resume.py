@@ -96,8 +96,23 @@ def load_ordered(found: List[Dict[str, Any]], mine: Dict[str, Any]) -> Loaded:
 
 def position(loaded: Loaded, records: int) -> int:
     """The global position a complete state's epoch stands at: the steps its loader
-    yielded, each ``batch_size * num_shards`` positions."""
+    yielded, each ``batch_size * num_shards`` positions.
+
+    Raises ``ValueError`` where the workers' counts are not those of a loader that yields
+    their steps in turn (worker ``w`` yields steps ``w, w + W, ...``: after ``S`` steps
+    it has yielded ``ceil((S - w) / W)``), as a loader with ``in_order=False`` may leave
+    them: the steps done are then no run of steps from the start, and no position says
+    where the epoch stands."""
     steps = sum(loaded.per_worker.values())
+    workers = loaded.workers
+    if any(b != -(-(steps - w) // workers) for w, b in loaded.per_worker.items()):
+        counts = [loaded.per_worker[w] for w in sorted(loaded.per_worker)]
+        raise ValueError(
+            f"the DataLoader workers' states say they yielded {counts} batches, which a loader that "
+            "yields its workers' batches in turn (in_order=True, the default) does not leave: the "
+            "steps done are not the first steps of the epoch; resume with the same workers, "
+            "batch_size and num_shards (each worker continues its own steps)"
+        )
     return min(loaded.start + steps * loaded.batch_size * loaded.num_shards, records)
 
 
@@ -112,6 +127,11 @@ def ordered_start(loaded: Loaded, batch_size: int, num_shards: int, records: int
         return loaded.start, loaded.per_worker.get(worker, 0)
     if loaded.complete:
         return position(loaded, records), 0
+    if len(loaded.per_worker) != 1:
+        raise ValueError(
+            f"the state holds workers {sorted(loaded.per_worker)} of {loaded.workers}: load the whole "
+            "StatefulDataLoader state, or one taken in the main process"
+        )
     (w,) = loaded.per_worker
     differs = []
     if loaded.workers != workers or w != worker:
@@ -180,9 +200,8 @@ def buffer_skip(loaded: Loaded, worker: int, workers: int) -> int:
             'shuffle="global" or "blocks")'
         )
     if not loaded.complete and worker not in loaded.per_worker:
-        (w,) = loaded.per_worker
         raise ValueError(
-            f"the state is DataLoader worker {w} of {workers}'s alone, and this is worker {worker}: "
-            "load the whole StatefulDataLoader state, or one taken in the main process"
+            f"the state holds DataLoader workers {sorted(loaded.per_worker)} of {workers} alone, and this "
+            f"is worker {worker}: load the whole StatefulDataLoader state, or one taken in the main process"
         )
     return loaded.per_worker.get(worker, 0)
