@@ -176,7 +176,7 @@ impl Generation {
                 }
                 continue;
             }
-            base.push(read_manifest(&**out, &manifest)?);
+            base.push(Manifest::read_checked(&**out, &manifest)?);
         }
         if base.is_empty() {
             // A first conversion: published as a plain run's, create-only.
@@ -416,14 +416,6 @@ impl Generation {
     }
 }
 
-/// The manifest `rel` of `out`, its generations checked.
-fn read_manifest(out: &dyn Destination, rel: &str) -> Result<Manifest> {
-    let path = out.display(rel);
-    let m = Manifest::from_json(&out.read(rel)?, &path)?;
-    m.check_generations(&path)?;
-    Ok(m)
-}
-
 /// Splits are one set: where a writer was killed between their manifests, the lagging
 /// ones (behind the newest generation) are completed with the pinned manifest of the
 /// newest generation, which every split's publish writes before any manifest; then the
@@ -483,7 +475,7 @@ fn complete_lagging(
         );
     }
     for i in lagging {
-        let m = read_manifest(out, &pinned(i))?;
+        let m = Manifest::read_checked(out, &pinned(i))?;
         out.write(&name::manifest_name(&prefixes[i]), m.to_json()?, false)?;
         delete_gone(out, &prefixes[i], &m, retain)?;
         base[i] = m;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::example::{FeatureSpec, RecordType};
+use crate::store::destination::Destination;
 use crate::store::IoOptions;
 use crate::tfrecord::Compression;
 
@@ -336,6 +337,20 @@ impl Manifest {
     pub fn watermark(&self) -> Option<i64> {
         let t = self.table.as_ref()?;
         t.version.map(|v| v as i64).or(t.snapshot_id)
+    }
+
+    /// The manifest `rel` of the destination `out`, its shards and generations checked
+    /// ([`Manifest::check_generations`]): what every writer of a set builds on.
+    ///
+    /// # Errors
+    ///
+    /// An I/O or store error reading it; a manifest that does not parse or whose shards
+    /// and generations do not add up, naming it.
+    pub(crate) fn read_checked(out: &dyn Destination, rel: &str) -> Result<Manifest> {
+        let path = out.display(rel);
+        let m = Manifest::from_json(&out.read(rel)?, &path)?;
+        m.check_generations(&path)?;
+        Ok(m)
     }
 
     /// Checks what a hand edit could break in a set's shard list and generations: a
