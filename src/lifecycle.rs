@@ -160,23 +160,24 @@ impl Generation {
     ) -> Result<Option<Generation>> {
         let claim = claim.then(|| SetClaim::take(out, prefixes)).transpose()?;
         let names = out.names("")?;
+        let manifests: Vec<String> = prefixes.iter().map(|p| name::manifest_name(p)).collect();
+        // Shards of a prefix without its manifest: no set to append to.
+        let orphaned = (prefixes.iter().zip(&manifests)).find(|(p, manifest)| {
+            !names.contains(manifest) && names.iter().any(|n| name::is_own_shard(p, n))
+        });
         let mut base = Vec::new();
-        for p in prefixes {
-            let manifest = name::manifest_name(p);
-            if !names.contains(&manifest) {
-                if names.iter().any(|n| name::is_own_shard(p, n)) {
-                    return Err(Error::invalid_option(
-                        "append",
-                        format!(
-                            "{} holds shards of {p:?} but no manifest {manifest}: there is no \
-                             published set to append to; convert again with --overwrite",
-                            out.display("").display()
-                        ),
-                    ));
-                }
-                continue;
-            }
-            base.push(Manifest::read_checked(&**out, &manifest)?);
+        for manifest in manifests.iter().filter(|m| names.contains(m)) {
+            base.push(Manifest::read_checked(&**out, manifest)?);
+        }
+        if let Some((p, manifest)) = orphaned {
+            return Err(Error::invalid_option(
+                "append",
+                format!(
+                    "{} holds shards of {p:?} but no manifest {manifest}: there is no \
+                     published set to append to; convert again with --overwrite",
+                    out.display("").display()
+                ),
+            ));
         }
         if base.is_empty() {
             // A first conversion: published as a plain run's, create-only.
@@ -189,10 +190,10 @@ impl Generation {
                  --overwrite",
             ));
         }
-        complete_lagging(&**out, prefixes, &mut base, claim.is_some(), retain)?;
+        // (Completing lagging splits brings them to the newest generation.)
         let newest = base.iter().map(Manifest::generation).max().unwrap_or(0);
         let Some(number) = newest.checked_add(1) else {
-            let path = out.display(&name::manifest_name(&prefixes[0]));
+            let path = out.display(&manifests[0]);
             return Err(
                 Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
                     format!("generations: no generation can follow generation {newest}"),
@@ -200,6 +201,7 @@ impl Generation {
                 .with_file(path),
             );
         };
+        complete_lagging(&**out, prefixes, &mut base, claim.is_some(), retain)?;
         Ok(Some(Generation {
             retired: vec![BTreeSet::new(); base.len()],
             base,
@@ -439,12 +441,25 @@ fn complete_lagging(
     if lagging.is_empty() {
         return Ok(());
     }
-    let pinned = |i: usize| name::pinned_manifest_name(&prefixes[i], newest);
-    let mut missing = Vec::new();
+    let mut files = Vec::new();
     for &i in &lagging {
-        if !out.exists(&pinned(i))? {
+        let p = &prefixes[i];
+        files.push((
+            name::pinned_manifest_name(p, newest),
+            name::manifest_name(p),
+        ));
+    }
+    // Every lagging split's pinned manifest, read before any split is completed.
+    let mut completed = Vec::new();
+    let mut missing = Vec::new();
+    for (&i, (pinned, manifest)) in lagging.iter().zip(&files) {
+        if !out.exists(pinned)? {
             missing.push(prefixes[i].as_str());
+            continue;
         }
+        let m = Manifest::read_checked(out, pinned)?;
+        let json = m.to_json()?;
+        completed.push((i, manifest, json, m));
     }
     let lagging_names: Vec<&str> = lagging.iter().map(|&i| prefixes[i].as_str()).collect();
     let why = if !missing.is_empty() {
@@ -464,6 +479,7 @@ fn complete_lagging(
         String::new()
     };
     if !why.is_empty() {
+        let path = out.display(&files[0].1);
         return Err(
             Error::new(ErrorKind::ManifestInvalid(serde::de::Error::custom(
                 format!(
@@ -471,12 +487,11 @@ fn complete_lagging(
              manifests, or one is publishing): {why}"
                 ),
             )))
-            .with_file(out.display(&name::manifest_name(&prefixes[lagging[0]]))),
+            .with_file(path),
         );
     }
-    for i in lagging {
-        let m = Manifest::read_checked(out, &pinned(i))?;
-        out.write(&name::manifest_name(&prefixes[i]), m.to_json()?, false)?;
+    for (i, manifest, json, m) in completed {
+        out.write(manifest, json, false)?;
         delete_gone(out, &prefixes[i], &m, retain)?;
         base[i] = m;
     }
@@ -497,7 +512,7 @@ fn delete_gone(
     retain: Option<u32>,
 ) -> Result<()> {
     let (_, after) = kept_and_gone(out, prefix, live, retain)?;
-    for n in after.iter().filter(|n| name::is_own_shard(prefix, n)) {
+    for n in &after {
         out.delete(n)?;
     }
     Ok(())
@@ -530,12 +545,19 @@ fn kept_and_gone(
 ) -> Result<(Vec<String>, Vec<String>)> {
     let generation = live.generation();
     let names = out.names("")?;
+    // The prefix's own files: its shards, and its pinned manifests with their generation.
+    let mut own: Vec<(&String, Option<u32>)> = Vec::new();
+    for n in &names {
+        if name::is_own_shard(prefix, n) {
+            own.push((n, name::pinned_generation(prefix, n)));
+        }
+    }
     let live_names: BTreeSet<&str> = live.shards.iter().map(|s| s.file.as_str()).collect();
     let mut keep = Vec::new();
     let mut kept_shards: BTreeSet<String> = BTreeSet::new();
     let mut after = Vec::new();
-    for n in &names {
-        let Some(g) = name::pinned_generation(prefix, n) else {
+    for &(n, g) in &own {
+        let Some(g) = g else {
             continue;
         };
         if g >= generation {
@@ -561,13 +583,9 @@ fn kept_and_gone(
             after.push(n.clone());
         }
     }
-    for n in &names {
+    for &(n, g) in &own {
         let shard = n.strip_suffix(".idx").unwrap_or(n);
-        if name::is_own_shard(prefix, n)
-            && name::pinned_generation(prefix, n).is_none()
-            && !live_names.contains(shard)
-            && !kept_shards.contains(n)
-        {
+        if g.is_none() && !live_names.contains(shard) && !kept_shards.contains(n) {
             after.push(n.clone());
         }
     }
