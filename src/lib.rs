@@ -97,6 +97,7 @@ pub mod records;
 mod scratch;
 pub(crate) mod shard;
 pub(crate) mod source;
+pub mod stats;
 pub mod store;
 pub mod tfds;
 pub mod tfrecord;

@@ -15,10 +15,10 @@ use crate::tfrecord::{self, Compression, RecordReader, Source};
 /// How shards are read: their compression (`None`: by name, else content), record
 /// type (`None`: the manifest's, else Example) and store settings.
 #[derive(Debug, Clone, Copy, Default)]
-struct Reading {
-    compression: Option<Compression>,
-    record_type: Option<RecordType>,
-    io: IoOptions,
+pub(crate) struct Reading {
+    pub(crate) compression: Option<Compression>,
+    pub(crate) record_type: Option<RecordType>,
+    pub(crate) io: IoOptions,
 }
 
 /// How shards are read, alike on every builder that reads them ([`InspectorBuilder`],
@@ -71,10 +71,11 @@ macro_rules! reading_setters {
         }
     };
 }
+pub(crate) use reading_setters;
 
 impl Reading {
     /// Finds the shards of `paths`, and the record type they are read as.
-    fn discover(&self, paths: &[PathBuf]) -> Result<(Dataset, RecordType)> {
+    pub(crate) fn discover(&self, paths: &[PathBuf]) -> Result<(Dataset, RecordType)> {
         let dataset = Dataset::discover(paths, self.io)?;
         let record_type = self.record_type.unwrap_or_else(|| dataset.record_type());
         Ok((dataset, record_type))
@@ -167,6 +168,7 @@ macro_rules! read_settings {
 }
 read_settings!(InspectorBuilder);
 read_settings!(SchemaReaderBuilder);
+read_settings!(crate::stats::StatsReaderBuilder);
 
 impl InspectorBuilder {
     /// At most this many records.

@@ -9,6 +9,7 @@ pub mod finalize;
 pub mod inspect;
 pub mod output;
 pub mod schema;
+pub mod stats;
 pub mod verify;
 
 use std::io;
@@ -135,6 +136,12 @@ pub enum Command {
         after_help = "Examples:\n  tfshard schema out/\n  tfshard schema out/ --format python"
     )]
     Schema(schema::SchemaArgs),
+    /// Statistics of the records (TFDV's): presence, values per record, numbers' range,
+    /// mean and quantiles, bytes' unique and top values.
+    #[command(
+        after_help = "Examples:\n  tfshard stats out/\n  tfshard stats out/ --json\n  tfshard stats data-*.tfrecord --format tfdv -o stats.pb"
+    )]
+    Stats(stats::StatsArgs),
     /// Publish the parts of `convert --num-workers N` runs as one shard set with one manifest.
     #[command(
         after_help = "Example:\n  for i in 0 1 2; do tfshard convert parquet t/ -o out/ --num-workers 3 --worker-index $i; done\n  tfshard finalize out/"
@@ -393,6 +400,10 @@ pub fn run_command(command: Command) -> CliResult {
             args.run()
         }
         Command::Schema(args) => {
+            args.common.setup_threads()?;
+            args.run()
+        }
+        Command::Stats(args) => {
             args.common.setup_threads()?;
             args.run()
         }

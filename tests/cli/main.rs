@@ -17,6 +17,7 @@ mod pipeline;
 mod resume;
 mod roundtrip;
 mod shuffle;
+mod stats;
 mod store;
 mod tfds;
 mod tfrecord_in;

@@ -1,0 +1,830 @@
+//! Statistics of records as they are counted: one [`Partial`] per file or shard, merged in
+//! order into the set's, then made into TFDV's messages by [`Partial::to_proto`].
+//!
+//! Exact: record and value counts, presence, values per record (min, max, total), zeros,
+//! NaN, infinities, min, max, mean and deviation (merged by Chan's formula). From
+//! summaries: quantiles (a [`Stream`] with a rank error of 0.3%, 0.5% once merged and
+//! queried), and, for features with more than [`EXACT_DISTINCT`] distinct values in one
+//! partial, the unique count (HyperLogLog, relative error ~0.8%) and the top values
+//! (Misra–Gries, counts within 0.1% of the values counted).
+
+use std::collections::{BTreeMap, HashMap};
+
+use datasketches::frequencies::{ErrorType, FrequentItemsSketch};
+use datasketches::hll::{HllSketch, HllType, HllUnion};
+
+use super::proto;
+use super::quantiles::{Stream, Summary};
+use crate::error::{Error, ErrorKind, Result};
+use crate::example::proto::{Example, Feature, Features, Kind, SequenceExample};
+use crate::example::schema::FeatureKind;
+use crate::example::Record;
+
+/// The rank error of a partial's quantile streams.
+const STREAM_EPS: f64 = 0.003;
+/// Entries a partial's quantile summary is compressed to (adds at most 0.1%, each time a
+/// partial is merged into another and once when queried: 0.5% in all).
+const SUMMARY_SIZE: usize = 1000;
+/// Distinct values a partial counts exactly before it keeps sketches instead.
+pub const EXACT_DISTINCT: usize = 1 << 14;
+/// HyperLogLog's `lg_k`: 2^14 registers, a relative standard error of ~0.8%.
+const HLL_LG_K: u8 = 14;
+/// Misra–Gries' map: 4,096 counters, counts within 3.5/4096 of the total.
+const TOP_MAP: usize = 4096;
+/// Top values TFDV lists, and ranks in its rank histogram.
+const TOP_VALUES: usize = 20;
+const RANK_BUCKETS: usize = 1000;
+
+/// Statistics of the records counted so far.
+#[derive(Debug, Default)]
+pub struct Partial {
+    records: u64,
+    features: BTreeMap<String, FeaturePartial>,
+}
+
+/// One feature's.
+#[derive(Debug, Default)]
+struct FeaturePartial {
+    kind: Option<FeatureKind>,
+    present: u64,
+    lengths: Lengths,
+    numbers: Numbers,
+    strings: Strings,
+}
+
+/// Values per record where present.
+#[derive(Debug)]
+struct Lengths {
+    min: u64,
+    max: u64,
+    total: u64,
+    stream: Stream,
+}
+
+impl Default for Lengths {
+    fn default() -> Lengths {
+        Lengths {
+            min: u64::MAX,
+            max: 0,
+            total: 0,
+            stream: Stream::new(STREAM_EPS),
+        }
+    }
+}
+
+/// Numeric values (int64 as f64, as TFDV counts them; floats as the float32 written).
+#[derive(Debug)]
+struct Numbers {
+    /// Values but NaN.
+    count: u64,
+    nan: u64,
+    zeros: u64,
+    pos_inf: u64,
+    neg_inf: u64,
+    min: f64,
+    max: f64,
+    mean: f64,
+    /// Sum of squared distances from the mean.
+    m2: f64,
+    stream: Stream,
+}
+
+impl Default for Numbers {
+    fn default() -> Numbers {
+        Numbers {
+            count: 0,
+            nan: 0,
+            zeros: 0,
+            pos_inf: 0,
+            neg_inf: 0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            mean: 0.0,
+            m2: 0.0,
+            stream: Stream::new(STREAM_EPS),
+        }
+    }
+}
+
+/// Bytes values.
+#[derive(Debug, Default)]
+struct Strings {
+    total_len: u64,
+    min_len: Option<u64>,
+    max_len: u64,
+    invalid_utf8: u64,
+    distinct: Distinct,
+}
+
+/// Distinct values and their counts: exact while few, else sketches.
+#[derive(Debug)]
+enum Distinct {
+    Exact(HashMap<Vec<u8>, u64>),
+    Sketched {
+        hll: Box<HllSketch>,
+        top: Box<FrequentItemsSketch<Vec<u8>>>,
+    },
+}
+
+impl Default for Distinct {
+    fn default() -> Distinct {
+        Distinct::Exact(HashMap::new())
+    }
+}
+
+impl Distinct {
+    fn add(&mut self, value: &[u8], count: u64) {
+        match self {
+            Distinct::Exact(map) => {
+                if let Some(c) = map.get_mut(value) {
+                    *c += count;
+                    return;
+                }
+                map.insert(value.to_vec(), count);
+                if map.len() > EXACT_DISTINCT {
+                    self.sketch();
+                }
+            }
+            Distinct::Sketched { hll, top } => {
+                hll.update(value);
+                top.update_with_count_ref(value, count);
+            }
+        }
+    }
+
+    /// From exact counts to sketches, the values fed in sorted order (the same
+    /// sketches from the same values, whatever the map's order).
+    fn sketch(&mut self) {
+        let Distinct::Exact(map) = self else { return };
+        let mut entries: Vec<(Vec<u8>, u64)> = std::mem::take(map).into_iter().collect();
+        entries.sort_unstable();
+        let mut hll = HllSketch::new(HLL_LG_K, HllType::Hll8).expect("a valid lg_k");
+        let mut top = FrequentItemsSketch::<Vec<u8>>::new(TOP_MAP).expect("a valid map size");
+        for (value, count) in entries {
+            hll.update(value.as_slice());
+            top.update_with_count(value, count);
+        }
+        *self = Distinct::Sketched {
+            hll: Box::new(hll),
+            top: Box::new(top),
+        };
+    }
+
+    fn merge(&mut self, other: Distinct) {
+        match other {
+            Distinct::Exact(map) => {
+                let mut entries: Vec<(Vec<u8>, u64)> = map.into_iter().collect();
+                entries.sort_unstable();
+                for (value, count) in entries {
+                    self.add(&value, count);
+                }
+            }
+            Distinct::Sketched { hll, top } => {
+                self.sketch();
+                let Distinct::Sketched {
+                    hll: mine,
+                    top: my_top,
+                } = self
+                else {
+                    unreachable!("sketched above")
+                };
+                let mut union = HllUnion::new(HLL_LG_K).expect("a valid lg_k");
+                union.update(mine);
+                union.update(&hll);
+                **mine = union.to_sketch(HllType::Hll8);
+                my_top.merge(&top);
+            }
+        }
+    }
+
+    fn unique(&self) -> u64 {
+        match self {
+            Distinct::Exact(map) => map.len() as u64,
+            Distinct::Sketched { hll, .. } => hll.estimate().round() as u64,
+        }
+    }
+
+    /// Values by count, most first (ties: the greater value first, as TFDV), at most
+    /// `n`.
+    fn top(&self, n: usize) -> Vec<(Vec<u8>, u64)> {
+        let mut all: Vec<(Vec<u8>, u64)> = match self {
+            Distinct::Exact(map) => map.iter().map(|(v, c)| (v.clone(), *c)).collect(),
+            Distinct::Sketched { top, .. } => top
+                .frequent_items(ErrorType::NoFalseNegatives)
+                .into_iter()
+                .map(|row| (row.item().clone(), row.estimate()))
+                .collect(),
+        };
+        all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
+        all.truncate(n);
+        all
+    }
+}
+
+impl Numbers {
+    /// Counts a run of values: exact sums of the run first, then merged.
+    fn add(&mut self, values: impl Iterator<Item = f64> + Clone) {
+        let (mut n, mut sum) = (0u64, 0.0f64);
+        for v in values.clone() {
+            if v.is_nan() {
+                self.nan += 1;
+                continue;
+            }
+            n += 1;
+            sum += v;
+            if v == 0.0 {
+                self.zeros += 1;
+            } else if v == f64::INFINITY {
+                self.pos_inf += 1;
+            } else if v == f64::NEG_INFINITY {
+                self.neg_inf += 1;
+            }
+            self.min = self.min.min(v);
+            self.max = self.max.max(v);
+            self.stream.push(v);
+        }
+        if n == 0 {
+            return;
+        }
+        let mean = sum / n as f64;
+        let m2: f64 = values
+            .filter(|v| !v.is_nan())
+            .map(|v| (v - mean) * (v - mean))
+            .sum();
+        self.merge_moments(n, mean, m2);
+    }
+
+    /// Chan's combination of (count, mean, M2).
+    fn merge_moments(&mut self, n: u64, mean: f64, m2: f64) {
+        let total = self.count + n;
+        let delta = mean - self.mean;
+        let (a, b) = (self.count as f64, n as f64);
+        self.mean = if self.count == 0 {
+            mean
+        } else {
+            self.mean + delta * b / total as f64
+        };
+        self.m2 += m2
+            + if self.count == 0 {
+                0.0
+            } else {
+                delta * delta * a * b / total as f64
+            };
+        self.count = total;
+    }
+
+    fn merge(&mut self, other: Numbers) {
+        self.nan += other.nan;
+        self.zeros += other.zeros;
+        self.pos_inf += other.pos_inf;
+        self.neg_inf += other.neg_inf;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        if other.count > 0 {
+            self.merge_moments(other.count, other.mean, other.m2);
+        }
+        self.stream
+            .push_summary(&other.stream.summary(SUMMARY_SIZE));
+    }
+}
+
+impl Lengths {
+    fn add(&mut self, n: u64) {
+        self.min = self.min.min(n);
+        self.max = self.max.max(n);
+        self.total += n;
+        self.stream.push(n as f64);
+    }
+
+    fn merge(&mut self, other: Lengths) {
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        self.total += other.total;
+        self.stream
+            .push_summary(&other.stream.summary(SUMMARY_SIZE));
+    }
+}
+
+impl Partial {
+    /// No records yet.
+    pub fn new() -> Partial {
+        Partial::default()
+    }
+
+    /// Records counted.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// Counts one record: an Example's features, a SequenceExample's context features
+    /// (its feature lists by their lengths, as `<name>` with one value per step).
+    ///
+    /// # Errors
+    ///
+    /// A feature whose kind differs from the one counted before.
+    pub fn add(&mut self, record: &Record) -> Result<()> {
+        match record {
+            Record::Example(Example { features }) => {
+                if let Some(Features { feature }) = features {
+                    for (name, f) in feature {
+                        self.add_feature(name, f)?;
+                    }
+                }
+            }
+            Record::SequenceExample(SequenceExample {
+                context,
+                feature_lists,
+            }) => {
+                if let Some(Features { feature }) = context {
+                    for (name, f) in feature {
+                        self.add_feature(name, f)?;
+                    }
+                }
+                if let Some(lists) = feature_lists {
+                    for (name, list) in &lists.feature_list {
+                        let slot = self.features.entry(name.clone()).or_default();
+                        slot.present += 1;
+                        slot.lengths.add(list.feature.len() as u64);
+                    }
+                }
+            }
+            Record::Bytes(_) => {}
+        }
+        self.records += 1;
+        Ok(())
+    }
+
+    fn add_feature(&mut self, name: &str, feature: &Feature) -> Result<()> {
+        let slot = match self.features.get_mut(name) {
+            Some(s) => s,
+            None => self.features.entry(name.to_owned()).or_default(),
+        };
+        let kind = match &feature.kind {
+            None => None,
+            Some(Kind::Int64List(_)) => Some(FeatureKind::Int64),
+            Some(Kind::FloatList(_)) => Some(FeatureKind::Float),
+            Some(Kind::BytesList(_)) => Some(FeatureKind::Bytes),
+        };
+        if let (Some(first), Some(this)) = (slot.kind, kind) {
+            if first != this {
+                return Err(Error::new(ErrorKind::KindConflict {
+                    feature: name.to_owned(),
+                    first: first.name(),
+                    second: this.name(),
+                }));
+            }
+        }
+        slot.kind = slot.kind.or(kind);
+        slot.present += 1;
+        match &feature.kind {
+            None => slot.lengths.add(0),
+            Some(Kind::Int64List(l)) => {
+                slot.lengths.add(l.value.len() as u64);
+                slot.numbers.add(l.value.iter().map(|&v| v as f64));
+            }
+            Some(Kind::FloatList(l)) => {
+                slot.lengths.add(l.value.len() as u64);
+                slot.numbers.add(l.value.iter().map(|&v| f64::from(v)));
+            }
+            Some(Kind::BytesList(l)) => {
+                slot.lengths.add(l.value.len() as u64);
+                let s = &mut slot.strings;
+                for v in &l.value {
+                    let len = v.len() as u64;
+                    s.total_len += len;
+                    s.min_len = Some(s.min_len.map_or(len, |m| m.min(len)));
+                    s.max_len = s.max_len.max(len);
+                    if std::str::from_utf8(v).is_err() {
+                        s.invalid_utf8 += 1;
+                    }
+                    s.distinct.add(v, 1);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds another partial's counts (the records after these).
+    ///
+    /// # Errors
+    ///
+    /// A feature whose kind differs between the two.
+    pub fn merge(&mut self, other: Partial) -> Result<()> {
+        for (name, theirs) in other.features {
+            let Some(mine) = self.features.get_mut(&name) else {
+                self.features.insert(name, theirs);
+                continue;
+            };
+            if let (Some(a), Some(b)) = (mine.kind, theirs.kind) {
+                if a != b {
+                    return Err(Error::new(ErrorKind::KindConflict {
+                        feature: name,
+                        first: a.name(),
+                        second: b.name(),
+                    }));
+                }
+            }
+            mine.kind = mine.kind.or(theirs.kind);
+            mine.present += theirs.present;
+            mine.lengths.merge(theirs.lengths);
+            mine.numbers.merge(theirs.numbers);
+            let (s, t) = (&mut mine.strings, theirs.strings);
+            s.total_len += t.total_len;
+            s.min_len = match (s.min_len, t.min_len) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            s.max_len = s.max_len.max(t.max_len);
+            s.invalid_utf8 += t.invalid_utf8;
+            s.distinct.merge(t.distinct);
+        }
+        self.records += other.records;
+        Ok(())
+    }
+
+    /// TFDV's statistics of the records counted: features by name, each named by a
+    /// one-step path.
+    pub fn to_proto(&self) -> proto::DatasetFeatureStatistics {
+        proto::DatasetFeatureStatistics {
+            name: String::new(),
+            num_examples: self.records,
+            features: self
+                .features
+                .iter()
+                .map(|(name, f)| f.to_proto(name, self.records))
+                .collect(),
+        }
+    }
+}
+
+/// Buckets of TFDV's histograms.
+const BUCKETS: usize = 10;
+
+impl FeaturePartial {
+    fn common(&self, records: u64) -> proto::CommonStatistics {
+        let mut c = proto::CommonStatistics {
+            num_non_missing: self.present,
+            num_missing: records.saturating_sub(self.present),
+            ..Default::default()
+        };
+        if self.present > 0 {
+            c.min_num_values = self.lengths.min;
+            c.max_num_values = self.lengths.max;
+            c.tot_num_values = self.lengths.total;
+            c.avg_num_values = (self.lengths.total as f64 / self.present as f64) as f32;
+            c.num_values_histogram = Some(quantiles_histogram(
+                &self.lengths.stream.summary(SUMMARY_SIZE),
+                0,
+            ));
+        }
+        c
+    }
+
+    fn to_proto(&self, name: &str, records: u64) -> proto::FeatureNameStatistics {
+        let common = Some(self.common(records));
+        let (r#type, stats) = match self.kind {
+            Some(FeatureKind::Int64) | Some(FeatureKind::Float) => {
+                let t = if self.kind == Some(FeatureKind::Int64) {
+                    proto::FeatureType::Int
+                } else {
+                    proto::FeatureType::Float
+                };
+                (t, proto::Stats::NumStats(self.numbers.to_proto(common)))
+            }
+            // Bytes, and a feature never seen with a list (as TFDV: STRING).
+            _ => (
+                proto::FeatureType::String,
+                proto::Stats::StringStats(self.strings.to_proto(common, self.lengths.total)),
+            ),
+        };
+        proto::FeatureNameStatistics {
+            field_id: Some(proto::FieldId::Path(proto::Path {
+                step: vec![name.to_owned()],
+            })),
+            r#type: r#type as i32,
+            stats: Some(stats),
+        }
+    }
+}
+
+impl Numbers {
+    fn to_proto(&self, common: Option<proto::CommonStatistics>) -> proto::NumericStatistics {
+        let summary = self.stream.summary(SUMMARY_SIZE);
+        let mut n = proto::NumericStatistics {
+            common_stats: common,
+            ..Default::default()
+        };
+        if self.count > 0 {
+            n.mean = self.mean;
+            n.std_dev = (self.m2 / self.count as f64).max(0.0).sqrt();
+            n.num_zeros = self.zeros;
+            n.min = self.min;
+            n.max = self.max;
+            n.median = summary.quantiles(&[0.5])[0];
+        }
+        n.histograms = vec![
+            self.standard_histogram(&summary),
+            quantiles_histogram(&summary, self.nan),
+        ];
+        n
+    }
+
+    /// Ten equal-width buckets between the finite extremes (counts from the summary's
+    /// ranks), a point bucket each for -inf and +inf.
+    fn standard_histogram(&self, summary: &Summary) -> proto::Histogram {
+        let mut h = proto::Histogram {
+            num_nan: self.nan,
+            r#type: proto::HistogramType::Standard as i32,
+            ..Default::default()
+        };
+        if self.count == 0 {
+            return h;
+        }
+        let finite: Vec<f64> = summary
+            .entries()
+            .iter()
+            .map(|e| e.value)
+            .filter(|v| v.is_finite())
+            .collect();
+        if self.neg_inf > 0 {
+            h.buckets.push(bucket(
+                f64::NEG_INFINITY,
+                f64::NEG_INFINITY,
+                self.neg_inf as f64,
+            ));
+        }
+        if let (Some(&lo), Some(&hi)) = (finite.first(), finite.last()) {
+            let (lo, hi) = (
+                self.finite_min().unwrap_or(lo),
+                self.finite_max().unwrap_or(hi),
+            );
+            let finite_count = (self.count - self.pos_inf - self.neg_inf) as f64;
+            if lo == hi {
+                h.buckets.push(bucket(lo, hi, finite_count));
+            } else {
+                let width = (hi - lo) / BUCKETS as f64;
+                // Values at or below each edge, finite ones only.
+                let at_or_below = |x: f64| summary.rank(x) - self.neg_inf as f64;
+                let mut below = 0.0;
+                for i in 0..BUCKETS {
+                    let high = if i + 1 == BUCKETS {
+                        hi
+                    } else {
+                        lo + width * (i + 1) as f64
+                    };
+                    let upto = if i + 1 == BUCKETS {
+                        finite_count
+                    } else {
+                        at_or_below(high).clamp(below, finite_count)
+                    };
+                    h.buckets
+                        .push(bucket(lo + width * i as f64, high, upto - below));
+                    below = upto;
+                }
+            }
+        }
+        if self.pos_inf > 0 {
+            h.buckets
+                .push(bucket(f64::INFINITY, f64::INFINITY, self.pos_inf as f64));
+        }
+        h
+    }
+
+    fn finite_min(&self) -> Option<f64> {
+        self.min.is_finite().then_some(self.min)
+    }
+
+    fn finite_max(&self) -> Option<f64> {
+        self.max.is_finite().then_some(self.max)
+    }
+}
+
+impl Strings {
+    fn to_proto(
+        &self,
+        common: Option<proto::CommonStatistics>,
+        values: u64,
+    ) -> proto::StringStatistics {
+        let top = self.distinct.top(RANK_BUCKETS);
+        let label = |v: &[u8]| match std::str::from_utf8(v) {
+            Ok(s) => s.to_owned(),
+            Err(_) => "__BYTES_VALUE__".to_owned(),
+        };
+        proto::StringStatistics {
+            common_stats: common,
+            unique: self.distinct.unique(),
+            top_values: top
+                .iter()
+                .take(TOP_VALUES)
+                .map(|(v, c)| proto::FreqAndValue {
+                    value: label(v),
+                    frequency: *c as f64,
+                })
+                .collect(),
+            avg_length: if values == 0 {
+                0.0
+            } else {
+                (self.total_len as f64 / values as f64) as f32
+            },
+            rank_histogram: Some(proto::RankHistogram {
+                buckets: top
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (v, c))| proto::RankBucket {
+                        low_rank: i as u64,
+                        high_rank: i as u64,
+                        label: label(v),
+                        sample_count: *c as f64,
+                    })
+                    .collect(),
+                name: String::new(),
+            }),
+            invalid_utf8_count: self.invalid_utf8,
+        }
+    }
+}
+
+fn bucket(low: f64, high: f64, count: f64) -> proto::Bucket {
+    proto::Bucket {
+        low_value: low,
+        high_value: high,
+        sample_count: count,
+    }
+}
+
+/// Ten buckets of equal counts: the deciles as edges.
+fn quantiles_histogram(summary: &Summary, nan: u64) -> proto::Histogram {
+    let ranks: Vec<f64> = (0..=BUCKETS).map(|i| i as f64 / BUCKETS as f64).collect();
+    let edges = summary.quantiles(&ranks);
+    let each = summary.count() as f64 / BUCKETS as f64;
+    proto::Histogram {
+        num_nan: nan,
+        r#type: proto::HistogramType::Quantiles as i32,
+        buckets: edges.windows(2).map(|w| bucket(w[0], w[1], each)).collect(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::example::proto::{BytesList, FloatList, Int64List};
+
+    fn example(features: Vec<(&str, Option<Kind>)>) -> Record {
+        Record::Example(Example {
+            features: Some(Features {
+                feature: features
+                    .into_iter()
+                    .map(|(n, kind)| (n.to_owned(), Feature { kind }))
+                    .collect(),
+            }),
+        })
+    }
+
+    fn ints(v: &[i64]) -> Option<Kind> {
+        Some(Kind::Int64List(Int64List { value: v.to_vec() }))
+    }
+
+    fn floats(v: &[f32]) -> Option<Kind> {
+        Some(Kind::FloatList(FloatList { value: v.to_vec() }))
+    }
+
+    fn strings(v: &[&str]) -> Option<Kind> {
+        Some(Kind::BytesList(BytesList {
+            value: v.iter().map(|s| s.as_bytes().to_vec()).collect(),
+        }))
+    }
+
+    fn records(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|i| {
+                let mut f = vec![
+                    ("i", ints(&[i as i64 % 7, -(i as i64)])),
+                    ("s", strings(&[["a", "b", "c"][i % 3], "z"])),
+                ];
+                if i % 4 != 0 {
+                    f.push(("x", floats(&[i as f32 * 0.5])));
+                }
+                if i % 10 == 3 {
+                    f.push(("x2", floats(&[f32::NAN])));
+                }
+                example(f)
+            })
+            .collect()
+    }
+
+    /// Counting in parts merged in order gives the counts of counting at once: exact
+    /// numbers equal (the mean and deviation to rounding), quantiles within their error.
+    #[test]
+    fn parts_merged_count_as_one() {
+        let all = records(1000);
+        let mut one = Partial::new();
+        all.iter().for_each(|r| one.add(r).unwrap());
+        let mut merged = Partial::new();
+        for chunk in all.chunks(137) {
+            let mut p = Partial::new();
+            chunk.iter().for_each(|r| p.add(r).unwrap());
+            merged.merge(p).unwrap();
+        }
+        let (a, b) = (one.to_proto(), merged.to_proto());
+        assert_eq!(a.num_examples, 1000);
+        assert_eq!(a.features.len(), b.features.len());
+        for (fa, fb) in a.features.iter().zip(&b.features) {
+            let (Some(proto::Stats::NumStats(x)), Some(proto::Stats::NumStats(y))) =
+                (&fa.stats, &fb.stats)
+            else {
+                assert_eq!(fa, fb, "strings merge exactly");
+                continue;
+            };
+            assert_eq!(x.common_stats, y.common_stats);
+            assert_eq!((x.min, x.max, x.num_zeros), (y.min, y.max, y.num_zeros));
+            assert!((x.mean - y.mean).abs() <= 1e-9 * x.mean.abs().max(1.0));
+            assert!((x.std_dev - y.std_dev).abs() <= 1e-9 * x.std_dev.max(1.0));
+        }
+        let x = &a
+            .features
+            .iter()
+            .find(|f| super::super::feature_name(f) == "x")
+            .unwrap();
+        let Some(proto::Stats::NumStats(x)) = &x.stats else {
+            panic!()
+        };
+        let c = x.common_stats.as_ref().unwrap();
+        assert_eq!((c.num_non_missing, c.num_missing), (750, 250));
+        let values: Vec<f64> = (0..1000)
+            .filter(|i| i % 4 != 0)
+            .map(|i| i as f64 * 0.5)
+            .collect();
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let var = values.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / values.len() as f64;
+        assert!((x.mean - mean).abs() < 1e-9);
+        assert!((x.std_dev - var.sqrt()).abs() < 1e-9);
+        let x2 = &a
+            .features
+            .iter()
+            .find(|f| super::super::feature_name(f) == "x2")
+            .unwrap();
+        let Some(proto::Stats::NumStats(x2)) = &x2.stats else {
+            panic!()
+        };
+        assert_eq!(x2.histograms[0].num_nan, 100);
+        assert_eq!(x2.histograms[1].num_nan, 100);
+    }
+
+    /// Beyond the exact count of distinct values, sketches: the unique count within 2%,
+    /// frequent values' counts exact where they stand far above the rest; the same
+    /// values in the same order give the same statistics.
+    #[test]
+    fn many_distinct_values_are_sketched() {
+        let n = EXACT_DISTINCT * 4;
+        let build = || {
+            let mut parts = Vec::new();
+            for chunk in (0..n).collect::<Vec<_>>().chunks(n / 3 + 1) {
+                let mut p = Partial::new();
+                for &i in chunk {
+                    let v = if i % 10 == 0 {
+                        "frequent".to_owned()
+                    } else {
+                        format!("v{i}")
+                    };
+                    p.add(&example(vec![("s", strings(&[&v]))])).unwrap();
+                }
+                parts.push(p);
+            }
+            let mut all = Partial::new();
+            for p in parts {
+                all.merge(p).unwrap();
+            }
+            all.to_proto()
+        };
+        let stats = build();
+        let Some(proto::Stats::StringStats(s)) = &stats.features[0].stats else {
+            panic!()
+        };
+        let truth = (n - n / 10 + 1) as f64;
+        let err = (s.unique as f64 - truth).abs() / truth;
+        assert!(err <= 0.02, "unique {} of {truth}: {err}", s.unique);
+        assert_eq!(s.top_values[0].value, "frequent");
+        let frequent = (n as f64 / 10.0).ceil();
+        let slack = 3.5 / TOP_MAP as f64 * n as f64;
+        assert!(
+            (s.top_values[0].frequency - frequent).abs() <= slack,
+            "{:?}",
+            s.top_values[0]
+        );
+        assert_eq!(build(), stats, "deterministic");
+    }
+
+    #[test]
+    fn a_feature_of_two_kinds_is_an_error() {
+        let mut p = Partial::new();
+        p.add(&example(vec![("f", ints(&[1]))])).unwrap();
+        let err = p.add(&example(vec![("f", floats(&[1.0]))])).unwrap_err();
+        assert!(err.to_string().contains('f'), "{err}");
+        let mut q = Partial::new();
+        q.add(&example(vec![("f", strings(&["a"]))])).unwrap();
+        let mut p2 = Partial::new();
+        p2.add(&example(vec![("f", ints(&[1]))])).unwrap();
+        assert!(p2.merge(q).is_err());
+    }
+}
