@@ -143,7 +143,10 @@ fn line(f: &FeatureSummary, records: u64, width: usize) -> String {
             .take(3)
             .map(|(v, c)| format!("{:?} {c}", clip(v)))
             .collect();
-        s += &format!("{} unique  top {}", t.unique, top.join(", "));
+        s += &format!("{} unique", t.unique);
+        if !top.is_empty() {
+            s += &format!("  top {}", top.join(", "));
+        }
     }
     s
 }

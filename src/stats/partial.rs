@@ -205,12 +205,13 @@ impl Distinct {
     }
 
     /// Values by count, most first (ties: the greater value first, as TFDV), at most
-    /// `n`.
+    /// `n`. Once sketched, only values surely more frequent than the sketch's error
+    /// (none where every value is rare: no arbitrary value with an inflated count).
     fn top(&self, n: usize) -> Vec<(Vec<u8>, u64)> {
         let mut all: Vec<(Vec<u8>, u64)> = match self {
             Distinct::Exact(map) => map.iter().map(|(v, c)| (v.clone(), *c)).collect(),
             Distinct::Sketched { top, .. } => top
-                .frequent_items(ErrorType::NoFalseNegatives)
+                .frequent_items(ErrorType::NoFalsePositives)
                 .into_iter()
                 .map(|row| (row.item().clone(), row.estimate()))
                 .collect(),
@@ -813,6 +814,12 @@ mod tests {
             s.top_values[0]
         );
         assert_eq!(build(), stats, "deterministic");
+        // Rare values are not listed with the sketch's error as their count.
+        assert!(
+            s.top_values[1..].iter().all(|t| t.frequency >= 2.0),
+            "{:?}",
+            s.top_values
+        );
     }
 
     #[test]
