@@ -168,7 +168,7 @@ macro_rules! read_settings {
 }
 read_settings!(InspectorBuilder);
 read_settings!(SchemaReaderBuilder);
-read_settings!(crate::stats::StatsReaderBuilder);
+pub(crate) use read_settings;
 
 impl InspectorBuilder {
     /// At most this many records.

@@ -23,7 +23,7 @@ use crate::dataset::Dataset;
 use crate::error::Result;
 use crate::example::RecordType;
 use crate::progress::Progress;
-use crate::records::for_each_record;
+use crate::records::{for_each_record, ReadSettings};
 use crate::store::IoOptions;
 use crate::tfrecord::Compression;
 
@@ -93,6 +93,8 @@ impl StatsReader {
         Ok(all)
     }
 }
+
+crate::records::read_settings!(StatsReaderBuilder);
 
 impl StatsReaderBuilder {
     crate::records::reading_setters!();
