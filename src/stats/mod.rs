@@ -68,27 +68,30 @@ impl StatsReader {
                 .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
                 .sum(),
         );
-        let parts: Vec<Partial> = self
-            .dataset
-            .shards
-            .par_iter()
-            .map(|path| {
-                let mut partial = Partial::new();
-                let mut index = 0u64;
-                for_each_record(path, self.compression, self.record_type, io, |record| {
-                    partial
-                        .add(&record)
-                        .map_err(|e| e.with_file(path).with_record(index))?;
-                    index += 1;
-                    Ok(true)
-                })?;
-                progress.advance(std::fs::metadata(path).map_or(0, |m| m.len()), 0);
-                Ok(partial)
-            })
-            .collect::<Result<_>>()?;
+        // Files a few at a time per thread, merged in file order as each group ends:
+        // memory holds a group's partials, not every file's.
+        let group = rayon::current_num_threads().max(1) * 2;
         let mut all = Partial::new();
-        for part in parts {
-            all.merge(part)?;
+        for files in self.dataset.shards.chunks(group) {
+            let parts: Vec<Partial> = files
+                .par_iter()
+                .map(|path| {
+                    let mut partial = Partial::new();
+                    let mut index = 0u64;
+                    for_each_record(path, self.compression, self.record_type, io, |record| {
+                        partial
+                            .add(&record)
+                            .map_err(|e| e.with_file(path).with_record(index))?;
+                        index += 1;
+                        Ok(true)
+                    })?;
+                    progress.advance(std::fs::metadata(path).map_or(0, |m| m.len()), 0);
+                    Ok(partial)
+                })
+                .collect::<Result<_>>()?;
+            for (part, path) in parts.into_iter().zip(files) {
+                all.merge(part).map_err(|e| e.with_file(path))?;
+            }
         }
         Ok(all)
     }

@@ -104,7 +104,8 @@ fn tfdv_format_is_a_statistics_list() {
     let Some(proto::Stats::NumStats(n)) = &label.stats else {
         panic!("{label:?}")
     };
-    assert_eq!((n.mean, n.std_dev, n.median), (5.0, 2.0, 3.0));
+    // TFDV's median of two values: the greater (the value at index floor(n / 2)).
+    assert_eq!((n.mean, n.std_dev, n.median), (5.0, 2.0, 7.0));
     let types: Vec<i32> = n.histograms.iter().map(|h| h.r#type).collect();
     assert_eq!(
         types,
