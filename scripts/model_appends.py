@@ -25,7 +25,9 @@ After every step, against the model:
 - the shards it retired are those holding records of an input that changed (exactly, for
   sources whose records are known before reading, without splits or a shuffle; at least,
   and each for a reason, otherwise);
-- a step that changed nothing is up to date and writes nothing.
+- a step that changed nothing is up to date and writes nothing;
+- with `--stats`, the statistics the set keeps equal those `tfshard stats` computes from
+  its live shard files.
 
 A failure prints its seed and the command that replays it. Needs deltalake, pyiceberg,
 pyarrow and pyroaring (scripts/model_venv.sh); exits 1 on any violation.
@@ -477,6 +479,7 @@ class History:
         self.gzip = not self.shuffle and rng.random() < 0.15
         self.index = not self.gzip and rng.random() < 0.3
         self.retain = rng.choice([None, None, 1, 2])
+        self.stats = rng.random() < 0.6
         self.prefixes = ["test", "train"] if self.split else ["data"]
         self.source = SOURCES[self.kind](self)
 
@@ -490,6 +493,8 @@ class History:
             f += ["--compression", "gzip"]
         if self.index:
             f += ["--index"]
+        if self.stats:
+            f += ["--stats"]
         return f
 
     def size(self):
@@ -542,6 +547,7 @@ class History:
             v = self.run(["verify", str(pinned), "--json"], check=False)
             if v.returncode != 0:
                 raise Violation(f"{what}: the pinned manifest {pinned.name} does not verify: {v.stdout.strip()[:1000]}")
+        self.check_stats(what)
         args = self.source.args() + ["-o", str(self.full), "--overwrite", "--quiet"] + self.flags()
         self.run(args)
         live, full = self.live(self.out), self.live(self.full)
@@ -582,6 +588,25 @@ class History:
                          if any(s["file"] == f and s["records"] > 0 for s in m["shards"])}
                 if extra:
                     raise Violation(f"{what}: {p}: shards retired that hold no changed input: {sorted(extra)}")
+
+    def check_stats(self, what):
+        """With --stats: the statistics the set keeps are those of exactly its live shards
+        (as `stats` computes them from the shard files, partials merged in shard order)."""
+        if not self.stats:
+            return
+        for p, m in self.manifests().items():
+            if "stats" not in m:
+                raise Violation(f"{what}: {p}'s manifest names no statistics")
+            stored = json.loads(self.run(["stats", str(self.out / f"{p}.manifest.json"), "--json"]).stdout)
+            files = [str(self.out / s["file"]) for s in m["shards"]]
+            computed = json.loads(self.run(["stats", "--json"] + files).stdout)
+            if stored != computed:
+                a = {f["name"]: f for f in stored["features"]}
+                b = {f["name"]: f for f in computed["features"]}
+                diff = [n for n in sorted(set(a) | set(b)) if a.get(n) != b.get(n)]
+                raise Violation(f"{what}: {p}'s stored statistics are not its live shards' "
+                                f"({stored['records']} records stored, {computed['records']} live; "
+                                f"features differing: {diff[:3]}: {[a.get(n) for n in diff[:1]]} != {[b.get(n) for n in diff[:1]]})")
 
     def changed_input(self, name, changed):
         return any(name == c or name.endswith("/" + c) for c in changed)
@@ -644,7 +669,7 @@ class History:
         first = self.source.args() + ["-o", str(self.out), "--quiet"] + self.flags() + self.size()
         self.run(first)
         self.say(f"h{self.seed}: {self.kind}, split={self.split}, shuffle={self.shuffle}, gzip={self.gzip}, "
-                 f"index={self.index}, retain={self.retain}")
+                 f"index={self.index}, retain={self.retain}, stats={self.stats}")
         self.check("generation 0", None, set(), False)
         for step in range(self.steps):
             self.new_size()

@@ -302,6 +302,7 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
                 events: staging.hook(i),
                 expected_records: Some(small.old.iter().map(|s| s.records).sum()),
                 deflate: None,
+                stats: m.stats.is_some().then_some(m.record_type),
             });
             copy_shards(
                 &options.output,
@@ -331,8 +332,17 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
             .collect();
         let mut described = m.clone();
         described.created = crate::manifest::now_rfc3339();
-        let new = next.manifest(i, described, written)?;
+        let mut new = next.manifest(i, described, written)?;
         let append = next.publication(i, &*destination, prefix, &new, options.retain)?;
+        // The set's statistics stay those of its live shards (when it keeps them).
+        let partials: std::collections::HashMap<String, std::sync::Arc<Vec<u8>>> = (closed.iter())
+            .zip(&names)
+            .filter_map(|(c, n)| Some((n.clone(), c.stats.as_ref()?.bytes.clone())))
+            .collect();
+        let stats = match m.stats {
+            Some(_) => crate::lifecycle::set_stats(&*destination, "", prefix, &mut new, &partials)?,
+            None => None,
+        };
         if i == mine {
             summary.generation = generation;
             summary.replaced = small.old.len() as u64;
@@ -343,6 +353,7 @@ pub fn compact(options: &CompactOptions) -> Result<CompactSummary> {
         publications.push(Publication {
             shards: closed,
             names,
+            stats,
             manifest: (name::manifest_name(prefix), new.to_json()?),
             own: name::is_own_shard,
             prefix: prefix.clone(),

@@ -453,6 +453,10 @@ pub enum ErrorKind {
     /// when the run began).
     #[error("cache file damaged while read: {0}")]
     CacheDamaged(String),
+    /// A set's stored statistics (its `.stats.pb` or a shard's partial statistics)
+    /// cannot be read.
+    #[error("statistics damaged: {0} (convert again, or compute them from the shards: tfshard stats SHARD...)")]
+    StatsDamaged(String),
     /// A record that does not fit the feature spec.
     #[error("schema mismatch: {0}")]
     RecordMismatch(SpecMismatch),
@@ -641,6 +645,7 @@ impl ErrorKind {
             ErrorKind::LabelsMismatch { .. } => "labels_mismatch",
             ErrorKind::Malformed(_) => "malformed",
             ErrorKind::CacheDamaged(_) => "cache_damaged",
+            ErrorKind::StatsDamaged(_) => "stats_damaged",
             ErrorKind::RecordMismatch(_) => "record_mismatch",
             ErrorKind::Store { .. } => "store",
             ErrorKind::ResumeMismatch { .. } => "resume_mismatch",

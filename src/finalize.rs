@@ -373,12 +373,17 @@ fn plan_prefix(out: &dyn Destination, prefix: &str) -> Result<(Plan, u64)> {
     let generation = part.as_ref().map_or(0, |p| p.generation);
     let mut moves = Vec::with_capacity(total);
     let mut written = Vec::with_capacity(total);
+    // The workers' partial statistics move with their shards (unless `--no-stats`).
+    let stats = first.options.get("stats") == Some(&serde_json::Value::Bool(true));
     for (i, (from, info)) in sources.into_iter().enumerate() {
         let file = name::generation_shard_name(prefix, generation, i, total, compression);
         written.push(ShardInfo {
             file: file.clone(),
             ..info.clone()
         });
+        if stats {
+            moves.push((format!("{from}.stats"), format!("{file}.stats")));
+        }
         moves.push((from, file));
     }
     merged.created = manifest::now_rfc3339();
@@ -701,11 +706,27 @@ fn finalize(
             }
             None => None,
         };
+        // The set's statistics, from its shards' partials: the moved ones read where
+        // the workers left them (or, moved by a killed finalize, where they are now).
+        let mut partials = std::collections::HashMap::new();
+        for (from, to) in &plan.moves {
+            if let Some(shard) = to.strip_suffix(".stats") {
+                match out.read(from) {
+                    Ok(bytes) => {
+                        partials.insert(shard.to_owned(), std::sync::Arc::new(bytes));
+                    }
+                    Err(e) if crate::store::storage::is_not_found(&e) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let stats = crate::lifecycle::set_stats(out, "", p, &mut manifest, &partials)?;
         to_publish.push(publish::Set {
             dir: String::new(),
             prefix: p.clone(),
             own: name::is_own_shard,
             moves: plan.moves.clone(),
+            stats,
             manifest: (name::manifest_name(p), manifest.to_json()?),
             records: format!("{parts_dir}/uploads"),
             append,

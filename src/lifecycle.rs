@@ -23,6 +23,9 @@
 //!    every split's before any split's manifest, then the manifests (the commit point),
 //!    then the retired shards go: the store's one publish protocol
 //!    ([`crate::store::publish`]) does the moves.
+//! 6. **Statistics** ([`set_stats`]): the live set's, merged from the partials of
+//!    exactly its live shards (each kept beside its shard as `{shard}.stats`), written
+//!    as `{prefix}.stats.pb` right before the manifest that names it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -37,6 +40,81 @@ use crate::shard::name;
 use crate::store::claim::{Claims, Held};
 use crate::store::destination::{AppendSet, Destination};
 use crate::store::storage::is_not_found;
+
+/// Partials merged at a time while a set's statistics are made (each read from the
+/// destination in parallel): memory holds this many shards' partials.
+const STATS_GROUP: usize = 64;
+
+/// The statistics of a set whose live shards are `shards` (in `dir` of `out`): merged
+/// from their partials in shard order, those of shards this run wrote given in `new`
+/// (by file name), the others read from their `{shard}.stats`. Sets `manifest.stats`
+/// and returns the `{prefix}.stats.pb` file to write with it; `None` (and no `stats` in
+/// the manifest) when a live shard has no partial (a set converted with `--no-stats`,
+/// or before statistics were kept: `tfshard stats` computes them from the shards).
+///
+/// # Errors
+///
+/// A partial that cannot be read or parsed (naming it); a feature of two kinds.
+pub(crate) fn set_stats(
+    out: &dyn Destination,
+    dir: &str,
+    prefix: &str,
+    manifest: &mut Manifest,
+    new: &std::collections::HashMap<String, Arc<Vec<u8>>>,
+) -> Result<Option<(String, Vec<u8>)>> {
+    use rayon::prelude::*;
+    use sha2::Digest;
+    manifest.stats = None;
+    let rel = |file: &str| {
+        if dir.is_empty() {
+            file.to_owned()
+        } else {
+            format!("{dir}/{file}")
+        }
+    };
+    let mut all = crate::stats::Partial::new();
+    let mut partials_bytes = 0u64;
+    for group in manifest.shards.chunks(STATS_GROUP) {
+        let read: Vec<Option<Arc<Vec<u8>>>> = group
+            .par_iter()
+            .map(|shard| match new.get(&shard.file) {
+                Some(bytes) => Ok(Some(bytes.clone())),
+                None => match out.read(&rel(&format!("{}.stats", shard.file))) {
+                    Ok(bytes) => Ok(Some(Arc::new(bytes))),
+                    Err(e) if is_not_found(&e) => Ok(None),
+                    Err(e) => Err(e),
+                },
+            })
+            .collect::<Result<_>>()?;
+        for (shard, bytes) in group.iter().zip(read) {
+            let Some(bytes) = bytes else {
+                return Ok(None);
+            };
+            let at = || out.display(&rel(&format!("{}.stats", shard.file)));
+            let partial =
+                crate::stats::Partial::from_bytes(&bytes).map_err(|e| e.with_file(at()))?;
+            if partial.records() + partial.undecodable() != shard.records {
+                return Err(Error::new(ErrorKind::StatsDamaged(format!(
+                    "counts {} records, the shard holds {}",
+                    partial.records() + partial.undecodable(),
+                    shard.records
+                )))
+                .with_file(at()));
+            }
+            partials_bytes += bytes.len() as u64;
+            all.merge(partial).map_err(|e| e.with_file(at()))?;
+        }
+    }
+    let bytes = crate::stats::to_tfdv_bytes(&all.to_proto());
+    let file = name::stats_name(prefix);
+    manifest.stats = Some(crate::manifest::StatsInfo::new(
+        file.clone(),
+        bytes.len() as u64,
+        format!("{:x}", sha2::Sha256::digest(&bytes)),
+        partials_bytes,
+    ));
+    Ok(Some((file, bytes)))
+}
 
 /// The claim every writer of a set holds on `prefix` while it publishes to it.
 pub(crate) fn claim_name(prefix: &str) -> String {
@@ -345,6 +423,8 @@ impl Generation {
         new.manifest_version = MANIFEST_VERSION_GENERATIONS;
         new.generations = Some(generations);
         new.set_shards(shards);
+        // Its statistics are its own ([`set_stats`]), never the base's.
+        new.stats = None;
         Ok(new)
     }
 
@@ -458,8 +538,7 @@ fn complete_lagging(
             continue;
         }
         let m = Manifest::read_checked(out, pinned)?;
-        let json = m.to_json()?;
-        completed.push((i, manifest, json, m));
+        completed.push((i, manifest, m));
     }
     let lagging_names: Vec<&str> = lagging.iter().map(|&i| prefixes[i].as_str()).collect();
     let why = if !missing.is_empty() {
@@ -490,8 +569,16 @@ fn complete_lagging(
             .with_file(path),
         );
     }
-    for (i, manifest, json, m) in completed {
-        out.write(manifest, json, false)?;
+    for (i, manifest, mut m) in completed {
+        // A set that keeps statistics keeps them for the generation completed (its
+        // shards' partials are all in place: they were placed before any manifest).
+        if base[i].stats.is_some() {
+            let none = std::collections::HashMap::new();
+            if let Some((file, bytes)) = set_stats(out, "", &prefixes[i], &mut m, &none)? {
+                out.write(&file, bytes, false)?;
+            }
+        }
+        out.write(manifest, m.to_json()?, false)?;
         delete_gone(out, &prefixes[i], &m, retain)?;
         base[i] = m;
     }
@@ -518,8 +605,13 @@ fn delete_gone(
     Ok(())
 }
 
-fn with_idx(file: &str) -> [String; 2] {
-    [file.to_owned(), format!("{file}.idx")]
+/// A shard and its companions (`.idx`, `.stats`).
+fn with_idx(file: &str) -> [String; 3] {
+    [
+        file.to_owned(),
+        format!("{file}.idx"),
+        format!("{file}.stats"),
+    ]
 }
 
 /// What of `prefix`'s files in `out` stays beside the set `live` (the manifest a
@@ -584,7 +676,7 @@ fn kept_and_gone(
         }
     }
     for &(n, g) in &own {
-        let shard = n.strip_suffix(".idx").unwrap_or(n);
+        let shard = name::companion_of(n).unwrap_or(n);
         if g.is_none() && !live_names.contains(shard) && !kept_shards.contains(n) {
             after.push(n.clone());
         }

@@ -176,6 +176,36 @@ pub struct Manifest {
     /// The set's generations, oldest first (`manifest_version` 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generations: Option<Vec<GenerationInfo>>,
+    /// The statistics of the set's records (`{prefix}.stats.pb`), unless converted with
+    /// `--no-stats`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<StatsInfo>,
+}
+
+/// The manifest's `stats`: the statistics file, written with the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StatsInfo {
+    /// Its name, relative to the manifest's folder.
+    pub file: String,
+    /// Its size.
+    pub bytes: u64,
+    /// The SHA-256 of its bytes, 64 lowercase hex digits.
+    pub sha256: String,
+    /// Bytes of the shards' partial statistics kept beside them (`{shard}.stats`).
+    pub partials_bytes: u64,
+}
+
+impl StatsInfo {
+    /// The entry of a statistics file.
+    pub fn new(file: String, bytes: u64, sha256: String, partials_bytes: u64) -> StatsInfo {
+        StatsInfo {
+            file,
+            bytes,
+            sha256,
+            partials_bytes,
+        }
+    }
 }
 
 /// The snapshot a conversion read: the manifest's `table`. A Delta table's snapshot is

@@ -332,6 +332,30 @@ pub(crate) fn for_each_record(
     }
 }
 
+/// Calls `f` with each serialized record of `path` (its index and offset too), until it
+/// returns `false`.
+///
+/// # Errors
+///
+/// A framing error naming file, record and offset; or `f`'s error.
+pub(crate) fn for_each_payload(
+    path: &Path,
+    compression: Option<Compression>,
+    io: IoOptions,
+    mut f: impl FnMut(&[u8], u64, u64) -> Result<bool>,
+) -> Result<()> {
+    let mut reader = open(path, compression, io)?;
+    loop {
+        let (index, offset) = (reader.record_index(), reader.offset());
+        let Some(bytes) = reader.read_record()? else {
+            return Ok(());
+        };
+        if !f(bytes, index, offset)? {
+            return Ok(());
+        }
+    }
+}
+
 /// The feature spec: the manifest's when one lists the shards, else inferred from every
 /// record of every shard (files in parallel).
 ///

@@ -87,6 +87,9 @@ pub enum ProblemKind {
     SourceMismatch,
     /// A shard whose name is not of the generation the manifest gives it.
     GenerationMismatch,
+    /// The statistics file the manifest names is missing, or not the one it names (its
+    /// size or SHA-256 differs).
+    StatsMismatch,
 }
 
 impl ProblemKind {
@@ -109,6 +112,7 @@ impl ProblemKind {
             ProblemKind::Unreadable => "cannot read",
             ProblemKind::SourceMismatch => "source mismatch",
             ProblemKind::GenerationMismatch => "generation mismatch",
+            ProblemKind::StatsMismatch => "stats mismatch",
         }
     }
 
@@ -132,6 +136,7 @@ impl ProblemKind {
             ProblemKind::Unreadable => "unreadable",
             ProblemKind::SourceMismatch => "source_mismatch",
             ProblemKind::GenerationMismatch => "generation_mismatch",
+            ProblemKind::StatsMismatch => "stats_mismatch",
         }
     }
 
@@ -628,6 +633,42 @@ fn plan_manifest(
             schema: Some(m.features.clone()),
             io: options.io,
         });
+    }
+    // The statistics file it names, whole.
+    if let Some(info) = &m.stats {
+        let stats_path = dir.join(&info.file);
+        let found = if !manifest::is_safe_relative(&info.file) {
+            Err("leaves the manifest's folder; not opened".to_owned())
+        } else if !present.contains(&stats_path) {
+            Err("listed in the manifest but not on disk".to_owned())
+        } else {
+            match crate::store::paths::read(&stats_path, options.io) {
+                Err(e) => Err(e.to_string()),
+                Ok(bytes) => {
+                    use sha2::Digest;
+                    let sha = format!("{:x}", sha2::Sha256::digest(&bytes));
+                    if bytes.len() as u64 != info.bytes || sha != info.sha256 {
+                        Err(format!(
+                            "{} bytes of SHA-256 {sha}, the manifest lists {} bytes of {}",
+                            bytes.len(),
+                            info.bytes,
+                            info.sha256
+                        ))
+                    } else {
+                        Ok(())
+                    }
+                }
+            }
+        };
+        if let Err(detail) = found {
+            problems.push(problem(
+                &stats_path,
+                None,
+                None,
+                ProblemKind::StatsMismatch,
+                detail,
+            ));
+        }
     }
     // A shard that a generation's pinned manifest there lists (kept by `--retain`) is
     // listed too.

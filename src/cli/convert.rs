@@ -230,6 +230,12 @@ pub struct ShardFlags {
     /// Also write an NVIDIA DALI index ({shard}.idx) per shard (uncompressed only).
     #[arg(long)]
     pub index: bool,
+    /// Count the statistics of the records written (TFDV's format): PREFIX.stats.pb, named in the manifest, and each shard's partial statistics beside it ({shard}.stats), so appends, workers and resumed runs keep them exact. An append must use the set's choice.
+    #[arg(long, overrides_with = "no_stats")]
+    pub stats: bool,
+    /// Do not count statistics (the default for now).
+    #[arg(long, overrides_with = "stats")]
+    pub no_stats: bool,
     #[command(flatten)]
     pub shuffle: ShuffleFlags,
 }
@@ -471,6 +477,7 @@ impl ShardFlags {
                 WriteCompression::Zlib => Compression::Zlib,
             })
             .with_index(self.index)
+            .with_stats(self.stats && !self.no_stats)
             .with_overwrite(self.overwrite)
             .with_append(self.append)
             .with_resume(self.resume);

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
 use crate::records::ReadSettings;
-use crate::stats::{summarize, to_tfdv_bytes, FeatureSummary, StatsReader};
+use crate::stats::{summarize, to_tfdv_bytes, FeatureSummary, StatsReader, Stored};
 
 /// `--format`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,10 +53,24 @@ impl StatsArgs {
                 self.read.record_type.resolve(),
             )
             .build()?;
-        let bar = output::Bar::new(&self.common, "bytes");
-        let partial = reader.run(&bar);
-        bar.clear();
-        let stats = partial?.to_proto();
+        let stats = match reader.stored()? {
+            Stored::Found(stats, _) => stats,
+            other => {
+                if let Stored::NotTheManifests(path) = other {
+                    if !self.common.quiet {
+                        eprintln!(
+                            "note: {} is not the manifest's (an interrupted writer's): \
+                             computing the statistics from the shards",
+                            path.display()
+                        );
+                    }
+                }
+                let bar = output::Bar::new(&self.common, "bytes");
+                let partial = reader.run(&bar);
+                bar.clear();
+                partial?.to_proto()
+            }
+        };
         if let Some(path) = &self.output {
             let bytes = to_tfdv_bytes(&stats);
             crate::store::atomic::write_atomic(path, &bytes, false)?;

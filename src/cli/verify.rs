@@ -7,6 +7,8 @@ use clap::Args;
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
 use crate::records::ReadSettings;
+use crate::stats::drift::{Anomaly, Thresholds};
+use crate::stats::{StatsReader, Stored};
 use crate::verify::{Verifier, VerifierBuilder};
 
 /// Arguments of `verify`.
@@ -21,6 +23,12 @@ pub struct VerifyArgs {
     /// Also decode every record and check it against the schema.
     #[arg(long)]
     pub deep: bool,
+    /// Compare the set's statistics with a baseline's (another set, TFRecord files, or a statistics file, ours or TFDV's): drift is an anomaly (exit 1).
+    #[arg(long, value_name = "BASE")]
+    pub baseline: Option<PathBuf>,
+    /// With --baseline: the threshold of FEATURE's comparators (default 0.1); repeatable.
+    #[arg(long, value_name = "FEATURE=X", requires = "baseline")]
+    pub threshold: Vec<String>,
     #[command(flatten)]
     pub read: ReadFlags,
     #[command(flatten)]
@@ -43,29 +51,95 @@ impl VerifyArgs {
         ))
     }
 
-    /// Verifies; exit 1 when any problem is found.
+    /// The thresholds `--threshold` gives.
+    fn thresholds(&self) -> Result<Thresholds, CliError> {
+        let mut t = Thresholds::default();
+        for given in &self.threshold {
+            let parsed = given
+                .rsplit_once('=')
+                .and_then(|(f, x)| Some((f, x.parse::<f64>().ok().filter(|x| *x >= 0.0)?)));
+            let Some((feature, x)) = parsed else {
+                return Err(CliError::Usage(format!(
+                    "--threshold {given:?}: give FEATURE=X, X a number at least 0"
+                )));
+            };
+            t.per_feature.insert(feature.to_owned(), x);
+        }
+        Ok(t)
+    }
+
+    /// The anomalies of the set's statistics against the baseline's.
+    fn anomalies(
+        &self,
+        base: &crate::stats::proto::DatasetFeatureStatistics,
+        thresholds: &Thresholds,
+    ) -> Result<Vec<Anomaly>, CliError> {
+        let reader = StatsReader::builder(self.paths.clone())
+            .with_io(self.common.io()?)
+            .with_reading(
+                self.read.compression.resolve(),
+                self.read.record_type.resolve(),
+            )
+            .build()?;
+        let stats = match reader.stored()? {
+            Stored::Found(stats, _) => stats,
+            _ => reader.run(&crate::progress::NoProgress)?.to_proto(),
+        };
+        Ok(crate::stats::drift::compare(&stats, base, thresholds))
+    }
+
+    /// Verifies; exit 1 when any problem or anomaly is found.
     pub fn run(&self) -> CliResult {
         let verifier = self.to_builder()?.build()?;
+        // A baseline or threshold that cannot be read is a usage error, found before the
+        // shards are read.
+        let thresholds = self.thresholds()?;
+        let base = match &self.baseline {
+            Some(path) => Some(
+                crate::stats::baseline(path, self.common.io()?).map_err(|e| {
+                    CliError::Usage(format!(
+                        "--baseline {}: cannot be read: {e}",
+                        path.display()
+                    ))
+                })?,
+            ),
+            None => None,
+        };
         let bar = output::Bar::new(&self.common, "bytes");
         let report = verifier.run(&bar);
         bar.clear();
-        let report = report?;
+        let mut report = report?;
+        // (A set with problems is not compared: its statistics would not be its data's.)
+        let anomalies = match &base {
+            Some(base) if report.ok => Some(self.anomalies(base, &thresholds)?),
+            Some(_) => Some(Vec::new()),
+            None => None,
+        };
+        let anomalous = anomalies.as_ref().is_some_and(|a| !a.is_empty());
+        report.ok &= !anomalous;
         if self.common.json {
-            output::print_json(&serde_json::to_value(&report).map_err(std::io::Error::other)?)?;
+            let mut json = serde_json::to_value(&report).map_err(std::io::Error::other)?;
+            if let Some(a) = &anomalies {
+                json["anomalies"] = serde_json::to_value(a).map_err(std::io::Error::other)?;
+            }
+            output::print_json(&json)?;
         } else {
             let mut out = output::stdout();
             for p in &report.problems {
                 writeln!(out, "{p}")?;
             }
+            for a in anomalies.iter().flatten() {
+                writeln!(out, "{a}")?;
+            }
             if !self.common.quiet || !report.ok {
                 let verdict = if report.ok {
                     "OK".to_owned()
+                } else if report.problems.is_empty() {
+                    let n = anomalies.as_ref().map_or(0, Vec::len);
+                    format!("{n} {}", if n == 1 { "anomaly" } else { "anomalies" })
                 } else {
-                    format!(
-                        "{} problem{}",
-                        report.problems.len(),
-                        if report.problems.len() == 1 { "" } else { "s" }
-                    )
+                    let n = report.problems.len();
+                    format!("{n} problem{}", if n == 1 { "" } else { "s" })
                 };
                 writeln!(
                     out,

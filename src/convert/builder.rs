@@ -286,6 +286,14 @@ impl ConverterBuilder {
         self
     }
 
+    /// Count statistics while converting and keep them with the set (default: no): a
+    /// `{prefix}.stats.pb` in TFDV's format named in the manifest, and each shard's
+    /// partial statistics beside it (`{shard}.stats`).
+    pub fn with_stats(mut self, stats: bool) -> Self {
+        self.options.stats = stats;
+        self
+    }
+
     /// Keep only these columns (flattened names; a struct's name keeps its children).
     /// Parquet only.
     pub fn with_columns(mut self, columns: Vec<String>) -> Self {

@@ -649,8 +649,14 @@ fn publications(
                 generation: None,
             })
             .collect();
+        // The new shards' partial statistics, by their final names.
+        let partials: std::collections::HashMap<String, Arc<Vec<u8>>> = (split.iter())
+            .zip(&names)
+            .filter_map(|(s, n)| Some((n.clone(), s.stats.as_ref()?.bytes.clone())))
+            .collect();
+        let mut stats = None;
         // A worker's part holds its shards alone, and what `finalize` needs to publish
-        // them as the generation.
+        // them as the generation (and the set's statistics).
         let (bytes, append) = match (next, options.worker) {
             (Some(g), Some(_)) => {
                 manifest.set_shards(written);
@@ -664,16 +670,26 @@ fn publications(
                 manifest = g.manifest(i, manifest, written)?;
                 let p = out.prefix();
                 let append = g.publication(i, destination, p, &manifest, options.retain)?;
+                if options.stats {
+                    stats =
+                        crate::lifecycle::set_stats(destination, "", p, &mut manifest, &partials)?;
+                }
                 (manifest.to_json()?, Some(append))
             }
-            (None, _) => {
+            (None, w) => {
                 manifest.set_shards(written);
+                if options.stats && w.is_none() {
+                    let p = out.prefix();
+                    stats =
+                        crate::lifecycle::set_stats(destination, "", p, &mut manifest, &partials)?;
+                }
                 (manifest.to_json()?, None)
             }
         };
         publications.push(Publication {
             shards: split.clone(),
             names,
+            stats,
             manifest: (name::manifest_name(out.prefix()), bytes),
             own: name::is_own_shard,
             prefix: out.prefix().to_owned(),

@@ -85,6 +85,8 @@ pub struct ConvertOptions {
     pub overwrite: bool,
     /// Write DALI `.idx` files.
     pub index: bool,
+    /// Count the statistics of every shard and keep them with the set (`--stats`).
+    pub stats: bool,
     /// Columns and record type.
     pub encode: EncodeOptions,
     /// Threads of the run's own pool (decode and encode workers, file reads).
@@ -228,6 +230,7 @@ impl ConvertOptions {
             compression: Compression::None,
             overwrite: false,
             index: false,
+            stats: false,
             encode: EncodeOptions::default(),
             threads: std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -268,6 +271,10 @@ impl ConvertOptions {
             .collect();
         o.insert("rename".into(), json!(rename));
         o.insert("index".into(), json!(self.index));
+        if self.stats {
+            // (Absent when off, as in sets converted before statistics were kept.)
+            o.insert("stats".into(), json!(true));
+        }
         o.insert("shuffle".into(), json!(self.shuffle.is_some()));
         o.insert("seed".into(), json!(self.seed));
         let split: Option<serde_json::Map<String, serde_json::Value>> = self
@@ -506,6 +513,7 @@ impl ConvertOptions {
             worker: None,
             row_groups: None,
             generations: None,
+            stats: None,
         }
     }
 }

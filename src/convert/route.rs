@@ -286,6 +286,7 @@ fn shard_options(
             Some(_) => None,
         },
         expected_records,
+        stats: options.stats.then_some(options.encode.record_type),
     }
 }
 

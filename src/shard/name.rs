@@ -83,12 +83,23 @@ pub fn tmp_dir_name(prefix: &str) -> String {
     format!(".{prefix}.tfshard-tmp")
 }
 
+/// The shard a companion file (`{shard}.idx`, `{shard}.stats`) is of.
+pub fn companion_of(name: &str) -> Option<&str> {
+    name.strip_suffix(".idx")
+        .or_else(|| name.strip_suffix(".stats"))
+}
+
+/// A set's statistics file: `{prefix}.stats.pb`.
+pub fn stats_name(prefix: &str) -> String {
+    format!("{prefix}.stats.pb")
+}
+
 /// `.{prefix}.tfshard-parts`: where workers put their parts for `finalize`.
 pub fn parts_dir_name(prefix: &str) -> String {
     format!(".{prefix}.tfshard-parts")
 }
 
-/// Whether `name` is a shard (or its `.idx`) of `prefix`, of any count, compression and
+/// Whether `name` is a shard (or its `.idx` or `.stats`) of `prefix`, of any count, compression and
 /// generation (`{prefix}-g{g:05}-{i:05}-of-{n:05}.tfrecord`), or one of its generations'
 /// pinned manifests (`{prefix}.manifest-g{g:05}.json`): what `--overwrite` may delete.
 pub fn is_own_shard(prefix: &str, name: &str) -> bool {
@@ -102,7 +113,7 @@ pub fn is_own_shard(prefix: &str, name: &str) -> bool {
     let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
         return false;
     };
-    let rest = rest.strip_suffix(".idx").unwrap_or(rest);
+    let rest = companion_of(rest).unwrap_or(rest);
     if is_tfds_prefix(prefix) {
         return rest
             .split_once("-of-")
@@ -169,6 +180,8 @@ mod tests {
         assert!(is_own_shard("data", "data-00000-of-00003.tfrecord"));
         assert!(is_own_shard("data", "data-00002-of-00003.tfrecord.gz"));
         assert!(is_own_shard("data", "data-00002-of-00003.tfrecord.idx"));
+        assert!(is_own_shard("data", "data-00002-of-00003.tfrecord.stats"));
+        assert!(!is_own_shard("data", "data.stats.pb"));
         assert!(!is_own_shard("data", "data-extra-00000-of-00003.tfrecord"));
         assert!(!is_own_shard("data", "train-00000-of-00003.tfrecord"));
         assert!(!is_own_shard("data", "data-00000-of-00003.tfrecord.bak"));

@@ -20,6 +20,8 @@ use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::example::RecordType;
+use crate::stats::Partial;
 use crate::tfrecord::compress::{compressed_bound, Encoder};
 use crate::tfrecord::deflate::DeflatePool;
 use crate::tfrecord::{frame, Compression};
@@ -66,10 +68,13 @@ pub struct ShardOptions {
     /// Threads that deflate gzip and zlib chunks (else this thread does); the bytes are
     /// the same either way.
     pub deflate: Option<std::sync::Arc<DeflatePool>>,
+    /// Count each shard's statistics, reading its records as this type (`None`:
+    /// `--no-stats`), kept beside it as `{shard}.stats`.
+    pub stats: Option<RecordType>,
 }
 
 pub use crate::store::destination::{
-    ClosedShard, LastGuess, Origin, ShardEvents, ShardHook, SourceRows,
+    ClosedShard, LastGuess, Origin, ShardEvents, ShardHook, ShardStats, SourceRows,
 };
 
 /// A shard file that reports the bytes that reached it.
@@ -153,6 +158,8 @@ struct OpenShard {
     last: LastGuess,
     /// The inputs its records came from.
     sources: Vec<SourceRows>,
+    /// Its statistics so far (unless `--no-stats`).
+    partial: Option<Partial>,
 }
 
 /// Writes framed records into shards.
@@ -178,6 +185,16 @@ pub struct ShardWriter {
 
 fn io_at(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
     move |e| Error::from(e).with_file(path)
+}
+
+fn io_at_record(path: &Path, record: u64) -> impl Fn(Error) -> Error + '_ {
+    move |e| e.with_file(path).with_record(record)
+}
+
+/// Counts a framed record's payload into a shard's statistics.
+fn count(partial: &mut Partial, framed: &[u8], record_type: RecordType) -> Result<()> {
+    let payload = &framed[frame::HEADER_LEN..framed.len() - frame::FOOTER_LEN];
+    partial.add_payload(payload, record_type)
 }
 
 impl ShardWriter {
@@ -269,6 +286,7 @@ impl ShardWriter {
             since_flush: 0,
             last,
             sources: Vec::new(),
+            partial: self.options.stats.map(|_| Partial::new()),
         });
         self.guess_last();
         Ok(())
@@ -327,10 +345,26 @@ impl ShardWriter {
             }
             None => None,
         };
+        let stats = match shard.partial {
+            Some(partial) => {
+                let bytes = partial.to_bytes();
+                let stats_path = path.with_extension(format!(
+                    "{}.stats",
+                    path.extension().unwrap_or_default().to_string_lossy()
+                ));
+                std::fs::write(&stats_path, &bytes).map_err(io_at(&stats_path))?;
+                Some(ShardStats {
+                    path: stats_path,
+                    bytes: std::sync::Arc::new(bytes),
+                })
+            }
+            None => None,
+        };
         self.bytes_on_disk += bytes;
         self.closed.push(ClosedShard {
             path: shard.path,
             idx_path,
+            stats,
             records: shard.records,
             bytes,
             crc32c: crc,
@@ -406,6 +440,10 @@ impl ShardWriter {
             .encoder
             .write_all(framed)
             .map_err(io_at(&shard.path))?;
+        if let (Some(partial), Some(record_type)) = (shard.partial.as_mut(), self.options.stats) {
+            count(partial, framed, record_type)
+                .map_err(io_at_record(&shard.path, shard.records))?;
+        }
         if let Some(origin) = self.origin.as_mut() {
             origin.note(&mut shard.sources, 1);
         }
@@ -475,6 +513,17 @@ impl ShardWriter {
                         .encoder
                         .write_all(&data[offset..end])
                         .map_err(io_at(&shard.path))?;
+                    if let (Some(partial), Some(record_type)) =
+                        (shard.partial.as_mut(), self.options.stats)
+                    {
+                        let mut at = offset;
+                        for (k, &size) in sizes[i..i + n].iter().enumerate() {
+                            let record = &data[at..at + size as usize];
+                            count(partial, record, record_type)
+                                .map_err(io_at_record(&shard.path, shard.records + k as u64))?;
+                            at += size as usize;
+                        }
+                    }
                     if let Some(origin) = self.origin.as_mut() {
                         origin.note(&mut shard.sources, n as u64);
                     }
@@ -605,6 +654,68 @@ mod tests {
             events: None,
             expected_records: None,
             deflate: None,
+            stats: None,
+        }
+    }
+
+    /// With statistics on, each shard keeps a partial of exactly its records (beside
+    /// it, and in memory), whether the records came one by one or in batches cut
+    /// across shards; merged in shard order they count every record.
+    #[test]
+    fn each_shard_keeps_the_statistics_of_its_records() {
+        use crate::stats::Partial;
+        let tmp = crate::test_dir("writer-stats");
+        let payloads = crate::stats::test_records(500);
+        let framed: Vec<Vec<u8>> = payloads
+            .iter()
+            .map(|p| {
+                let mut r = frame::encode_header(p.len() as u64).to_vec();
+                r.extend_from_slice(p);
+                r.extend_from_slice(&frame::encode_footer(p));
+                r
+            })
+            .collect();
+        let mut o = opts(tmp.clone(), Compression::None, 5_000, Plan::Fill);
+        o.stats = Some(RecordType::Example);
+        let mut w = ShardWriter::new(o);
+        for chunk in framed[..300].chunks(37) {
+            let sizes: Vec<u64> = chunk.iter().map(|r| r.len() as u64).collect();
+            w.write_batch(&chunk.concat(), &sizes).unwrap();
+        }
+        for r in &framed[300..] {
+            w.write(r).unwrap();
+        }
+        let shards = w.finish().unwrap();
+        assert!(shards.len() > 3, "{}", shards.len());
+        let mut merged = Partial::new();
+        for s in &shards {
+            let stats = s.stats.as_ref().unwrap();
+            assert_eq!(std::fs::read(&stats.path).unwrap(), *stats.bytes);
+            let p = Partial::from_bytes(&stats.bytes).unwrap();
+            assert_eq!(p.records(), s.records);
+            merged.merge(p).unwrap();
+        }
+        let mut all = Partial::new();
+        for p in &payloads {
+            all.add_payload(p, RecordType::Example).unwrap();
+        }
+        let (a, b) = (merged.to_proto(), all.to_proto());
+        assert_eq!(a.num_examples, 500);
+        assert_eq!(a.features.len(), b.features.len());
+        for (x, y) in a.features.iter().zip(&b.features) {
+            assert_eq!(x.field_id, y.field_id);
+            let common = |f: &crate::stats::proto::FeatureNameStatistics| match &f.stats {
+                Some(crate::stats::proto::Stats::NumStats(n)) => n
+                    .common_stats
+                    .clone()
+                    .map(|c| (c.num_non_missing, c.tot_num_values)),
+                Some(crate::stats::proto::Stats::StringStats(s)) => s
+                    .common_stats
+                    .clone()
+                    .map(|c| (c.num_non_missing, c.tot_num_values)),
+                _ => None,
+            };
+            assert_eq!(common(x), common(y));
         }
     }
 

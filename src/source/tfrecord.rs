@@ -96,7 +96,10 @@ pub struct Found {
 
 /// Whether a walk takes a file of this name: a TFRecord name, not a sidecar.
 fn takes_name(name: &str) -> bool {
-    if [".idx", ".crc", ".json"].iter().any(|s| name.ends_with(s)) {
+    if [".idx", ".crc", ".json", ".stats"]
+        .iter()
+        .any(|s| name.ends_with(s))
+    {
         return false;
     }
     name.contains(".tfrec") || name.contains("-of-") || name.starts_with("part-")
@@ -399,6 +402,8 @@ mod tests {
             ".part-00000.crc",
             "part-00000.crc",
             "data-00000-of-00004.tfrecord.idx",
+            "data-00000-of-00004.tfrecord.stats",
+            "data.stats.pb",
             "data.manifest.json",
             "dataset_info.json",
             "notes.txt",

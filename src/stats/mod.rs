@@ -7,9 +7,12 @@
 //! a set's or any TFRecord files' statistics, one partial per file in parallel;
 //! [`FeatureSummary`] is the plain view `tfshard stats --json` prints.
 
+pub mod drift;
 mod partial;
+mod parts;
 pub mod proto;
 pub mod quantiles;
+mod scan;
 
 use std::path::PathBuf;
 
@@ -21,9 +24,10 @@ pub use partial::Partial;
 
 use crate::dataset::Dataset;
 use crate::error::Result;
+use crate::example::decode_record;
 use crate::example::RecordType;
 use crate::progress::Progress;
-use crate::records::{for_each_record, ReadSettings};
+use crate::records::{for_each_payload, ReadSettings};
 use crate::store::IoOptions;
 use crate::tfrecord::Compression;
 
@@ -33,6 +37,83 @@ pub struct StatsReader {
     dataset: Dataset,
     compression: Option<Compression>,
     record_type: RecordType,
+}
+
+/// A baseline's statistics (`verify --baseline`): a set (a folder or manifest: its
+/// stored statistics, else computed from its shards), TFRecord files (computed), or a
+/// statistics file, ours or TFDV's: a `DatasetFeatureStatisticsList`, binary, alone or as
+/// the first record of a TFRecord file.
+///
+/// # Errors
+///
+/// The path cannot be read, or holds no statistics.
+pub fn baseline(path: &std::path::Path, io: IoOptions) -> Result<proto::DatasetFeatureStatistics> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let is_set = crate::store::paths::is_dir(path, io)?
+        || crate::manifest::is_manifest_name(&name)
+        || crate::dataset::is_shard_file_name(&name);
+    if is_set {
+        let reader = StatsReader::builder(vec![path.to_path_buf()])
+            .with_io(io)
+            .build()?;
+        return match reader.stored()? {
+            Stored::Found(stats, _) => Ok(stats),
+            _ => Ok(reader.run(&crate::progress::NoProgress)?.to_proto()),
+        };
+    }
+    let bytes = crate::store::paths::read(path, io)?;
+    let damaged = |why: &str| {
+        crate::Error::new(crate::error::ErrorKind::StatsDamaged(format!(
+            "not a DatasetFeatureStatisticsList: {why}"
+        )))
+        .with_file(path)
+    };
+    // Framed as a TFRecord (TFDV's `write_stats_output`): its first record.
+    let framed = bytes.len() >= crate::tfrecord::frame::HEADER_LEN
+        && crate::tfrecord::frame::decode_header(
+            bytes[..crate::tfrecord::frame::HEADER_LEN]
+                .try_into()
+                .expect("a header's length"),
+        )
+        .is_ok_and(|len| {
+            (len as usize).saturating_add(crate::tfrecord::frame::HEADER_LEN + 4) <= bytes.len()
+        });
+    let payload = if framed {
+        let len = crate::tfrecord::frame::decode_header(
+            bytes[..crate::tfrecord::frame::HEADER_LEN]
+                .try_into()
+                .expect("a header's length"),
+        )
+        .unwrap_or(0) as usize;
+        &bytes[crate::tfrecord::frame::HEADER_LEN..crate::tfrecord::frame::HEADER_LEN + len]
+    } else {
+        &bytes[..]
+    };
+    let list = proto::DatasetFeatureStatisticsList::decode(payload)
+        .map_err(|e| damaged(&e.to_string()))?;
+    list.datasets
+        .into_iter()
+        .next()
+        .ok_or_else(|| damaged("no dataset"))
+}
+
+/// Serialized Examples for tests: ints, floats (some NaN), strings (most distinct, a few
+/// frequent), a feature present in some.
+#[cfg(test)]
+pub(crate) fn test_records(n: usize) -> Vec<Vec<u8>> {
+    scan::tests_support::records(n)
+}
+
+/// What [`StatsReader::stored`] found.
+#[derive(Debug)]
+pub enum Stored {
+    /// The set's statistics, and the file they came from.
+    Found(proto::DatasetFeatureStatistics, PathBuf),
+    /// None stored (not one set, or converted without `--stats`).
+    None,
+    /// A file that is not the one the manifest names (its size or SHA-256 differs: a
+    /// writer interrupted between the two): compute the statistics instead.
+    NotTheManifests(PathBuf),
 }
 
 /// Builds a [`StatsReader`].
@@ -53,6 +134,42 @@ impl StatsReader {
     /// The files it reads, in order.
     pub fn files(&self) -> &[PathBuf] {
         &self.dataset.shards
+    }
+
+    /// The statistics a set's conversion stored (`{prefix}.stats.pb`), when the paths
+    /// name exactly one set and its manifest names them.
+    ///
+    /// # Errors
+    ///
+    /// The file cannot be read.
+    pub fn stored(&self) -> Result<Stored> {
+        let [(manifest_path, manifest)] = self.dataset.manifests.as_slice() else {
+            return Ok(Stored::None);
+        };
+        let Some(info) = &manifest.stats else {
+            return Ok(Stored::None);
+        };
+        let dir = manifest_path.parent().unwrap_or(std::path::Path::new("."));
+        let path = dir.join(&info.file);
+        if path.parent() != Some(dir) {
+            return Ok(Stored::None);
+        }
+        let bytes = crate::store::paths::read(&path, self.dataset.io)?;
+        use sha2::Digest;
+        let sha = format!("{:x}", sha2::Sha256::digest(&bytes));
+        if bytes.len() as u64 != info.bytes || sha != info.sha256 {
+            return Ok(Stored::NotTheManifests(path));
+        }
+        let list = proto::DatasetFeatureStatisticsList::decode(bytes.as_slice()).map_err(|e| {
+            crate::Error::new(crate::error::ErrorKind::StatsDamaged(e.to_string())).with_file(&path)
+        })?;
+        match list.datasets.into_iter().next() {
+            Some(stats) => Ok(Stored::Found(stats, path)),
+            None => Err(crate::Error::new(crate::error::ErrorKind::StatsDamaged(
+                "no dataset".into(),
+            ))
+            .with_file(&path)),
+        }
     }
 
     /// Reads every record, files in parallel, and merges their statistics in file order
@@ -77,12 +194,17 @@ impl StatsReader {
                 .par_iter()
                 .map(|path| {
                     let mut partial = Partial::new();
-                    let mut index = 0u64;
-                    for_each_record(path, self.compression, self.record_type, io, |record| {
-                        partial
-                            .add(&record)
-                            .map_err(|e| e.with_file(path).with_record(index))?;
-                        index += 1;
+                    let record_type = self.record_type;
+                    for_each_payload(path, self.compression, io, |bytes, index, offset| {
+                        let at = |e: crate::Error| {
+                            e.with_file(path).with_record(index).with_offset(offset)
+                        };
+                        let before = partial.undecodable();
+                        partial.add_payload(bytes, record_type).map_err(at)?;
+                        if partial.undecodable() > before {
+                            // Not a record of its type: the decoder's error, as `verify`'s.
+                            decode_record(bytes, record_type).map_err(at)?;
+                        }
                         Ok(true)
                     })?;
                     progress.advance(std::fs::metadata(path).map_or(0, |m| m.len()), 0);

@@ -8,9 +8,11 @@
 //! partial, the unique count (HyperLogLog, relative error ~0.4%) and the top values
 //! (Misra–Gries, counts within 0.1% of the values counted).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use datasketches::frequencies::{ErrorType, FrequentItemsSketch};
+use datasketches::codec::{SketchBytes, SketchSlice};
+use datasketches::error::{Error as SketchError, ErrorKind as SketchErrorKind};
+use datasketches::frequencies::{ErrorType, FrequentItemValue, FrequentItemsSketch};
 use datasketches::hll::{HllSketch, HllType, HllUnion};
 
 use super::proto;
@@ -21,10 +23,14 @@ use crate::example::schema::FeatureKind;
 use crate::example::Record;
 
 /// The rank error of a partial's quantile streams.
-const STREAM_EPS: f64 = 0.003;
+pub(super) const STREAM_EPS: f64 = 0.003;
 /// Entries a partial's quantile summary is compressed to (adds at most 0.1%, each time a
 /// partial is merged into another and once when queried: 0.5% in all).
-const SUMMARY_SIZE: usize = 1000;
+pub(super) const SUMMARY_SIZE: usize = 1000;
+/// Values a partial's quantile stream keeps before it samples (see [`Stream`]): a rank's
+/// deviation at most 0.08% of the count (and 0.3% at three-and-a-half deviations), to
+/// add to the summaries' 0.5%.
+pub(super) const SAMPLE_EXACT: u64 = 1 << 18;
 /// Distinct values a partial counts exactly before it keeps sketches instead.
 pub const EXACT_DISTINCT: usize = 1 << 14;
 /// HyperLogLog's `lg_k`: 2^16 registers, a relative standard error of ~0.4% (2% is
@@ -39,27 +45,39 @@ const RANK_BUCKETS: usize = 1000;
 /// Statistics of the records counted so far.
 #[derive(Debug, Default)]
 pub struct Partial {
-    records: u64,
-    features: BTreeMap<String, FeaturePartial>,
+    pub(super) records: u64,
+    /// Each feature's, in the order first seen ([`Partial::sorted`] by name).
+    pub(super) features: Vec<FeaturePartial>,
+    index: HashMap<String, usize>,
+    /// Records that are not Examples (or SequenceExamples) at all: not counted.
+    pub(super) undecodable: u64,
+    /// The scan's scratch ([`super::scan`]): the record's features, its numbers, and
+    /// the number of records scanned (marks a feature seen in the current one).
+    pub(super) pending: Vec<super::scan::Pending>,
+    pub(super) values: Vec<f64>,
+    pub(super) stamp: u64,
 }
 
 /// One feature's.
 #[derive(Debug, Default)]
-struct FeaturePartial {
-    kind: Option<FeatureKind>,
-    present: u64,
-    lengths: Lengths,
-    numbers: Numbers,
-    strings: Strings,
+pub(super) struct FeaturePartial {
+    pub(super) name: String,
+    pub(super) kind: Option<FeatureKind>,
+    pub(super) present: u64,
+    pub(super) lengths: Lengths,
+    pub(super) numbers: Numbers,
+    pub(super) strings: Strings,
+    /// The scan's mark: the record that last had it.
+    pub(super) seen: u64,
 }
 
 /// Values per record where present.
 #[derive(Debug)]
-struct Lengths {
-    min: u64,
-    max: u64,
-    total: u64,
-    stream: Stream,
+pub(super) struct Lengths {
+    pub(super) min: u64,
+    pub(super) max: u64,
+    pub(super) total: u64,
+    pub(super) stream: Stream,
 }
 
 impl Default for Lengths {
@@ -68,29 +86,29 @@ impl Default for Lengths {
             min: u64::MAX,
             max: 0,
             total: 0,
-            stream: Stream::new(STREAM_EPS),
+            stream: Stream::sampled(STREAM_EPS, SAMPLE_EXACT),
         }
     }
 }
 
 /// Numeric values (int64 as f64, as TFDV counts them; floats as the float32 written).
 #[derive(Debug)]
-struct Numbers {
+pub(super) struct Numbers {
     /// Values but NaN.
-    count: u64,
-    nan: u64,
-    zeros: u64,
-    pos_inf: u64,
-    neg_inf: u64,
-    min: f64,
-    max: f64,
+    pub(super) count: u64,
+    pub(super) nan: u64,
+    pub(super) zeros: u64,
+    pub(super) pos_inf: u64,
+    pub(super) neg_inf: u64,
+    pub(super) min: f64,
+    pub(super) max: f64,
     /// The extremes of the finite values (the STANDARD histogram's edges).
-    finite_min: f64,
-    finite_max: f64,
-    mean: f64,
+    pub(super) finite_min: f64,
+    pub(super) finite_max: f64,
+    pub(super) mean: f64,
     /// Sum of squared distances from the mean.
-    m2: f64,
-    stream: Stream,
+    pub(super) m2: f64,
+    pub(super) stream: Stream,
 }
 
 impl Default for Numbers {
@@ -107,29 +125,66 @@ impl Default for Numbers {
             finite_max: f64::NEG_INFINITY,
             mean: 0.0,
             m2: 0.0,
-            stream: Stream::new(STREAM_EPS),
+            stream: Stream::sampled(STREAM_EPS, SAMPLE_EXACT),
         }
     }
 }
 
 /// Bytes values.
 #[derive(Debug, Default)]
-struct Strings {
-    total_len: u64,
-    min_len: Option<u64>,
-    max_len: u64,
-    invalid_utf8: u64,
-    distinct: Distinct,
+pub(super) struct Strings {
+    pub(super) total_len: u64,
+    pub(super) min_len: Option<u64>,
+    pub(super) max_len: u64,
+    pub(super) invalid_utf8: u64,
+    pub(super) distinct: Distinct,
 }
 
 /// Distinct values and their counts: exact while few, else sketches.
 #[derive(Debug)]
-enum Distinct {
+pub(super) enum Distinct {
     Exact(HashMap<Vec<u8>, u64>),
     Sketched {
         hll: Box<HllSketch>,
-        top: Box<FrequentItemsSketch<Vec<u8>>>,
+        top: Box<FrequentItemsSketch<Value>>,
     },
+}
+
+/// A bytes value as the top-values sketch keeps (and serializes) it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(super) struct Value(pub(super) Vec<u8>);
+
+impl std::borrow::Borrow<[u8]> for Value {
+    fn borrow(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl FrequentItemValue for Value {
+    fn serialize_size(item: &Self) -> usize {
+        4 + item.0.len()
+    }
+
+    fn serialize_value(&self, bytes: &mut SketchBytes) {
+        bytes.write_u32_le(self.0.len() as u32);
+        bytes.write(&self.0);
+    }
+
+    fn deserialize_value(cursor: &mut SketchSlice<'_>) -> std::result::Result<Self, SketchError> {
+        let len = cursor.read_u32_le().map_err(|_| {
+            SketchError::new(SketchErrorKind::InvalidData, "a value's length cut short")
+        })? as usize;
+        let rest = cursor.remaining();
+        if rest.len() < len {
+            return Err(SketchError::new(
+                SketchErrorKind::InvalidData,
+                "a value cut short",
+            ));
+        }
+        let value = Value(rest[..len].to_vec());
+        cursor.advance(len as u64);
+        Ok(value)
+    }
 }
 
 impl Default for Distinct {
@@ -153,7 +208,7 @@ impl Distinct {
             }
             Distinct::Sketched { hll, top } => {
                 hll.update(value);
-                top.update_with_count_ref(value, count);
+                top.update_with_count(Value(value.to_vec()), count);
             }
         }
     }
@@ -165,10 +220,10 @@ impl Distinct {
         let mut entries: Vec<(Vec<u8>, u64)> = std::mem::take(map).into_iter().collect();
         entries.sort_unstable();
         let mut hll = HllSketch::new(HLL_LG_K, HllType::Hll8).expect("a valid lg_k");
-        let mut top = FrequentItemsSketch::<Vec<u8>>::new(TOP_MAP).expect("a valid map size");
+        let mut top = FrequentItemsSketch::<Value>::new(TOP_MAP).expect("a valid map size");
         for (value, count) in entries {
             hll.update(value.as_slice());
-            top.update_with_count(value, count);
+            top.update_with_count(Value(value), count);
         }
         *self = Distinct::Sketched {
             hll: Box::new(hll),
@@ -219,7 +274,7 @@ impl Distinct {
             Distinct::Sketched { top, .. } => top
                 .frequent_items(ErrorType::NoFalsePositives)
                 .into_iter()
-                .map(|row| (row.item().clone(), row.estimate()))
+                .map(|row| (row.item().0.clone(), row.estimate()))
                 .collect(),
         };
         all.sort_unstable_by(|a, b| b.1.cmp(&a.1).then_with(|| b.0.cmp(&a.0)));
@@ -229,8 +284,36 @@ impl Distinct {
 }
 
 impl Numbers {
+    /// Counts a run of values held in a slice: where all are finite (the common case)
+    /// in one pass without a branch a value, else as [`Numbers::add`] does.
+    pub(super) fn add_slice(&mut self, values: &[f64]) {
+        let (mut sum, mut lo, mut hi, mut zeros) = (0.0f64, f64::INFINITY, f64::NEG_INFINITY, 0u64);
+        let mut finite = true;
+        for &v in values {
+            sum += v;
+            lo = lo.min(v);
+            hi = hi.max(v);
+            zeros += u64::from(v == 0.0);
+            finite &= v.is_finite();
+        }
+        if !finite || values.is_empty() {
+            return self.add(values.iter().copied());
+        }
+        self.zeros += zeros;
+        self.min = self.min.min(lo);
+        self.max = self.max.max(hi);
+        self.finite_min = self.finite_min.min(lo);
+        self.finite_max = self.finite_max.max(hi);
+        for &v in values {
+            self.stream.push(v);
+        }
+        let mean = sum / values.len() as f64;
+        let m2: f64 = values.iter().map(|v| (v - mean) * (v - mean)).sum();
+        self.merge_moments(values.len() as u64, mean, m2);
+    }
+
     /// Counts a run of values: exact sums of the run first, then merged.
-    fn add(&mut self, values: impl Iterator<Item = f64> + Clone) {
+    pub(super) fn add(&mut self, values: impl Iterator<Item = f64> + Clone) {
         let (mut n, mut sum) = (0u64, 0.0f64);
         for v in values.clone() {
             if v.is_nan() {
@@ -302,7 +385,7 @@ impl Numbers {
 }
 
 impl Lengths {
-    fn add(&mut self, n: u64) {
+    pub(super) fn add(&mut self, n: u64) {
         self.min = self.min.min(n);
         self.max = self.max.max(n);
         self.total += n;
@@ -327,6 +410,44 @@ impl Partial {
     /// Records counted.
     pub fn records(&self) -> u64 {
         self.records
+    }
+
+    /// Records that were not Examples (or SequenceExamples), left out.
+    pub fn undecodable(&self) -> u64 {
+        self.undecodable
+    }
+
+    /// Whether nothing was counted.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0 && self.undecodable == 0 && self.features.is_empty()
+    }
+
+    /// The slot of feature `name`, made when new.
+    pub(super) fn slot(&mut self, name: &str) -> usize {
+        if let Some(&i) = self.index.get(name) {
+            return i;
+        }
+        let i = self.features.len();
+        self.features.push(FeaturePartial {
+            name: name.to_owned(),
+            ..FeaturePartial::default()
+        });
+        self.index.insert(name.to_owned(), i);
+        i
+    }
+
+    /// The slot of feature `name`, if counted.
+    pub(super) fn slot_of(&self, name: &[u8]) -> Option<usize> {
+        std::str::from_utf8(name)
+            .ok()
+            .and_then(|n| self.index.get(n).copied())
+    }
+
+    /// The features by name.
+    pub(super) fn sorted(&self) -> Vec<&FeaturePartial> {
+        let mut all: Vec<&FeaturePartial> = self.features.iter().collect();
+        all.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        all
     }
 
     /// Counts one record: an Example's features, a SequenceExample's context features
@@ -355,9 +476,10 @@ impl Partial {
                 }
                 if let Some(lists) = feature_lists {
                     for (name, list) in &lists.feature_list {
-                        let slot = self.features.entry(name.clone()).or_default();
-                        slot.present += 1;
-                        slot.lengths.add(list.feature.len() as u64);
+                        let slot = self.slot(name);
+                        let f = &mut self.features[slot];
+                        f.present += 1;
+                        f.lengths.add(list.feature.len() as u64);
                     }
                 }
             }
@@ -368,53 +490,32 @@ impl Partial {
     }
 
     fn add_feature(&mut self, name: &str, feature: &Feature) -> Result<()> {
-        let slot = match self.features.get_mut(name) {
-            Some(s) => s,
-            None => self.features.entry(name.to_owned()).or_default(),
-        };
         let kind = match &feature.kind {
             None => None,
             Some(Kind::Int64List(_)) => Some(FeatureKind::Int64),
             Some(Kind::FloatList(_)) => Some(FeatureKind::Float),
             Some(Kind::BytesList(_)) => Some(FeatureKind::Bytes),
         };
-        if let (Some(first), Some(this)) = (slot.kind, kind) {
-            if first != this {
-                return Err(Error::new(ErrorKind::KindConflict {
-                    feature: name.to_owned(),
-                    first: first.name(),
-                    second: this.name(),
-                }));
-            }
-        }
-        slot.kind = slot.kind.or(kind);
-        // A `Feature` with no list is no value at all: TensorFlow's parser and TFDV's
-        // decoder read it as missing (an empty list is present, with no values).
-        if kind.is_some() {
-            slot.present += 1;
-        }
+        let slot = self.slot(name);
+        let f = &mut self.features[slot];
+        f.check_kind(kind)?;
         match &feature.kind {
             None => {}
             Some(Kind::Int64List(l)) => {
-                slot.lengths.add(l.value.len() as u64);
-                slot.numbers.add(l.value.iter().map(|&v| v as f64));
+                f.present += 1;
+                f.lengths.add(l.value.len() as u64);
+                f.numbers.add(l.value.iter().map(|&v| v as f64));
             }
             Some(Kind::FloatList(l)) => {
-                slot.lengths.add(l.value.len() as u64);
-                slot.numbers.add(l.value.iter().map(|&v| f64::from(v)));
+                f.present += 1;
+                f.lengths.add(l.value.len() as u64);
+                f.numbers.add(l.value.iter().map(|&v| f64::from(v)));
             }
             Some(Kind::BytesList(l)) => {
-                slot.lengths.add(l.value.len() as u64);
-                let s = &mut slot.strings;
+                f.present += 1;
+                f.lengths.add(l.value.len() as u64);
                 for v in &l.value {
-                    let len = v.len() as u64;
-                    s.total_len += len;
-                    s.min_len = Some(s.min_len.map_or(len, |m| m.min(len)));
-                    s.max_len = s.max_len.max(len);
-                    if std::str::from_utf8(v).is_err() {
-                        s.invalid_utf8 += 1;
-                    }
-                    s.distinct.add(v, 1);
+                    f.strings.add(v);
                 }
             }
         }
@@ -427,35 +528,17 @@ impl Partial {
     ///
     /// A feature whose kind differs between the two.
     pub fn merge(&mut self, other: Partial) -> Result<()> {
-        for (name, theirs) in other.features {
-            let Some(mine) = self.features.get_mut(&name) else {
-                self.features.insert(name, theirs);
-                continue;
-            };
-            if let (Some(a), Some(b)) = (mine.kind, theirs.kind) {
-                if a != b {
-                    return Err(Error::new(ErrorKind::KindConflict {
-                        feature: name,
-                        first: a.name(),
-                        second: b.name(),
-                    }));
-                }
-            }
-            mine.kind = mine.kind.or(theirs.kind);
+        for theirs in other.features {
+            let slot = self.slot(&theirs.name);
+            let mine = &mut self.features[slot];
+            mine.check_kind(theirs.kind)?;
             mine.present += theirs.present;
             mine.lengths.merge(theirs.lengths);
             mine.numbers.merge(theirs.numbers);
-            let (s, t) = (&mut mine.strings, theirs.strings);
-            s.total_len += t.total_len;
-            s.min_len = match (s.min_len, t.min_len) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            s.max_len = s.max_len.max(t.max_len);
-            s.invalid_utf8 += t.invalid_utf8;
-            s.distinct.merge(t.distinct);
+            mine.strings.merge(theirs.strings);
         }
         self.records += other.records;
+        self.undecodable += other.undecodable;
         Ok(())
     }
 
@@ -466,11 +549,37 @@ impl Partial {
             name: String::new(),
             num_examples: self.records,
             features: self
-                .features
-                .iter()
-                .map(|(name, f)| f.to_proto(name, self.records))
+                .sorted()
+                .into_iter()
+                .map(|f| f.to_proto(self.records))
                 .collect(),
         }
+    }
+}
+
+impl Strings {
+    /// Counts one value.
+    #[inline]
+    pub(super) fn add(&mut self, v: &[u8]) {
+        let len = v.len() as u64;
+        self.total_len += len;
+        self.min_len = Some(self.min_len.map_or(len, |m| m.min(len)));
+        self.max_len = self.max_len.max(len);
+        if std::str::from_utf8(v).is_err() {
+            self.invalid_utf8 += 1;
+        }
+        self.distinct.add(v, 1);
+    }
+
+    fn merge(&mut self, t: Strings) {
+        self.total_len += t.total_len;
+        self.min_len = match (self.min_len, t.min_len) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.max_len = self.max_len.max(t.max_len);
+        self.invalid_utf8 += t.invalid_utf8;
+        self.distinct.merge(t.distinct);
     }
 }
 
@@ -478,6 +587,28 @@ impl Partial {
 const BUCKETS: usize = 10;
 
 impl FeaturePartial {
+    /// Notes a record's kind of the feature (`None`: no list), an error when it
+    /// differs from the kind counted before.
+    pub(super) fn check_kind(&mut self, kind: Option<FeatureKind>) -> Result<()> {
+        self.check_kind_only(kind)?;
+        self.kind = self.kind.or(kind);
+        Ok(())
+    }
+
+    /// An error when `kind` differs from the kind counted before.
+    pub(super) fn check_kind_only(&self, kind: Option<FeatureKind>) -> Result<()> {
+        if let (Some(first), Some(this)) = (self.kind, kind) {
+            if first != this {
+                return Err(Error::new(ErrorKind::KindConflict {
+                    feature: self.name.clone(),
+                    first: first.name(),
+                    second: this.name(),
+                }));
+            }
+        }
+        Ok(())
+    }
+
     fn common(&self, records: u64) -> proto::CommonStatistics {
         let mut c = proto::CommonStatistics {
             num_non_missing: self.present,
@@ -492,12 +623,13 @@ impl FeaturePartial {
             c.num_values_histogram = Some(quantiles_histogram(
                 &self.lengths.stream.summary(SUMMARY_SIZE),
                 0,
+                self.present,
             ));
         }
         c
     }
 
-    fn to_proto(&self, name: &str, records: u64) -> proto::FeatureNameStatistics {
+    fn to_proto(&self, records: u64) -> proto::FeatureNameStatistics {
         let common = Some(self.common(records));
         let (r#type, stats) = match self.kind {
             Some(FeatureKind::Int64) | Some(FeatureKind::Float) => {
@@ -516,7 +648,7 @@ impl FeaturePartial {
         };
         proto::FeatureNameStatistics {
             field_id: Some(proto::FieldId::Path(proto::Path {
-                step: vec![name.to_owned()],
+                step: vec![self.name.clone()],
             })),
             r#type: r#type as i32,
             stats: Some(stats),
@@ -543,7 +675,7 @@ impl Numbers {
         if self.count > 0 || self.nan > 0 {
             n.histograms = vec![
                 self.standard_histogram(&summary),
-                quantiles_histogram(&summary, self.nan),
+                quantiles_histogram(&summary, self.nan, self.count),
             ];
         }
         n
@@ -581,7 +713,9 @@ impl Numbers {
             let width = (hi - lo) / BUCKETS as f64;
             // Finite values at or below each edge, from the summary's ranks; the last
             // bucket ends at the finite count, so the buckets add up to it.
-            let at_or_below = |x: f64| summary.rank(x) - self.neg_inf as f64;
+            // (A sampled summary counts about as many values as there are: scaled.)
+            let scale = self.count as f64 / summary.count().max(1) as f64;
+            let at_or_below = |x: f64| summary.rank(x) * scale - self.neg_inf as f64;
             let mut below = 0.0;
             for i in 0..BUCKETS {
                 let last = i + 1 == BUCKETS;
@@ -661,11 +795,11 @@ fn bucket(low: f64, high: f64, count: f64) -> proto::Bucket {
     }
 }
 
-/// Ten buckets of equal counts: the deciles as edges.
-fn quantiles_histogram(summary: &Summary, nan: u64) -> proto::Histogram {
+/// Ten buckets of equal counts (of `count` values): the deciles as edges.
+fn quantiles_histogram(summary: &Summary, nan: u64, count: u64) -> proto::Histogram {
     let ranks: Vec<f64> = (0..=BUCKETS).map(|i| i as f64 / BUCKETS as f64).collect();
     let edges = summary.quantiles(&ranks);
-    let each = summary.count() as f64 / BUCKETS as f64;
+    let each = count as f64 / BUCKETS as f64;
     proto::Histogram {
         num_nan: nan,
         r#type: proto::HistogramType::Quantiles as i32,

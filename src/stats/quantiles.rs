@@ -63,20 +63,26 @@ pub struct Summary {
 impl Summary {
     /// The summary of `values`, which it sorts (no NaN: a NaN is counted apart).
     pub fn exact(values: &mut [f64]) -> Summary {
+        Summary::exact_weighted(values, 1)
+    }
+
+    /// The summary of `values`, each standing for `weight` values (a sample's).
+    pub fn exact_weighted(values: &mut [f64], weight: u64) -> Summary {
         values.sort_unstable_by(f64::total_cmp);
         let mut entries: Vec<Entry> = Vec::new();
         for (below, &v) in (0u64..).zip(values.iter()) {
+            let below = below * weight;
             match entries.last_mut() {
                 // -0.0 and 0.0 are one value, as `==` says.
                 Some(last) if last.value == v => {
-                    last.weight += 1;
-                    last.max_rank += 1;
+                    last.weight += weight;
+                    last.max_rank += weight;
                 }
                 _ => entries.push(Entry {
                     value: v,
-                    weight: 1,
+                    weight,
                     min_rank: below,
-                    max_rank: below + 1,
+                    max_rank: below + weight,
                 }),
             }
         }
@@ -287,15 +293,43 @@ impl Summary {
 /// A stream's summary kept in levels: values gathered in a buffer, each full buffer
 /// summarized and compressed, summaries of one level merged and carried up, so memory
 /// grows with the logarithm of the count.
+///
+/// A sampled stream ([`Stream::sampled`]) keeps its first `exact` values, then one value
+/// of each run of 2 (weighing 2), from `2 * exact` values on one of each run of 4, and so
+/// on, each at a place in its run drawn from a generator of fixed seed: every doubling of
+/// the count adds `exact / 2` values, so a stream of n values sorts about `exact * (1 +
+/// log2(n / exact) / 2)` of them. The estimate of a rank is unbiased; its deviation is at
+/// most `n / sqrt(6 exact)` (each run a variance of at most its weight squared over 4:
+/// the runs of the last doubling, n/2 values in runs of n/exact, dominate).
 #[derive(Clone, Debug)]
 pub struct Stream {
     block: usize,
     buffer: Vec<f64>,
     levels: Vec<Summary>,
+    /// The weight of each value in the buffer (the run length when sampled).
+    weight: u64,
+    /// Values pushed.
+    seen: u64,
+    /// The count from which runs double (`u64::MAX`: never, every value kept).
+    next_doubling: u64,
+    /// Where the current run is, and which of its values (1-based) is kept.
+    in_run: u64,
+    pick: u64,
+    rng: u64,
 }
 
 /// The counts a stream is built for (2^40: a trillion values a shard).
 const MOST_VALUES: u64 = 1 << 40;
+
+/// SplitMix64: the sampler's generator (fixed seed, so the same values give the same
+/// summary).
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
 
 impl Stream {
     /// A stream whose summary answers ranks within `eps` of the count.
@@ -314,24 +348,67 @@ impl Stream {
             block,
             buffer: Vec::new(),
             levels: Vec::new(),
+            weight: 1,
+            seen: 0,
+            next_doubling: u64::MAX,
+            in_run: 0,
+            pick: 1,
+            rng: 0,
         }
+    }
+
+    /// A stream that keeps its first `exact` values, then samples (see [`Stream`]).
+    pub fn sampled(eps: f64, exact: u64) -> Stream {
+        Stream {
+            next_doubling: exact.max(1),
+            ..Stream::new(eps)
+        }
+    }
+
+    /// Values pushed.
+    pub fn seen(&self) -> u64 {
+        self.seen
     }
 
     /// Counts one value (not NaN: the caller counts those apart).
     #[inline]
     pub fn push(&mut self, value: f64) {
         debug_assert!(!value.is_nan());
-        self.buffer.push(value);
-        if self.buffer.len() >= 2 * self.block {
+        self.seen += 1;
+        if self.weight == 1 {
+            self.buffer.push(value);
+        } else {
+            self.in_run += 1;
+            if self.in_run == self.pick {
+                self.buffer.push(value);
+            }
+            if self.in_run == self.weight {
+                self.in_run = 0;
+                self.pick = 1 + (splitmix(&mut self.rng) & (self.weight - 1));
+            }
+        }
+        if self.seen == self.next_doubling {
+            self.double();
+        } else if self.buffer.len() >= 2 * self.block {
             self.flush();
         }
+    }
+
+    /// Runs twice as long from here on.
+    #[cold]
+    fn double(&mut self) {
+        self.flush();
+        self.weight *= 2;
+        self.next_doubling = self.next_doubling.saturating_mul(2);
+        self.in_run = 0;
+        self.pick = 1 + (splitmix(&mut self.rng) & (self.weight - 1));
     }
 
     fn flush(&mut self) {
         if self.buffer.is_empty() {
             return;
         }
-        let mut summary = Summary::exact(&mut self.buffer);
+        let mut summary = Summary::exact_weighted(&mut self.buffer, self.weight);
         self.buffer.clear();
         // Exact, then 1/block of error: each level carried up adds another 1/block, and
         // the levels are fewer than eps * block.
@@ -374,7 +451,7 @@ impl Stream {
     /// The summary of everything pushed, compressed to about `size` entries or fewer
     /// (adding at most `1 / size` to its error).
     pub fn summary(&self, size: usize) -> Summary {
-        let mut out = Summary::exact(&mut self.buffer.clone());
+        let mut out = Summary::exact_weighted(&mut self.buffer.clone(), self.weight);
         for level in &self.levels {
             out = out.merge(level);
         }

@@ -225,6 +225,8 @@ pub(crate) struct Publication {
     pub names: Vec<String>,
     /// The manifest's name and bytes.
     pub manifest: (String, Vec<u8>),
+    /// The statistics file's name and bytes, written right before the manifest.
+    pub stats: Option<(String, Vec<u8>)>,
     /// Whether a name in the output folder is a shard (or `.idx`) of this output's
     /// prefix, of any count: what `--overwrite` removes when the new set lacks it.
     pub own: fn(&str, &str) -> bool,
@@ -236,20 +238,36 @@ pub(crate) struct Publication {
 
 impl Publication {
     /// The final names of the files placed, each with its staged path: every shard,
-    /// then its `.idx` file.
+    /// then its `.idx` and `.stats` files.
     pub(crate) fn files(&self) -> impl Iterator<Item = (&Path, String)> {
         self.shards
             .iter()
             .zip(&self.names)
             .flat_map(|(shard, name)| {
-                std::iter::once((shard.path.as_path(), name.clone())).chain(
-                    shard
-                        .idx_path
-                        .as_deref()
-                        .map(|idx| (idx, format!("{name}.idx"))),
-                )
+                std::iter::once((shard.path.as_path(), name.clone()))
+                    .chain(
+                        shard
+                            .idx_path
+                            .as_deref()
+                            .map(|idx| (idx, format!("{name}.idx"))),
+                    )
+                    .chain(
+                        shard
+                            .stats
+                            .as_ref()
+                            .map(|s| (s.path.as_path(), format!("{name}.stats"))),
+                    )
             })
     }
+}
+
+/// A shard's partial statistics, kept beside it as `{shard}.stats`.
+#[derive(Debug, Clone)]
+pub struct ShardStats {
+    /// The temporary file.
+    pub path: PathBuf,
+    /// Its bytes ([`crate::stats::Partial::to_bytes`]).
+    pub bytes: Arc<Vec<u8>>,
 }
 
 /// A finished shard, still under its temporary name.
@@ -259,6 +277,9 @@ pub struct ClosedShard {
     pub path: PathBuf,
     /// Temporary `.idx` path, with `--index`.
     pub idx_path: Option<PathBuf>,
+    /// Its partial statistics (unless `--no-stats`): the temporary `.stats` file that
+    /// keeps them beside the shard, and their bytes.
+    pub stats: Option<ShardStats>,
     /// Records in it.
     pub records: u64,
     /// Bytes on disk.
@@ -445,6 +466,7 @@ mod conformance {
                 let shard = ClosedShard {
                     path,
                     idx_path: None,
+                    stats: None,
                     records: 1,
                     bytes: bytes.len() as u64,
                     crc32c: crc32c::crc32c(&bytes),
@@ -468,6 +490,7 @@ mod conformance {
             shards,
             names,
             manifest: ("data.manifest.json".into(), b"{}\n".to_vec()),
+            stats: None,
             own: is_own_shard,
             prefix: "data".into(),
             append: None,

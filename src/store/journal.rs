@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::destination::{ClosedShard, SourceRows};
+use super::destination::{ClosedShard, ShardStats, SourceRows};
 use crate::error::{Error, ErrorKind, Result};
 
 /// The journal's file name, inside the temporary folder.
@@ -28,6 +28,9 @@ pub struct JournalShard {
     pub file: String,
     /// Its `.idx` file's name, with `--index`.
     pub idx: Option<String>,
+    /// Its `.stats` file's name (unless `--no-stats`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<String>,
     /// Records in it.
     pub records: u64,
     /// Bytes on disk.
@@ -127,9 +130,24 @@ impl Journal {
             if idx_path.as_ref().is_some_and(|p| !p.exists()) {
                 break;
             }
+            let stats = match &s.stats {
+                None => None,
+                Some(name) => {
+                    let path = tmp.join(name);
+                    // Synced before it was journaled (else the shard is written again).
+                    match std::fs::read(&path).ok() {
+                        Some(bytes) => Some(ShardStats {
+                            path,
+                            bytes: std::sync::Arc::new(bytes),
+                        }),
+                        None => break,
+                    }
+                }
+            };
             good.push(ClosedShard {
                 path,
                 idx_path,
+                stats,
                 records: s.records,
                 bytes: s.bytes,
                 crc32c: s.crc32c,
@@ -152,6 +170,7 @@ pub fn entry(shard: &ClosedShard) -> JournalShard {
     JournalShard {
         file: name(&shard.path),
         idx: shard.idx_path.as_ref().map(name),
+        stats: shard.stats.as_ref().map(|s| name(&s.path)),
         records: shard.records,
         bytes: shard.bytes,
         crc32c: shard.crc32c,

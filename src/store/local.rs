@@ -234,7 +234,7 @@ struct LocalOutput {
     committed: bool,
 }
 
-/// A resumable run's hook on disk: each closed shard (and its `.idx`) synced, then
+/// A resumable run's hook on disk: each closed shard (and its `.idx` and `.stats`) synced, then
 /// journaled beside it, with every shard before it.
 struct Journaler {
     tmp: PathBuf,
@@ -251,7 +251,11 @@ impl ShardEvents for Journaler {
         let Some(journal) = journal.as_mut() else {
             return Ok(());
         };
-        for path in std::iter::once(&shard.path).chain(&shard.idx_path) {
+        let stats = shard.stats.as_ref().map(|s| &s.path);
+        for path in std::iter::once(&shard.path)
+            .chain(&shard.idx_path)
+            .chain(stats)
+        {
             let sync = fs::File::open(path).and_then(|f| f.sync_all());
             sync.map_err(io_at(path))?;
         }

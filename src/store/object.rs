@@ -37,7 +37,8 @@ use tokio::task::JoinHandle;
 
 use super::claim::{Claims, Held};
 use super::destination::{
-    ClosedShard, Destination, LastGuess, Publication, ShardEvents, ShardHook, StagePlan, Staging,
+    ClosedShard, Destination, LastGuess, Publication, ShardEvents, ShardHook, ShardStats,
+    StagePlan, Staging,
 };
 use super::journal::{self, Journal, JOURNAL};
 use super::publish::{publish, Mode, Set, Steps};
@@ -444,6 +445,24 @@ impl RemoteOutput {
                     if !sound || entry.idx.is_some() {
                         break;
                     }
+                    // Its partial statistics, as uploaded (else it is written again).
+                    let stats = match &entry.stats {
+                        None => None,
+                        Some(name) => match super::read_all(&s.run_dir(tmp).join(name)) {
+                            Ok(bytes) => {
+                                let path = staging_tmp.join(name);
+                                s.uploaded
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .push(path.clone());
+                                Some(ShardStats {
+                                    path,
+                                    bytes: Arc::new(bytes.to_vec()),
+                                })
+                            }
+                            Err(_) => break,
+                        },
+                    };
                     let path = staging_tmp.join(&entry.file);
                     s.uploaded
                         .lock()
@@ -459,6 +478,7 @@ impl RemoteOutput {
                     finished.push(ClosedShard {
                         path,
                         idx_path: None,
+                        stats,
                         records: entry.records,
                         bytes: entry.bytes,
                         crc32c: entry.crc32c,
@@ -1208,12 +1228,13 @@ impl ShardEvents for Stager {
                 s.closed = true;
             });
         }
-        if let Some(idx) = &shard.idx_path {
-            let task = self.shared.start_upload(&self.tmp, idx);
+        let stats = shard.stats.as_ref().map(|s| &s.path);
+        for companion in shard.idx_path.iter().chain(stats) {
+            let task = self.shared.start_upload(&self.tmp, companion);
             self.tasks
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .push((idx.clone(), task));
+                .push((companion.clone(), task));
         }
         Ok(())
     }

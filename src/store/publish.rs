@@ -20,7 +20,8 @@
 //! 5. **Publish the manifests**: the commit point, one per set, every set's after every
 //!    set's shards (a failure between two manifests leaves the earlier sets published,
 //!    the later not), each right after the caller confirmed that it still holds its
-//!    claims. Without `replace`, each is written only where none is. An append writes
+//!    claims, each right after its statistics file. Without `replace`, each is written
+//!    only where none is. An append writes
 //!    every set's pinned manifest before any set's manifest, so that a writer killed
 //!    between two sets' manifests leaves what completes the later ones.
 //!
@@ -53,6 +54,9 @@ pub(crate) struct Set<F> {
     pub moves: Vec<(F, String)>,
     /// The manifest's name in `dir`, and its bytes.
     pub manifest: (String, Vec<u8>),
+    /// The set's statistics file (`{prefix}.stats.pb`): name in `dir` and bytes,
+    /// written right before the manifest that names it.
+    pub stats: Option<(String, Vec<u8>)>,
     /// Where a store records a multipart copy that places one of the files, while it
     /// runs (relative to the destination), so that a killed attempt's can be aborted.
     pub records: String,
@@ -99,6 +103,7 @@ impl<F> Set<F> {
             own: publication.own,
             moves,
             manifest: publication.manifest,
+            stats: publication.stats,
             records: String::new(),
             append: publication.append,
         }
@@ -260,6 +265,11 @@ pub(crate) fn publish<S: Steps + ?Sized>(
     for set in sets {
         let path = steps.display(&set.manifest_rel());
         confirm()?;
+        if let Some((name, bytes)) = &set.stats {
+            // Before the manifest that names it (its SHA-256 tells a reader of an older
+            // manifest that the file is not its own).
+            steps.write_file(&set.rel(name), bytes)?;
+        }
         match steps.write_manifest(set, mode == Mode::Create) {
             // Another run published this set since this one found the output empty.
             Err(e) if !replace && already_exists(&e) => {

@@ -256,7 +256,9 @@ fn s3_to_s3_disk_to_s3_and_s3_to_disk_write_the_same_shards() {
         &s.endpoint,
         &["put-dir", table.to_str().unwrap(), &b, "tables/hive"],
     );
-    let small = ["--target-shard-size", "2KiB"];
+    // (With statistics: each shard's partial goes up beside it, the set's file with the
+    // manifest, byte for byte as on disk.)
+    let small = ["--target-shard-size", "2KiB", "--stats"];
 
     // The reference: disk to disk.
     let local = on_disk(s, &table, "s3-local", &small);
@@ -305,7 +307,15 @@ fn s3_to_s3_disk_to_s3_and_s3_to_disk_write_the_same_shards() {
         let manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(got_dir.join("data.manifest.json")).unwrap())
                 .unwrap();
-        assert_eq!(manifest["shards"].as_array().unwrap().len(), want.len());
+        let shards = want
+            .iter()
+            .filter(|(n, _)| n.ends_with(".tfrecord"))
+            .count();
+        assert_eq!(manifest["shards"].as_array().unwrap().len(), shards);
+        assert!(
+            shards > 1 && want.len() == 2 * shards + 1,
+            "{name}: a partial each, and the set's statistics"
+        );
         if input.starts_with("s3") {
             assert!(
                 manifest["inputs"][0]["etag"].is_string(),
@@ -339,6 +349,14 @@ fn s3_to_s3_disk_to_s3_and_s3_to_disk_write_the_same_shards() {
     let (code, stdout, err) = tfshard_at(&s.endpoint, &["schema", &out]);
     assert_eq!(code, 0, "{err}");
     assert!(stdout.contains("\"city\""), "{stdout}");
+    let (code, stdout, err) = tfshard_at(&s.endpoint, &["stats", &out, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let (_, on_disk_stats, _) =
+        tfshard_at(&s.endpoint, &["stats", local.to_str().unwrap(), "--json"]);
+    assert_eq!(
+        stdout, on_disk_stats,
+        "the stored statistics, read from the store"
+    );
     let (code, stdout, err) = tfshard_at(&s.endpoint, &["bench", &out, "--json", "--epochs", "1"]);
     assert_eq!(code, 0, "{err}");
     let bench: serde_json::Value = serde_json::from_str(&stdout).unwrap();
@@ -1878,7 +1896,8 @@ fn resume_after_a_kill_on_s3() {
     let input = scratch("s3-resume-in").join("blobs.parquet");
     blob_table(&input, 40, 256 << 10);
     let local = scratch("s3-resume-local");
-    let size = ["--target-shard-size", "2MiB"];
+    // (With statistics: a reused shard's partial is read back from the store.)
+    let size = ["--target-shard-size", "2MiB", "--stats"];
     let (code, _, err) = tfshard_at(
         &s.endpoint,
         &[
@@ -1931,7 +1950,11 @@ fn resume_after_a_kill_on_s3() {
     assert_eq!(files(&got), files(&local));
     let summary: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let reused = summary["reused"]["shards"].as_u64().unwrap() as usize;
-    let bytes: usize = files(&got)[..reused].iter().map(|(_, b)| b.len()).sum();
+    let bytes: usize = (files(&got).iter())
+        .filter(|(n, _)| n.ends_with(".tfrecord"))
+        .take(reused)
+        .map(|(_, b)| b.len())
+        .sum();
     assert!(reused >= 1, "{summary}");
     assert_eq!(summary["reused"]["bytes"], bytes, "{summary}");
     let keys = client(&s.endpoint, &["ls", &b, "out/"]);
