@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
 use crate::records::ReadSettings;
-use crate::stats::{summarize, to_tfdv_bytes, FeatureSummary, StatsReader, Stored};
+use crate::stats::{statistics, summarize, to_json, to_tfdv_bytes, FeatureSummary, StatsReader};
 
 /// `--format`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,24 +53,19 @@ impl StatsArgs {
                 self.read.record_type.resolve(),
             )
             .build()?;
-        let stats = match reader.stored()? {
-            Stored::Found(stats, _) => stats,
-            other => {
-                if let Stored::NotTheManifests(path) = other {
-                    if !self.common.quiet {
-                        eprintln!(
-                            "note: {} is not the manifest's (an interrupted writer's): \
-                             computing the statistics from the shards",
-                            path.display()
-                        );
-                    }
-                }
-                let bar = output::Bar::new(&self.common, "bytes");
-                let partial = reader.run(&bar);
-                bar.clear();
-                partial?.to_proto()
+        let bar = output::Bar::new(&self.common, "bytes");
+        let quiet = self.common.quiet;
+        let stats = statistics(&reader, &bar, &mut |path| {
+            if !quiet {
+                eprintln!(
+                    "note: {} is not the manifest's (an interrupted writer's): computing the \
+                     statistics from the shards",
+                    path.display()
+                );
             }
-        };
+        });
+        bar.clear();
+        let stats = stats?;
         if let Some(path) = &self.output {
             let bytes = to_tfdv_bytes(&stats);
             crate::store::atomic::write_atomic(path, &bytes, false)?;
@@ -87,23 +82,14 @@ impl StatsArgs {
                 return Ok(());
             }
         }
-        let features = summarize(&stats);
         if self.common.json {
-            #[derive(serde::Serialize)]
-            struct Printed<'a> {
-                records: u64,
-                features: &'a [FeatureSummary],
-            }
             let mut out = output::stdout();
-            let printed = Printed {
-                records: stats.num_examples,
-                features: &features,
-            };
-            serde_json::to_writer(&mut out, &printed).map_err(std::io::Error::other)?;
+            serde_json::to_writer(&mut out, &to_json(&stats)).map_err(std::io::Error::other)?;
             out.write_all(b"\n")?;
             out.flush()?;
             return Ok(());
         }
+        let features = summarize(&stats);
         let mut out = output::stdout();
         writeln!(
             out,

@@ -8,7 +8,7 @@ use clap::Args;
 use super::{output, CliError, CliResult, Common, ReadFlags};
 use crate::records::ReadSettings;
 use crate::stats::drift::{Anomaly, Thresholds};
-use crate::stats::{StatsReader, Stored};
+use crate::stats::StatsReader;
 use crate::verify::{Verifier, VerifierBuilder};
 
 /// Arguments of `verify`.
@@ -81,10 +81,7 @@ impl VerifyArgs {
                 self.read.record_type.resolve(),
             )
             .build()?;
-        let stats = match reader.stored()? {
-            Stored::Found(stats, _) => stats,
-            _ => reader.run(&crate::progress::NoProgress)?.to_proto(),
-        };
+        let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, &mut |_| {})?;
         Ok(crate::stats::drift::compare(&stats, base, thresholds))
     }
 

@@ -300,6 +300,7 @@ fn convert_options(
         .with_resume(o.flag("resume")?)
         .with_append(o.flag("append")?)
         .with_index(o.flag("index")?)
+        .with_stats(o.flag("stats")?)
         .with_seed(o.get::<u64>("seed")?.unwrap_or(0));
     if let Some(n) = o.get::<u32>("retain")? {
         b = b.with_retain(n);
@@ -479,7 +480,8 @@ pub(crate) fn convert(
     to_python(py, &summary.to_json())
 }
 
-/// `tfshard.verify`: the report, `ok` false with the problems when something is wrong.
+/// `tfshard.verify`: the report, `ok` false with the problems when something is wrong;
+/// with a baseline, the anomalies of the set's statistics against it too.
 #[pyfunction]
 #[pyo3(signature = (paths, options))]
 pub(crate) fn verify(
@@ -488,7 +490,7 @@ pub(crate) fn verify(
     options: Bound<'_, PyDict>,
 ) -> PyResult<Py<PyAny>> {
     let o = Options::new(options, "verify");
-    let mut b = Verifier::builder(paths).with_deep(o.flag("deep")?);
+    let mut b = Verifier::builder(paths.clone()).with_deep(o.flag("deep")?);
     if let Some(manifest) = o.get::<PathBuf>("manifest")? {
         b = b.with_manifest(manifest);
     }
@@ -497,18 +499,103 @@ pub(crate) fn verify(
     if let Some(n) = o.threads()? {
         b = b.with_threads(n);
     }
-    b = b.with_io(o.io()?);
+    let io = o.io()?;
+    b = b.with_io(io);
     let show = o.progress()?;
+    let baseline = o.get::<PathBuf>("baseline")?;
+    let mut thresholds = crate::stats::drift::Thresholds::default();
+    if let Some(given) = o.get::<std::collections::BTreeMap<String, f64>>("thresholds")? {
+        if baseline.is_none() {
+            return Err(PyValueError::new_err("thresholds apply with a baseline"));
+        }
+        if let Some((f, x)) = given.iter().find(|(_, x)| x.is_nan() || **x < 0.0) {
+            return Err(PyValueError::new_err(format!(
+                "thresholds: {f:?} is {x}, give a number at least 0"
+            )));
+        }
+        thresholds.per_feature = given;
+    }
     o.finish()?;
+    // A baseline that cannot be read is the caller's mistake, found before the shards
+    // are read.
+    let base = match &baseline {
+        Some(path) => Some(
+            py.detach(|| crate::stats::baseline(path, io))
+                .map_err(|e| {
+                    PyValueError::new_err(format!(
+                        "baseline {}: cannot be read: {e}",
+                        path.display()
+                    ))
+                })?,
+        ),
+        None => None,
+    };
     let cancel = CancelToken::new();
     let verifier = b.with_cancel(cancel.clone()).build().map_err(to_py_err)?;
-    let report = interruptible(py, cancel, move || {
+    let stats_of = crate::stats::StatsReader::builder(paths)
+        .with_io(io)
+        .with_reading(compression, record_type);
+    let (report, anomalies) = interruptible(py, cancel, move || {
         let bar = Bar::shown(show, "bytes");
         let report = verifier.run(&bar);
         bar.clear();
-        report
+        let report = report?;
+        // (A set with problems is not compared: its statistics would not be its data's.)
+        let anomalies = match &base {
+            Some(base) if report.ok => {
+                let reader = stats_of.build()?;
+                let none = &mut |_: &std::path::Path| {};
+                let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, none)?;
+                Some(crate::stats::drift::compare(&stats, base, &thresholds))
+            }
+            Some(_) => Some(Vec::new()),
+            None => None,
+        };
+        Ok((report, anomalies))
     })?;
-    to_python(py, &serde_json::to_value(&report).map_err(to_runtime)?)
+    let mut json = serde_json::to_value(&report).map_err(to_runtime)?;
+    if let Some(a) = anomalies {
+        json["ok"] = serde_json::Value::Bool(report.ok && a.is_empty());
+        json["anomalies"] = serde_json::to_value(&a).map_err(to_runtime)?;
+    }
+    to_python(py, &json)
+}
+
+/// `tfshard.stats`: the statistics (`tfshard stats --json`'s keys), stored or computed;
+/// with a baseline, its statistics too under `baseline`.
+#[pyfunction]
+#[pyo3(signature = (paths, options))]
+pub(crate) fn stats(
+    py: Python<'_>,
+    paths: Vec<PathBuf>,
+    options: Bound<'_, PyDict>,
+) -> PyResult<Py<PyAny>> {
+    let o = Options::new(options, "stats");
+    let (compression, record_type) = read_options(&o)?;
+    let io = o.io()?;
+    let threads = o.threads()?;
+    let show = o.progress()?;
+    let baseline = o.get::<PathBuf>("baseline")?;
+    o.finish()?;
+    let b = crate::stats::StatsReader::builder(paths)
+        .with_io(io)
+        .with_reading(compression, record_type);
+    let pool = crate::progress::thread_pool(threads.unwrap_or(0), "stats").map_err(to_py_err)?;
+    let cancel = CancelToken::new();
+    let json = interruptible(py, cancel, move || {
+        pool.install(|| {
+            let reader = b.build()?;
+            let bar = Bar::shown(show, "bytes");
+            let stats = crate::stats::statistics(&reader, &bar, &mut |_| {});
+            bar.clear();
+            let mut json = crate::stats::to_json(&stats?);
+            if let Some(path) = &baseline {
+                json["baseline"] = crate::stats::to_json(&crate::stats::baseline(path, io)?);
+            }
+            Ok(json)
+        })
+    })?;
+    to_python(py, &json)
 }
 
 /// `tfshard.schema`: the features (as a list of dicts), or with `format="python"` the

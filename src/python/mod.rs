@@ -128,6 +128,7 @@ fn tfshard_module(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(main, m)?)?;
     m.add_function(wrap_pyfunction!(commands::convert, m)?)?;
     m.add_function(wrap_pyfunction!(commands::verify, m)?)?;
+    m.add_function(wrap_pyfunction!(commands::stats, m)?)?;
     m.add_function(wrap_pyfunction!(commands::schema, m)?)?;
     m.add_function(wrap_pyfunction!(commands::finalize, m)?)?;
     m.add_function(wrap_pyfunction!(commands::compact, m)?)?;

@@ -56,10 +56,7 @@ pub fn baseline(path: &std::path::Path, io: IoOptions) -> Result<proto::DatasetF
         let reader = StatsReader::builder(vec![path.to_path_buf()])
             .with_io(io)
             .build()?;
-        return match reader.stored()? {
-            Stored::Found(stats, _) => Ok(stats),
-            _ => Ok(reader.run(&crate::progress::NoProgress)?.to_proto()),
-        };
+        return statistics(&reader, &crate::progress::NoProgress, &mut |_| {});
     }
     let bytes = crate::store::paths::read(path, io)?;
     let damaged = |why: &str| {
@@ -95,6 +92,37 @@ pub fn baseline(path: &std::path::Path, io: IoOptions) -> Result<proto::DatasetF
         .into_iter()
         .next()
         .ok_or_else(|| damaged("no dataset"))
+}
+
+/// The statistics of the reader's paths: those a set's conversion stored when the paths
+/// name one set that keeps them (whole), else computed (`progress` counts bytes read).
+/// `on_mismatch` hears of a stored file that is not the manifest's (then computed).
+///
+/// # Errors
+///
+/// A stored file that cannot be read; a corrupt record; a feature of two kinds.
+pub fn statistics(
+    reader: &StatsReader,
+    progress: &dyn Progress,
+    on_mismatch: &mut dyn FnMut(&std::path::Path),
+) -> Result<proto::DatasetFeatureStatistics> {
+    match reader.stored()? {
+        Stored::Found(stats, _) => Ok(stats),
+        other => {
+            if let Stored::NotTheManifests(path) = other {
+                on_mismatch(&path);
+            }
+            Ok(reader.run(progress)?.to_proto())
+        }
+    }
+}
+
+/// What `tfshard stats --json` prints: `{"records", "features": [...]}`.
+pub fn to_json(stats: &proto::DatasetFeatureStatistics) -> serde_json::Value {
+    serde_json::json!({
+        "records": stats.num_examples,
+        "features": summarize(stats),
+    })
 }
 
 /// Serialized Examples for tests: ints, floats (some NaN), strings (most distinct, a few

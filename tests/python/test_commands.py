@@ -315,3 +315,32 @@ def test_inspect_close_stops_reading_and_verify_takes_a_manifest(small_shards):
     assert report["ok"] and report["records"] == 2000
     with pytest.raises(ValueError, match="manifest"):
         tfshard.verify()
+
+
+def test_stats_and_verify_against_a_baseline(tmp_path, tfshard_bin):
+    """`stats=True` keeps the statistics; `tfshard.stats` returns `stats --json`'s data;
+    `verify(baseline=...)` lists drift as the command line does."""
+    base, swapped = tmp_path / "base", tmp_path / "swapped"
+    tfshard.convert(SMALL, base, stats=True)
+    tfshard.convert(SMALL, swapped, stats=True, rename={"price": "cost", "score": "price"})
+    got = tfshard.stats(base)
+    printed = cli(tfshard_bin, "stats", str(base), "--json")
+    assert printed.returncode == 0, printed.stderr
+    assert got == json.loads(printed.stdout)
+    assert got["records"] == 2000 and {f["name"] for f in got["features"]} >= {"price", "score"}
+    with_base = tfshard.stats(swapped, baseline=base)
+    assert with_base["baseline"] == got
+    assert tfshard.verify(base, baseline=base)["anomalies"] == []
+    report = tfshard.verify(swapped, baseline=base)
+    assert not report["ok"]
+    kinds = {(a["feature"], a["kind"]) for a in report["anomalies"]}
+    assert ("price", "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH") in kinds, kinds
+    assert ("score", "SCHEMA_MISSING_COLUMN") in kinds, kinds
+    loose = tfshard.verify(swapped, baseline=base, thresholds={"price": 1.0})
+    assert ("price", "COMPARATOR_JENSEN_SHANNON_DIVERGENCE_HIGH") not in {
+        (a["feature"], a["kind"]) for a in loose["anomalies"]
+    }
+    with pytest.raises(ValueError, match="baseline"):
+        tfshard.verify(base, baseline=tmp_path / "nowhere")
+    with pytest.raises(ValueError, match="baseline"):
+        tfshard.verify(base, thresholds={"price": 0.2})

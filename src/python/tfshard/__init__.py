@@ -53,6 +53,7 @@ __all__ = [
     "finalize",
     "inspect",
     "schema",
+    "stats",
     "verify",
     "__version__",
 ]
@@ -100,6 +101,7 @@ def convert(
     append: bool = False,
     retain: Optional[int] = None,
     index: bool = False,
+    stats: bool = False,
     shuffle: bool = False,
     seed: int = 0,
     shuffle_memory: Union[int, str] = "1GiB",
@@ -176,6 +178,8 @@ def verify(
     *,
     manifest: Optional[PathLike] = None,
     deep: bool = False,
+    baseline: Optional[PathLike] = None,
+    thresholds: Optional[Mapping[str, float]] = None,
     compression: str = "auto",
     record_type: str = "auto",
     threads: Optional[int] = None,
@@ -187,13 +191,39 @@ def verify(
     checksums (``deep=True``: every record parses and matches the schema); ``paths`` may
     be left out when ``manifest`` names the set. Returns the
     report (the keys of ``tfshard verify --json``): ``ok`` is False, with the
-    ``problems`` (each with its ``kind``), when something is wrong. Raises
-    :class:`tfshard.Error` only when nothing can be read."""
+    ``problems`` (each with its ``kind``), when something is wrong. With ``baseline``
+    (another set, TFRecord files, or a statistics file, ours or TFDV's), the set's
+    statistics are compared with the baseline's: the report's ``anomalies`` (``ok`` False
+    when any), each ``{"feature", "kind", "measured", "threshold", "description"}``;
+    ``thresholds`` maps features to their threshold (else 0.1). Raises ``ValueError``
+    for a baseline that cannot be read, :class:`tfshard.Error` only when nothing can be
+    read."""
     options = _given(verify, dict(locals()))
     if paths is None and manifest is None:
         raise ValueError("give the shards to verify, or a manifest")
+    if thresholds is not None:
+        options["thresholds"] = {str(k): float(v) for k, v in thresholds.items()}
     report: Dict[str, Any] = _tfshard.verify([] if paths is None else _paths(paths), options)
     return report
+
+
+def stats(
+    paths: Union[PathLike, Sequence[PathLike]],
+    *,
+    baseline: Optional[PathLike] = None,
+    compression: str = "auto",
+    record_type: str = "auto",
+    threads: Optional[int] = None,
+    io_concurrency: int = 16,
+    io_timeout: Union[str, float] = "5m",
+    progress: Union[bool, str] = False,
+) -> Dict[str, Any]:
+    """The statistics of a set (those its conversion kept with ``stats=True``) or of any
+    TFRecord files (computed): ``{"records", "features": [...]}``, the keys of ``tfshard
+    stats --json``; with ``baseline``, the baseline's under ``"baseline"`` too."""
+    options = _given(stats, dict(locals()))
+    result: Dict[str, Any] = _tfshard.stats(_paths(paths), options)
+    return result
 
 
 def schema(
