@@ -32,6 +32,12 @@ pub struct StatsArgs {
     /// Where `--format tfdv` writes.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Also write a self-contained HTML page: per feature its numbers and a chart (histogram or top values), the baseline's beside it.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+    /// Show a baseline's statistics beside these (another set, TFRecord files, or a statistics file, ours or TFDV's): in --html, and in --json under "baseline".
+    #[arg(long, value_name = "BASE")]
+    pub baseline: Option<PathBuf>,
     #[command(flatten)]
     pub read: ReadFlags,
     #[command(flatten)]
@@ -53,6 +59,17 @@ impl StatsArgs {
                 self.read.record_type.resolve(),
             )
             .build()?;
+        let base = match &self.baseline {
+            Some(path) => Some(
+                crate::stats::baseline(path, self.common.io()?).map_err(|e| {
+                    CliError::Usage(format!(
+                        "--baseline {}: cannot be read: {e}",
+                        path.display()
+                    ))
+                })?,
+            ),
+            None => None,
+        };
         let bar = output::Bar::new(&self.common, "bytes");
         let quiet = self.common.quiet;
         let stats = statistics(&reader, &bar, &mut |path| {
@@ -66,6 +83,28 @@ impl StatsArgs {
         });
         bar.clear();
         let stats = stats?;
+        if let Some(path) = &self.html {
+            let title = self
+                .paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" ");
+            let page = crate::stats::html::page(&title, &stats, base.as_ref());
+            crate::store::atomic::write_atomic(path, page.as_bytes(), false)?;
+            if !self.common.json && !self.common.quiet {
+                eprintln!(
+                    "wrote {} ({} features{})",
+                    path.display(),
+                    stats.features.len(),
+                    if base.is_some() {
+                        ", the baseline beside them"
+                    } else {
+                        ""
+                    }
+                );
+            }
+        }
         if let Some(path) = &self.output {
             let bytes = to_tfdv_bytes(&stats);
             crate::store::atomic::write_atomic(path, &bytes, false)?;
@@ -83,8 +122,12 @@ impl StatsArgs {
             }
         }
         if self.common.json {
+            let mut json = to_json(&stats);
+            if let Some(base) = &base {
+                json["baseline"] = to_json(base);
+            }
             let mut out = output::stdout();
-            serde_json::to_writer(&mut out, &to_json(&stats)).map_err(std::io::Error::other)?;
+            serde_json::to_writer(&mut out, &json).map_err(std::io::Error::other)?;
             out.write_all(b"\n")?;
             out.flush()?;
             return Ok(());

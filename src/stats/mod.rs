@@ -8,6 +8,7 @@
 //! [`FeatureSummary`] is the plain view `tfshard stats --json` prints.
 
 pub mod drift;
+pub mod html;
 mod partial;
 mod parts;
 pub mod proto;
@@ -350,7 +351,7 @@ pub fn feature_name(f: &proto::FeatureNameStatistics) -> String {
     }
 }
 
-fn summarize_feature(f: &proto::FeatureNameStatistics) -> FeatureSummary {
+pub(crate) fn summarize_feature(f: &proto::FeatureNameStatistics) -> FeatureSummary {
     let kind = match proto::FeatureType::try_from(f.r#type) {
         Ok(proto::FeatureType::Int) => "INT",
         Ok(proto::FeatureType::Float) => "FLOAT",

@@ -537,3 +537,93 @@ fn verify_against_a_baseline_finds_drift() {
     ]);
     assert_eq!(code, 2, "{err}");
 }
+
+/// A browser on PATH (Debian's `chromium`, which `.ci/run` installs).
+fn chromium() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|d| ["chromium", "chromium-browser", "google-chrome"].map(|n| d.join(n)))
+        .find(|p| p.is_file())
+}
+
+/// `stats --html`: a real browser (headless Chromium, no network) draws every feature's
+/// chart: each feature's bars are of a colour of their own, and every one is found in
+/// the screenshot, the baseline's beside them in a lighter shade.
+#[test]
+fn the_page_draws_every_features_chart_in_a_browser() {
+    let Some(browser) = chromium() else {
+        if std::env::var_os("TFSHARD_REQUIRE_SERVERS").is_some() {
+            panic!("TFSHARD_REQUIRE_SERVERS is set but no chromium is on PATH");
+        }
+        eprintln!("skipped: no chromium on PATH (apt-get install chromium)");
+        return;
+    };
+    let dir = scratch("stats-html");
+    let out = dir.join("out");
+    let (code, _, err) = convert_parquet(
+        &root().join("testdata/small.parquet"),
+        &out,
+        &["--stats", "--quiet"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let page = dir.join("page.html");
+    let (code, _, err) = run([
+        "stats",
+        s(&out),
+        "--baseline",
+        s(&out),
+        "--html",
+        s(&page),
+        "--quiet",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let features = stats_json(&[s(&out)])["features"].as_array().unwrap().len();
+    let height = tfshard::stats::html::HEADER_HEIGHT
+        + features as u32 * tfshard::stats::html::SECTION_HEIGHT
+        + 40;
+    let shot = dir.join("page.png");
+    let profile = dir.join("profile");
+    let status = std::process::Command::new(&browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--window-size=1000,{height}"))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg(format!("file://{}", page.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{browser:?} exited {status}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    let channels = info.color_type.samples();
+    let count = |rgb: (u8, u8, u8)| {
+        pixels[..info.buffer_size()]
+            .chunks_exact(channels)
+            .filter(|p| (p[0], p[1], p[2]) == rgb)
+            .count()
+    };
+    for i in 0..features {
+        let (r, g, b) = tfshard::stats::html::colour(i);
+        let light = (
+            ((u16::from(r) + 255) / 2) as u8,
+            ((u16::from(g) + 255) / 2) as u8,
+            ((u16::from(b) + 255) / 2) as u8,
+        );
+        let (set, base) = (count((r, g, b)), count(light));
+        assert!(
+            set >= 100 && base >= 100,
+            "feature {i}: {set} pixels of its bars, {base} of the baseline's"
+        );
+    }
+}
