@@ -195,6 +195,30 @@ def compare(where, ours, theirs, records):
     return checked
 
 
+def judge_schemas(tfdv, tfshard, work, name, out, ours, theirs):
+    """Schemas both ways: the schema TFDV infers drives `tfshard verify --schema` (the set
+    it came from passes), and TFDV finds our statistics valid against it; TFDV reads the
+    schema `tfshard schema --format tfdv` infers, and finds its own statistics valid."""
+    from google.protobuf import text_format
+
+    theirs_schema = tfdv.infer_schema(theirs)
+    path = work / f"{name}.tfdv-schema.pbtxt"
+    tfdv.write_schema_text(theirs_schema, str(path))
+    done = subprocess.run([tfshard, "verify", str(out), "--schema", str(path), "--json"], capture_output=True, text=True)
+    report = json.loads(done.stdout or "{}")
+    check(done.returncode == 0 and report.get("anomalies") == [], f"{name}: verify --schema (TFDV's inferred schema)",
+          f"exit {done.returncode}: {report.get('anomalies')} {done.stderr.strip()}")
+    anomalies = tfdv.validate_statistics(ours, theirs_schema)
+    check(not anomalies.anomaly_info, f"{name}: TFDV's validate_statistics of tfshard's statistics",
+          str(dict(anomalies.anomaly_info))[:500])
+    text = run([tfshard, "schema", str(out), "--format", "tfdv"]).stdout
+    ours_schema = text_format.Parse(text, type(theirs_schema)())
+    anomalies = tfdv.validate_statistics(theirs, ours_schema)
+    check(not anomalies.anomaly_info, f"{name}: TFDV's validate_statistics against tfshard's inferred schema",
+          str(dict(anomalies.anomaly_info))[:500])
+    print(f"{name}: TFDV's schema checks our statistics and ours TFDV's, both ways clean")
+
+
 def tfdv_stats(pattern):
     import tensorflow_data_validation as tfdv
 
@@ -246,6 +270,8 @@ def main():
             ours = tfdv.load_stats_binary(str(path))
             n = compare(f"{name} ({label})", ours, theirs, records)
             print(f"{name} ({label}): {n} features compared with TFDV's, {len(records)} records")
+        if kept is not None:
+            judge_schemas(tfdv, a.tfshard, work, name, files[0].parent, tfdv.load_stats_binary(str(kept)), theirs)
         if name == "drawn":
             timing = (tfdv_seconds, ours_seconds, sum(f.stat().st_size for f in files))
     if timing:

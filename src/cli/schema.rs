@@ -1,4 +1,5 @@
-//! `tfshard schema PATH...`: the feature spec, as JSON or as a Python parsing spec.
+//! `tfshard schema PATH...`: the feature spec, as JSON or as a Python parsing spec; or a
+//! TFDV `Schema` inferred from the statistics.
 
 use std::io::Write;
 
@@ -15,6 +16,9 @@ pub enum Format {
     Json,
     /// A dict to paste into `tf.io.parse_example` (a tuple for SequenceExamples).
     Python,
+    /// A TFDV `Schema` in text format, inferred from the statistics (stored, or computed
+    /// from the records): what `verify --schema` reads.
+    Tfdv,
 }
 
 /// Arguments of `schema`.
@@ -35,6 +39,22 @@ pub struct SchemaArgs {
 impl SchemaArgs {
     /// Prints the spec.
     pub fn run(&self) -> CliResult {
+        if self.format == Format::Tfdv {
+            let reader = crate::stats::StatsReader::builder(self.paths.clone())
+                .with_io(self.common.io()?)
+                .with_reading(
+                    self.read.compression.resolve(),
+                    self.read.record_type.resolve(),
+                )
+                .build()?;
+            let bar = output::Bar::new(&self.common, "bytes");
+            let stats = crate::stats::statistics(&reader, &bar, &mut |_| {});
+            bar.clear();
+            let mut out = output::stdout();
+            out.write_all(crate::stats::tfdv_schema::infer_text(&stats?).as_bytes())?;
+            out.flush()?;
+            return Ok(());
+        }
         let mut reader = SchemaReader::builder(self.paths.clone()).with_io(self.common.io()?);
         reader = reader.with_reading(
             self.read.compression.resolve(),
@@ -49,6 +69,7 @@ impl SchemaArgs {
                 out.write_all(b"\n")?;
             }
             Format::Python => writeln!(out, "{}", to_python(&spec, record_type))?,
+            Format::Tfdv => unreachable!("written above"),
         }
         out.flush()?;
         Ok(())

@@ -26,9 +26,12 @@ pub struct VerifyArgs {
     /// Compare the set's statistics with a baseline's (another set, TFRecord files, or a statistics file, ours or TFDV's): drift is an anomaly (exit 1).
     #[arg(long, value_name = "BASE")]
     pub baseline: Option<PathBuf>,
-    /// With --baseline: the threshold of FEATURE's comparators (default 0.1); repeatable.
+    /// With --baseline: the threshold of FEATURE's comparators (default 0.1, or the schema's drift comparator's); repeatable.
     #[arg(long, value_name = "FEATURE=X", requires = "baseline")]
     pub threshold: Vec<String>,
+    /// Check the set's statistics against a TFDV Schema in text format (presence, values per record, domains, types; its drift thresholds with --baseline).
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
     #[command(flatten)]
     pub read: ReadFlags,
     #[command(flatten)]
@@ -68,10 +71,12 @@ impl VerifyArgs {
         Ok(t)
     }
 
-    /// The anomalies of the set's statistics against the baseline's.
+    /// The anomalies of the set's statistics against the schema's constraints, then
+    /// against the baseline's statistics.
     fn anomalies(
         &self,
-        base: &crate::stats::proto::DatasetFeatureStatistics,
+        base: Option<&crate::stats::proto::DatasetFeatureStatistics>,
+        schema: Option<&crate::stats::tfdv_schema::Schema>,
         thresholds: &Thresholds,
     ) -> Result<Vec<Anomaly>, CliError> {
         let reader = StatsReader::builder(self.paths.clone())
@@ -82,7 +87,19 @@ impl VerifyArgs {
             )
             .build()?;
         let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, &mut |_| {})?;
-        Ok(crate::stats::drift::compare(&stats, base, thresholds))
+        let mut out = schema.map_or_else(Vec::new, |s| crate::stats::tfdv_schema::check(&stats, s));
+        if let Some(base) = base {
+            // (A feature missing from both the schema's and the baseline's view once.)
+            for a in crate::stats::drift::compare(&stats, base, thresholds) {
+                if !out
+                    .iter()
+                    .any(|o| o.feature == a.feature && o.kind == a.kind)
+                {
+                    out.push(a);
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Verifies; exit 1 when any problem or anomaly is found.
@@ -90,7 +107,25 @@ impl VerifyArgs {
         let verifier = self.to_builder()?.build()?;
         // A baseline or threshold that cannot be read is a usage error, found before the
         // shards are read.
-        let thresholds = self.thresholds()?;
+        let schema =
+            match &self.schema {
+                Some(path) => {
+                    let text = std::fs::read_to_string(path).map_err(|e| {
+                        CliError::Usage(format!("--schema {}: cannot be read: {e}", path.display()))
+                    })?;
+                    Some(crate::stats::tfdv_schema::parse_text(&text).map_err(|e| {
+                        CliError::Usage(format!("--schema {}: {e}", path.display()))
+                    })?)
+                }
+                None => None,
+            };
+        let mut thresholds = self.thresholds()?;
+        if let Some(schema) = &schema {
+            // The schema's drift thresholds, but where --threshold gives one.
+            for (f, t) in crate::stats::tfdv_schema::drift_thresholds(schema) {
+                thresholds.per_feature.entry(f).or_insert(t);
+            }
+        }
         let base = match &self.baseline {
             Some(path) => Some(
                 crate::stats::baseline(path, self.common.io()?).map_err(|e| {
@@ -107,10 +142,12 @@ impl VerifyArgs {
         bar.clear();
         let mut report = report?;
         // (A set with problems is not compared: its statistics would not be its data's.)
-        let anomalies = match &base {
-            Some(base) if report.ok => Some(self.anomalies(base, &thresholds)?),
-            Some(_) => Some(Vec::new()),
-            None => None,
+        let anomalies = if base.is_none() && schema.is_none() {
+            None
+        } else if report.ok {
+            Some(self.anomalies(base.as_ref(), schema.as_ref(), &thresholds)?)
+        } else {
+            Some(Vec::new())
         };
         let anomalous = anomalies.as_ref().is_some_and(|a| !a.is_empty());
         report.ok &= !anomalous;

@@ -14,6 +14,7 @@ mod parts;
 pub mod proto;
 pub mod quantiles;
 mod scan;
+pub mod tfdv_schema;
 
 use std::path::PathBuf;
 

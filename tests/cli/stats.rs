@@ -627,3 +627,80 @@ fn the_page_draws_every_features_chart_in_a_browser() {
         );
     }
 }
+
+/// `schema --format tfdv` infers a TFDV schema from the statistics; `verify --schema`
+/// reads one (TFDV's text format): the set it came from passes, one whose columns moved
+/// breaks it, naming each feature; a schema that does not parse is a usage error naming
+/// its line.
+#[test]
+fn a_tfdv_schema_is_inferred_and_checked() {
+    let dir = scratch("stats-schema");
+    let input = root().join("testdata/small.parquet");
+    let (base, swapped) = (dir.join("base"), dir.join("swapped"));
+    let (code, _, err) = convert_parquet(&input, &base, &["--stats", "--quiet"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = convert_parquet(
+        &input,
+        &swapped,
+        &[
+            "--stats",
+            "--quiet",
+            "--rename",
+            "price=cost",
+            "--rename",
+            "score=price",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, text, err) = run(["schema", s(&base), "--format", "tfdv"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        text.contains(
+            "feature {\n  name: \"price\"\n  type: FLOAT\n  presence {\n    min_fraction: 1.0"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "string_domain {\n  name: \"meta/source\"\n  value: \"app\"\n  value: \"web\"\n}"
+        ),
+        "{text}"
+    );
+    let schema = dir.join("schema.pbtxt");
+    std::fs::write(&schema, &text).unwrap();
+    let (code, out, err) = run(["verify", s(&base), "--schema", s(&schema)]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, _) = run(["verify", s(&swapped), "--schema", s(&schema), "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    let kinds: Vec<(String, String)> = report["anomalies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["feature"].as_str().unwrap().to_owned(),
+                a["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            (
+                "price".to_owned(),
+                "FEATURE_TYPE_LOW_FRACTION_PRESENT".to_owned()
+            ),
+            ("score".to_owned(), "SCHEMA_MISSING_COLUMN".to_owned()),
+            ("cost".to_owned(), "SCHEMA_NEW_COLUMN".to_owned()),
+        ],
+        "{out}"
+    );
+    std::fs::write(&schema, "feature {\n  name: \"x\"\n  kind: INT\n}\n").unwrap();
+    let (code, _, err) = run(["verify", s(&base), "--schema", s(&schema)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("schema.pbtxt") && err.contains("line 3"),
+        "{err}"
+    );
+}
