@@ -515,6 +515,20 @@ pub(crate) fn verify(
         }
         thresholds.per_feature = given;
     }
+    let schema = match o.get::<PathBuf>("schema")? {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path).map_err(|e| {
+                PyValueError::new_err(format!("schema {}: cannot be read: {e}", path.display()))
+            })?;
+            let schema = crate::stats::tfdv_schema::parse_text(&text)
+                .map_err(|e| PyValueError::new_err(format!("schema {}: {e}", path.display())))?;
+            for (f, t) in crate::stats::tfdv_schema::drift_thresholds(&schema) {
+                thresholds.per_feature.entry(f).or_insert(t);
+            }
+            Some(schema)
+        }
+        None => None,
+    };
     o.finish()?;
     // A baseline that cannot be read is the caller's mistake, found before the shards
     // are read.
@@ -541,15 +555,28 @@ pub(crate) fn verify(
         bar.clear();
         let report = report?;
         // (A set with problems is not compared: its statistics would not be its data's.)
-        let anomalies = match &base {
-            Some(base) if report.ok => {
-                let reader = stats_of.build()?;
-                let none = &mut |_: &std::path::Path| {};
-                let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, none)?;
-                Some(crate::stats::drift::compare(&stats, base, &thresholds))
+        let anomalies = if base.is_none() && schema.is_none() {
+            None
+        } else if report.ok {
+            let reader = stats_of.build()?;
+            let none = &mut |_: &std::path::Path| {};
+            let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, none)?;
+            let mut out = schema
+                .as_ref()
+                .map_or_else(Vec::new, |s| crate::stats::tfdv_schema::check(&stats, s));
+            if let Some(base) = &base {
+                for a in crate::stats::drift::compare(&stats, base, &thresholds) {
+                    if !out
+                        .iter()
+                        .any(|o| o.feature == a.feature && o.kind == a.kind)
+                    {
+                        out.push(a);
+                    }
+                }
             }
-            Some(_) => Some(Vec::new()),
-            None => None,
+            Some(out)
+        } else {
+            Some(Vec::new())
         };
         Ok((report, anomalies))
     })?;

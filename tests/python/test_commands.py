@@ -344,3 +344,12 @@ def test_stats_and_verify_against_a_baseline(tmp_path, tfshard_bin):
         tfshard.verify(base, baseline=tmp_path / "nowhere")
     with pytest.raises(ValueError, match="baseline"):
         tfshard.verify(base, thresholds={"price": 0.2})
+    schema = tmp_path / "schema.pbtxt"
+    printed = cli(tfshard_bin, "schema", str(base), "--format", "tfdv")
+    schema.write_text(printed.stdout)
+    assert tfshard.verify(base, schema=schema)["anomalies"] == []
+    kinds = {(a["feature"], a["kind"]) for a in tfshard.verify(swapped, schema=schema)["anomalies"]}
+    assert ("score", "SCHEMA_MISSING_COLUMN") in kinds and ("cost", "SCHEMA_NEW_COLUMN") in kinds, kinds
+    schema.write_text("feature { nonsense: 1 }")
+    with pytest.raises(ValueError, match="line 1"):
+        tfshard.verify(base, schema=schema)

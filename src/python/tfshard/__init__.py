@@ -179,6 +179,7 @@ def verify(
     manifest: Optional[PathLike] = None,
     deep: bool = False,
     baseline: Optional[PathLike] = None,
+    schema: Optional[PathLike] = None,
     thresholds: Optional[Mapping[str, float]] = None,
     compression: str = "auto",
     record_type: str = "auto",
@@ -195,9 +196,10 @@ def verify(
     (another set, TFRecord files, or a statistics file, ours or TFDV's), the set's
     statistics are compared with the baseline's: the report's ``anomalies`` (``ok`` False
     when any), each ``{"feature", "kind", "measured", "threshold", "description"}``;
-    ``thresholds`` maps features to their threshold (else 0.1). Raises ``ValueError``
-    for a baseline that cannot be read, :class:`tfshard.Error` only when nothing can be
-    read."""
+    ``thresholds`` maps features to their threshold (else 0.1, or the schema's). With
+    ``schema`` (a TFDV ``Schema`` in text format), the statistics are checked against it
+    too. Raises ``ValueError`` for a baseline or schema that cannot be read,
+    :class:`tfshard.Error` only when nothing can be read."""
     options = _given(verify, dict(locals()))
     if paths is None and manifest is None:
         raise ValueError("give the shards to verify, or a manifest")
