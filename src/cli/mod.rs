@@ -287,6 +287,22 @@ pub fn io_defaults_from_env() -> crate::store::IoOptions {
 }
 
 impl Common {
+    /// `--baseline`'s statistics (a usage error, naming it, when they cannot be read).
+    pub(crate) fn baseline(
+        &self,
+        path: Option<&std::path::Path>,
+    ) -> Result<Option<crate::stats::proto::DatasetFeatureStatistics>, CliError> {
+        let Some(path) = path else { return Ok(None) };
+        crate::stats::baseline(path, self.io()?)
+            .map(Some)
+            .map_err(|e| {
+                CliError::Usage(format!(
+                    "--baseline {}: cannot be read: {e}",
+                    path.display()
+                ))
+            })
+    }
+
     /// Checks `--io-concurrency` and `--io-timeout` before the command starts.
     fn setup_io(&self) -> CliResult {
         self.io().map(|_| ())

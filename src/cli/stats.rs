@@ -59,17 +59,7 @@ impl StatsArgs {
                 self.read.record_type.resolve(),
             )
             .build()?;
-        let base = match &self.baseline {
-            Some(path) => Some(
-                crate::stats::baseline(path, self.common.io()?).map_err(|e| {
-                    CliError::Usage(format!(
-                        "--baseline {}: cannot be read: {e}",
-                        path.display()
-                    ))
-                })?,
-            ),
-            None => None,
-        };
+        let base = self.common.baseline(self.baseline.as_deref())?;
         let bar = output::Bar::new(&self.common, "bytes");
         let quiet = self.common.quiet;
         let stats = statistics(&reader, &bar, &mut |path| {

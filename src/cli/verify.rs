@@ -87,19 +87,9 @@ impl VerifyArgs {
             )
             .build()?;
         let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, &mut |_| {})?;
-        let mut out = schema.map_or_else(Vec::new, |s| crate::stats::tfdv_schema::check(&stats, s));
-        if let Some(base) = base {
-            // (A feature missing from both the schema's and the baseline's view once.)
-            for a in crate::stats::drift::compare(&stats, base, thresholds) {
-                if !out
-                    .iter()
-                    .any(|o| o.feature == a.feature && o.kind == a.kind)
-                {
-                    out.push(a);
-                }
-            }
-        }
-        Ok(out)
+        Ok(crate::stats::drift::anomalies(
+            &stats, schema, base, thresholds,
+        ))
     }
 
     /// Verifies; exit 1 when any problem or anomaly is found.
@@ -126,17 +116,7 @@ impl VerifyArgs {
                 thresholds.per_feature.entry(f).or_insert(t);
             }
         }
-        let base = match &self.baseline {
-            Some(path) => Some(
-                crate::stats::baseline(path, self.common.io()?).map_err(|e| {
-                    CliError::Usage(format!(
-                        "--baseline {}: cannot be read: {e}",
-                        path.display()
-                    ))
-                })?,
-            ),
-            None => None,
-        };
+        let base = self.common.baseline(self.baseline.as_deref())?;
         let bar = output::Bar::new(&self.common, "bytes");
         let report = verifier.run(&bar);
         bar.clear();

@@ -47,7 +47,7 @@ struct Slot {
 
 /// A varint at `*pos`, or `None` when cut short or longer than 10 bytes.
 #[inline(always)]
-fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
+pub(crate) fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
     // Tags and short lengths: one byte.
     let &first = buf.get(*pos)?;
     if first < 0x80 {
@@ -76,7 +76,7 @@ fn varint_long(buf: &[u8], pos: &mut usize) -> Option<u64> {
 
 /// A length-delimited field's bytes at `*pos` (after its tag).
 #[inline(always)]
-fn delimited<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
+pub(crate) fn delimited<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
     let len = usize::try_from(varint(buf, pos)?).ok()?;
     let end = pos.checked_add(len).filter(|&e| e <= buf.len())?;
     let out = &buf[*pos..end];

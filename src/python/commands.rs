@@ -561,20 +561,12 @@ pub(crate) fn verify(
             let reader = stats_of.build()?;
             let none = &mut |_: &std::path::Path| {};
             let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, none)?;
-            let mut out = schema
-                .as_ref()
-                .map_or_else(Vec::new, |s| crate::stats::tfdv_schema::check(&stats, s));
-            if let Some(base) = &base {
-                for a in crate::stats::drift::compare(&stats, base, &thresholds) {
-                    if !out
-                        .iter()
-                        .any(|o| o.feature == a.feature && o.kind == a.kind)
-                    {
-                        out.push(a);
-                    }
-                }
-            }
-            Some(out)
+            Some(crate::stats::drift::anomalies(
+                &stats,
+                schema.as_ref(),
+                base.as_ref(),
+                &thresholds,
+            ))
         } else {
             Some(Vec::new())
         };

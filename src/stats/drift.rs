@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::proto;
-use super::{feature_name, proto::Stats};
+use super::{common_of, feature_name, proto::Stats};
 
 /// The threshold of every comparator unless one is given for the feature.
 pub const DEFAULT_THRESHOLD: f64 = 0.1;
@@ -66,16 +66,6 @@ impl Thresholds {
             .get(feature)
             .copied()
             .unwrap_or(DEFAULT_THRESHOLD)
-    }
-}
-
-fn common(f: &proto::FeatureNameStatistics) -> Option<&proto::CommonStatistics> {
-    match &f.stats {
-        Some(Stats::NumStats(n)) => n.common_stats.as_ref(),
-        Some(Stats::StringStats(s)) => s.common_stats.as_ref(),
-        Some(Stats::BytesStats(b)) => b.common_stats.as_ref(),
-        Some(Stats::StructStats(s)) => s.common_stats.as_ref(),
-        None => None,
     }
 }
 
@@ -156,7 +146,7 @@ pub fn compare(
             continue;
         }
         let threshold = thresholds.of(name);
-        let (ca, cb) = (common(a), common(b));
+        let (ca, cb) = (common_of(a), common_of(b));
         let fraction = |c: Option<&proto::CommonStatistics>, records: u64| {
             c.map_or(0.0, |c| c.num_non_missing as f64 / records.max(1) as f64)
         };
@@ -239,6 +229,26 @@ pub fn compare(
                 }
             }
             _ => {}
+        }
+    }
+    out
+}
+
+/// The anomalies of `set` against a TFDV schema's constraints, then against a
+/// baseline's statistics (a feature found missing by both named once).
+pub fn anomalies(
+    set: &proto::DatasetFeatureStatistics,
+    schema: Option<&super::tfdv_schema::Schema>,
+    baseline: Option<&proto::DatasetFeatureStatistics>,
+    thresholds: &Thresholds,
+) -> Vec<Anomaly> {
+    let mut out = schema.map_or_else(Vec::new, |s| super::tfdv_schema::check(set, s));
+    for a in baseline.map_or_else(Vec::new, |b| compare(set, b, thresholds)) {
+        if !out
+            .iter()
+            .any(|o| o.feature == a.feature && o.kind == a.kind)
+        {
+            out.push(a);
         }
     }
     out

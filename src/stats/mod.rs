@@ -343,6 +343,17 @@ pub fn summarize(stats: &proto::DatasetFeatureStatistics) -> Vec<FeatureSummary>
     stats.features.iter().map(summarize_feature).collect()
 }
 
+/// A feature's counts common to every type (`None` when it has no statistics).
+pub(crate) fn common_of(f: &proto::FeatureNameStatistics) -> Option<&proto::CommonStatistics> {
+    match &f.stats {
+        Some(proto::Stats::NumStats(n)) => n.common_stats.as_ref(),
+        Some(proto::Stats::StringStats(s)) => s.common_stats.as_ref(),
+        Some(proto::Stats::BytesStats(b)) => b.common_stats.as_ref(),
+        Some(proto::Stats::StructStats(s)) => s.common_stats.as_ref(),
+        None => None,
+    }
+}
+
 /// A feature's name: its path's steps joined by `.` (or its older `name`).
 pub fn feature_name(f: &proto::FeatureNameStatistics) -> String {
     match &f.field_id {

@@ -13,41 +13,9 @@ use prost::Message;
 use super::partial::Partial;
 use crate::error::Result;
 use crate::example::proto::{Example, SequenceExample};
+use crate::example::scan::{delimited, varint};
 use crate::example::schema::FeatureKind;
 use crate::example::{Record, RecordType};
-
-/// A varint at `*pos`, or `None` when cut short or longer than 10 bytes.
-#[inline(always)]
-fn varint(buf: &[u8], pos: &mut usize) -> Option<u64> {
-    let &first = buf.get(*pos)?;
-    if first < 0x80 {
-        *pos += 1;
-        return Some(u64::from(first));
-    }
-    let mut value = 0u64;
-    for shift in (0..70).step_by(7) {
-        let byte = *buf.get(*pos)?;
-        *pos += 1;
-        if shift == 63 && byte > 1 {
-            return None;
-        }
-        value |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Some(value);
-        }
-    }
-    None
-}
-
-/// A length-delimited field's bytes at `*pos` (after its tag).
-#[inline(always)]
-fn delimited<'a>(buf: &'a [u8], pos: &mut usize) -> Option<&'a [u8]> {
-    let len = usize::try_from(varint(buf, pos)?).ok()?;
-    let end = pos.checked_add(len).filter(|&e| e <= buf.len())?;
-    let out = &buf[*pos..end];
-    *pos = end;
-    Some(out)
-}
 
 /// One feature of the record being scanned.
 #[derive(Debug, Clone, Copy)]

@@ -18,8 +18,8 @@ use prost::Message;
 use prost_reflect::{DescriptorPool, DynamicMessage};
 
 use super::drift::Anomaly;
-use super::feature_name;
 use super::proto::{self, Stats};
+use super::{common_of, feature_name};
 
 /// The fields of `tensorflow.metadata.v0.Schema` checked here (the others are skipped).
 #[derive(Clone, PartialEq, Message)]
@@ -193,16 +193,6 @@ fn type_name(t: i32) -> &'static str {
     }
 }
 
-fn common(f: &proto::FeatureNameStatistics) -> Option<&proto::CommonStatistics> {
-    match &f.stats {
-        Some(Stats::NumStats(n)) => n.common_stats.as_ref(),
-        Some(Stats::StringStats(s)) => s.common_stats.as_ref(),
-        Some(Stats::BytesStats(b)) => b.common_stats.as_ref(),
-        Some(Stats::StructStats(s)) => s.common_stats.as_ref(),
-        None => None,
-    }
-}
-
 /// The anomalies of `stats` against `schema`.
 pub fn check(stats: &proto::DatasetFeatureStatistics, schema: &Schema) -> Vec<Anomaly> {
     let ours: BTreeMap<String, &proto::FeatureNameStatistics> = stats
@@ -256,7 +246,7 @@ pub fn check(stats: &proto::DatasetFeatureStatistics, schema: &Schema) -> Vec<An
                 continue;
             }
         }
-        let c = common(f).cloned().unwrap_or_default();
+        let c = common_of(f).cloned().unwrap_or_default();
         let fraction = c.num_non_missing as f64 / records.max(1) as f64;
         if let Some(min) = presence.min_fraction {
             if fraction < min {
@@ -454,7 +444,7 @@ pub fn infer_text(stats: &proto::DatasetFeatureStatistics) -> String {
     let records = stats.num_examples;
     for f in &stats.features {
         let name = feature_name(f);
-        let c = common(f).cloned().unwrap_or_default();
+        let c = common_of(f).cloned().unwrap_or_default();
         let _ = writeln!(out, "feature {{\n  name: {}", quoted(&name));
         let t = type_of(f);
         if c.num_non_missing > 0 {
