@@ -78,6 +78,7 @@ pub mod cli;
 pub mod compact;
 pub mod convert;
 pub mod dataset;
+pub mod describe;
 pub mod error;
 pub mod example;
 pub(crate) mod failpoint;

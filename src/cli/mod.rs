@@ -293,7 +293,7 @@ impl Common {
         path: Option<&std::path::Path>,
     ) -> Result<Option<crate::stats::proto::DatasetFeatureStatistics>, CliError> {
         let Some(path) = path else { return Ok(None) };
-        crate::stats::baseline(path, self.io()?)
+        crate::describe::baseline(path, self.io()?)
             .map(Some)
             .map_err(|e| {
                 CliError::Usage(format!(

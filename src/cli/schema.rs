@@ -40,7 +40,7 @@ impl SchemaArgs {
     /// Prints the spec.
     pub fn run(&self) -> CliResult {
         if self.format == Format::Tfdv {
-            let reader = crate::stats::StatsReader::builder(self.paths.clone())
+            let reader = crate::describe::StatsReader::builder(self.paths.clone())
                 .with_io(self.common.io()?)
                 .with_reading(
                     self.read.compression.resolve(),
@@ -48,7 +48,7 @@ impl SchemaArgs {
                 )
                 .build()?;
             let bar = output::Bar::new(&self.common, "bytes");
-            let stats = crate::stats::statistics(&reader, &bar, &mut |_| {});
+            let stats = crate::describe::statistics(&reader, &bar, &mut |_| {});
             bar.clear();
             let mut out = output::stdout();
             out.write_all(crate::stats::tfdv_schema::infer_text(&stats?).as_bytes())?;

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
+use crate::describe::{statistics, StatsReader};
 use crate::records::ReadSettings;
-use crate::stats::{statistics, summarize, to_json, to_tfdv_bytes, FeatureSummary, StatsReader};
+use crate::stats::{summarize, to_json, to_tfdv_bytes, FeatureSummary};
 
 /// `--format`.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{output, CliError, CliResult, Common, ReadFlags};
+use crate::describe::StatsReader;
 use crate::records::ReadSettings;
 use crate::stats::drift::{Anomaly, Thresholds};
-use crate::stats::StatsReader;
 use crate::verify::{Verifier, VerifierBuilder};
 
 /// Arguments of `verify`.
@@ -86,10 +86,9 @@ impl VerifyArgs {
                 self.read.record_type.resolve(),
             )
             .build()?;
-        let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, &mut |_| {})?;
-        Ok(crate::stats::drift::anomalies(
-            &stats, schema, base, thresholds,
-        ))
+        let stats =
+            crate::describe::statistics(&reader, &crate::progress::NoProgress, &mut |_| {})?;
+        Ok(crate::stats::anomalies(&stats, schema, base, thresholds))
     }
 
     /// Verifies; exit 1 when any problem or anomaly is found.

@@ -534,7 +534,7 @@ pub(crate) fn verify(
     // are read.
     let base = match &baseline {
         Some(path) => Some(
-            py.detach(|| crate::stats::baseline(path, io))
+            py.detach(|| crate::describe::baseline(path, io))
                 .map_err(|e| {
                     PyValueError::new_err(format!(
                         "baseline {}: cannot be read: {e}",
@@ -546,7 +546,7 @@ pub(crate) fn verify(
     };
     let cancel = CancelToken::new();
     let verifier = b.with_cancel(cancel.clone()).build().map_err(to_py_err)?;
-    let stats_of = crate::stats::StatsReader::builder(paths)
+    let stats_of = crate::describe::StatsReader::builder(paths)
         .with_io(io)
         .with_reading(compression, record_type);
     let (report, anomalies) = interruptible(py, cancel, move || {
@@ -560,8 +560,8 @@ pub(crate) fn verify(
         } else if report.ok {
             let reader = stats_of.build()?;
             let none = &mut |_: &std::path::Path| {};
-            let stats = crate::stats::statistics(&reader, &crate::progress::NoProgress, none)?;
-            Some(crate::stats::drift::anomalies(
+            let stats = crate::describe::statistics(&reader, &crate::progress::NoProgress, none)?;
+            Some(crate::stats::anomalies(
                 &stats,
                 schema.as_ref(),
                 base.as_ref(),
@@ -596,7 +596,7 @@ pub(crate) fn stats(
     let show = o.progress()?;
     let baseline = o.get::<PathBuf>("baseline")?;
     o.finish()?;
-    let b = crate::stats::StatsReader::builder(paths)
+    let b = crate::describe::StatsReader::builder(paths)
         .with_io(io)
         .with_reading(compression, record_type);
     let pool = crate::progress::thread_pool(threads.unwrap_or(0), "stats").map_err(to_py_err)?;
@@ -605,11 +605,11 @@ pub(crate) fn stats(
         pool.install(|| {
             let reader = b.build()?;
             let bar = Bar::shown(show, "bytes");
-            let stats = crate::stats::statistics(&reader, &bar, &mut |_| {});
+            let stats = crate::describe::statistics(&reader, &bar, &mut |_| {});
             bar.clear();
             let mut json = crate::stats::to_json(&stats?);
             if let Some(path) = &baseline {
-                json["baseline"] = crate::stats::to_json(&crate::stats::baseline(path, io)?);
+                json["baseline"] = crate::stats::to_json(&crate::describe::baseline(path, io)?);
             }
             Ok(json)
         })

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use super::proto;
-use super::{common_of, feature_name, proto::Stats};
+use super::proto::{common_of, feature_name, Stats};
 
 /// The threshold of every comparator unless one is given for the feature.
 pub const DEFAULT_THRESHOLD: f64 = 0.1;
@@ -229,26 +229,6 @@ pub fn compare(
                 }
             }
             _ => {}
-        }
-    }
-    out
-}
-
-/// The anomalies of `set` against a TFDV schema's constraints, then against a
-/// baseline's statistics (a feature found missing by both named once).
-pub fn anomalies(
-    set: &proto::DatasetFeatureStatistics,
-    schema: Option<&super::tfdv_schema::Schema>,
-    baseline: Option<&proto::DatasetFeatureStatistics>,
-    thresholds: &Thresholds,
-) -> Vec<Anomaly> {
-    let mut out = schema.map_or_else(Vec::new, |s| super::tfdv_schema::check(set, s));
-    for a in baseline.map_or_else(Vec::new, |b| compare(set, b, thresholds)) {
-        if !out
-            .iter()
-            .any(|o| o.feature == a.feature && o.kind == a.kind)
-        {
-            out.push(a);
         }
     }
     out

@@ -53,9 +53,22 @@ pub struct Partial {
     pub(super) undecodable: u64,
     /// The scan's scratch ([`super::scan`]): the record's features, its numbers, and
     /// the number of records scanned (marks a feature seen in the current one).
-    pub(super) pending: Vec<super::scan::Pending>,
+    pub(super) pending: Vec<Pending>,
     pub(super) values: Vec<f64>,
     pub(super) stamp: u64,
+}
+
+/// One feature of the record being scanned.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Pending {
+    /// Its slot, once known.
+    pub(super) slot: usize,
+    /// Where its name lies in the payload.
+    pub(super) name: (usize, usize),
+    /// `None`: no list set (a missing value).
+    pub(super) kind: Option<FeatureKind>,
+    /// Where its list message lies in the payload.
+    pub(super) list: (usize, usize),
 }
 
 /// One feature's.

@@ -289,3 +289,23 @@ pub struct RankHistogram {
     #[prost(string, tag = "2")]
     pub name: String,
 }
+
+/// A feature's counts common to every type (`None` when it has no statistics).
+pub(crate) fn common_of(f: &FeatureNameStatistics) -> Option<&CommonStatistics> {
+    match &f.stats {
+        Some(Stats::NumStats(n)) => n.common_stats.as_ref(),
+        Some(Stats::StringStats(s)) => s.common_stats.as_ref(),
+        Some(Stats::BytesStats(b)) => b.common_stats.as_ref(),
+        Some(Stats::StructStats(s)) => s.common_stats.as_ref(),
+        None => None,
+    }
+}
+
+/// A feature's name: its path's steps joined by `.` (or its older `name`).
+pub fn feature_name(f: &FeatureNameStatistics) -> String {
+    match &f.field_id {
+        Some(FieldId::Path(p)) => p.step.join("."),
+        Some(FieldId::Name(n)) => n.clone(),
+        None => String::new(),
+    }
+}

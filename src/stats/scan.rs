@@ -10,25 +10,12 @@
 
 use prost::Message;
 
-use super::partial::Partial;
+use super::partial::{Partial, Pending};
 use crate::error::Result;
 use crate::example::proto::{Example, SequenceExample};
 use crate::example::scan::{delimited, varint};
 use crate::example::schema::FeatureKind;
 use crate::example::{Record, RecordType};
-
-/// One feature of the record being scanned.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Pending {
-    /// Its slot, once known.
-    slot: usize,
-    /// Where its name lies in the payload.
-    name: (usize, usize),
-    /// `None`: no list set (a missing value).
-    kind: Option<FeatureKind>,
-    /// Where its list message lies in the payload.
-    list: (usize, usize),
-}
 
 /// Checks a list message's fields, without counting.
 fn well_formed(kind: FeatureKind, list: &[u8]) -> Option<()> {

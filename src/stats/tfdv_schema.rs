@@ -19,7 +19,7 @@ use prost_reflect::{DescriptorPool, DynamicMessage};
 
 use super::drift::Anomaly;
 use super::proto::{self, Stats};
-use super::{common_of, feature_name};
+use super::proto::{common_of, feature_name};
 
 /// The fields of `tensorflow.metadata.v0.Schema` checked here (the others are skipped).
 #[derive(Clone, PartialEq, Message)]

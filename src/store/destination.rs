@@ -266,7 +266,7 @@ impl Publication {
 pub struct ShardStats {
     /// The temporary file.
     pub path: PathBuf,
-    /// Its bytes ([`crate::stats::Partial::to_bytes`]).
+    /// Its bytes (the partial statistics' own serialization).
     pub bytes: Arc<Vec<u8>>,
 }
 
