@@ -38,6 +38,22 @@ pub const EXACT_DISTINCT: usize = 1 << 14;
 const HLL_LG_K: u8 = 16;
 /// Misra–Gries' map: 4,096 counters, counts within 3.5/4096 of the total.
 const TOP_MAP: usize = 4096;
+/// Values longer than this (encoded images, documents) are told apart by a digest, never
+/// kept: a partial's memory stays bounded whatever its values' sizes.
+pub(super) const LONG_VALUE: usize = 1024;
+
+/// A long value's stand-in among the distinct values: its length and the first 16 bytes
+/// of its SHA-256, after two bytes that are not UTF-8 (so it is listed as TFDV lists
+/// bytes, `__BYTES_VALUE__`).
+fn long_key(v: &[u8]) -> [u8; 26] {
+    use sha2::Digest;
+    let mut key = [0u8; 26];
+    key[..2].copy_from_slice(&[0xff, 0xfe]);
+    key[2..10].copy_from_slice(&(v.len() as u64).to_le_bytes());
+    key[10..].copy_from_slice(&sha2::Sha256::digest(v)[..16]);
+    key
+}
+
 /// Top values TFDV lists, and ranks in its rank histogram.
 const TOP_VALUES: usize = 20;
 const RANK_BUCKETS: usize = 1000;
@@ -581,7 +597,11 @@ impl Strings {
         if std::str::from_utf8(v).is_err() {
             self.invalid_utf8 += 1;
         }
-        self.distinct.add(v, 1);
+        if v.len() > LONG_VALUE {
+            self.distinct.add(&long_key(v), 1);
+        } else {
+            self.distinct.add(v, 1);
+        }
     }
 
     fn merge(&mut self, t: Strings) {
@@ -1057,5 +1077,31 @@ mod tests {
         let mut p2 = Partial::new();
         p2.add(&example(vec![("f", ints(&[1]))])).unwrap();
         assert!(p2.merge(q).is_err());
+    }
+
+    /// Long values (encoded images) count as distinct by their digest, listed as
+    /// TFDV lists bytes, and are never kept: lengths and the unique count stay exact.
+    #[test]
+    fn long_values_are_counted_by_their_digest() {
+        let mut p = Partial::new();
+        let image = |i: u8| vec![i; 5000];
+        for i in 0..3u8 {
+            for _ in 0..=i {
+                let v = String::from_utf8(image(b'a' + i)).unwrap();
+                p.add(&example(vec![("img", strings(&[&v]))])).unwrap();
+            }
+        }
+        let f = &p.to_proto().features[0];
+        let Some(proto::Stats::StringStats(s)) = &f.stats else {
+            panic!("{f:?}")
+        };
+        assert_eq!(s.unique, 3);
+        assert_eq!(s.avg_length, 5000.0);
+        assert_eq!(s.top_values[0].value, "__BYTES_VALUE__");
+        assert_eq!(s.top_values[0].frequency, 3.0);
+        let Distinct::Exact(map) = &p.features[0].strings.distinct else {
+            panic!("exact")
+        };
+        assert!(map.keys().all(|k| k.len() == 26), "values kept whole");
     }
 }
