@@ -194,3 +194,84 @@ pub(crate) fn summarize_feature(f: &proto::FeatureNameStatistics) -> FeatureSumm
         strings,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::example::RecordType;
+    use proptest::prelude::*;
+
+    /// What users feed the statistics, as `fuzz/fuzz_targets/stats_inputs.rs` feeds it:
+    /// errors, never a panic; our own bytes and schemas read back.
+    fn untrusted(data: &[u8]) {
+        for record_type in [RecordType::Example, RecordType::SequenceExample] {
+            let mut p = Partial::new();
+            if p.add_payload(data, record_type).is_ok() && p.add_payload(data, record_type).is_ok()
+            {
+                let bytes = p.to_bytes();
+                let back = Partial::from_bytes(&bytes).expect("our own bytes read back");
+                assert_eq!(back.to_bytes(), bytes);
+            }
+        }
+        if let Ok(p) = Partial::from_bytes(data) {
+            let _ = summarize(&p.to_proto());
+        }
+        if let Ok(list) = proto::DatasetFeatureStatisticsList::decode(data) {
+            if let Some(d) = list.datasets.first() {
+                let _ = drift::compare(d, d, &drift::Thresholds::default());
+                let _ = html::page("fuzz", d, Some(d));
+                let schema = tfdv_schema::parse_text(&tfdv_schema::infer_text(d))
+                    .expect("our own schema parses");
+                let _ = tfdv_schema::check(d, &schema);
+            }
+        }
+        if let Ok(text) = std::str::from_utf8(data) {
+            if let Ok(schema) = tfdv_schema::parse_text(text) {
+                let _ = tfdv_schema::check(&proto::DatasetFeatureStatistics::default(), &schema);
+            }
+        }
+    }
+
+    /// Valid inputs of each kind, to damage.
+    fn seeds() -> Vec<Vec<u8>> {
+        let records = test_records(50);
+        let mut p = Partial::new();
+        for r in &records {
+            p.add_payload(r, RecordType::Example).unwrap();
+        }
+        let stats = p.to_proto();
+        let mut out = records[..3].to_vec();
+        out.push(p.to_bytes());
+        out.push(to_tfdv_bytes(&stats));
+        out.push(tfdv_schema::infer_text(&stats).into_bytes());
+        out
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok()).unwrap_or(256)
+        ))]
+
+        #[test]
+        fn untrusted_inputs_never_panic(
+            seed in 0usize..6,
+            edits in prop::collection::vec((any::<usize>(), any::<u8>(), 0u8..3), 0..6),
+            random in prop::collection::vec(any::<u8>(), 0..64),
+        ) {
+            untrusted(&random);
+            let mut data = seeds()[seed].clone();
+            for (at, byte, how) in edits {
+                if data.is_empty() {
+                    break;
+                }
+                let at = at % data.len();
+                match how {
+                    0 => data[at] = byte,
+                    1 => data.truncate(at),
+                    _ => data.insert(at, byte),
+                }
+            }
+            untrusted(&data);
+        }
+    }
+}
