@@ -23,6 +23,27 @@ pub struct StatsReader {
     dataset: Dataset,
     compression: Option<Compression>,
     record_type: RecordType,
+    /// Only this generation's shards (`--generation`).
+    generation: Option<u32>,
+}
+
+impl StatsReader {
+    /// One generation's statistics from its shards' partials (`{shard}.stats`), merged
+    /// in shard order; [`Stored::None`] (computed then) when a shard has none.
+    fn generation_partials(&self, manifest_path: &std::path::Path) -> Result<Stored> {
+        let mut all = Partial::new();
+        for shard in &self.dataset.shards {
+            let mut name = shard.clone().into_os_string();
+            name.push(".stats");
+            let path = PathBuf::from(name);
+            let Ok(bytes) = crate::store::paths::read(&path, self.dataset.io) else {
+                return Ok(Stored::None);
+            };
+            let partial = Partial::from_bytes(&bytes).map_err(|e| e.with_file(&path))?;
+            all.merge(partial).map_err(|e| e.with_file(&path))?;
+        }
+        Ok(Stored::Found(all.to_proto(), manifest_path.to_path_buf()))
+    }
 }
 
 /// A baseline's statistics (`verify --baseline`): a set (a folder or manifest: its
@@ -119,6 +140,7 @@ pub enum Stored {
 pub struct StatsReaderBuilder {
     paths: Vec<PathBuf>,
     reading: crate::records::Reading,
+    generation: Option<u32>,
 }
 
 impl StatsReader {
@@ -127,6 +149,7 @@ impl StatsReader {
         StatsReaderBuilder {
             paths,
             reading: crate::records::Reading::default(),
+            generation: None,
         }
     }
 
@@ -145,6 +168,9 @@ impl StatsReader {
         let [(manifest_path, manifest)] = self.dataset.manifests.as_slice() else {
             return Ok(Stored::None);
         };
+        if self.generation.is_some() {
+            return self.generation_partials(manifest_path);
+        }
         let Some(info) = &manifest.stats else {
             return Ok(Stored::None);
         };
@@ -228,11 +254,22 @@ impl StatsReaderBuilder {
         if self.paths.is_empty() {
             return Err(Error::invalid_option("paths", "give a path"));
         }
-        let (dataset, record_type) = self.reading.discover(&self.paths)?;
+        let (mut dataset, record_type) = self.reading.discover(&self.paths)?;
+        if let Some(g) = self.generation {
+            dataset.only_generations(&[g])?;
+        }
         Ok(StatsReader {
             dataset,
             compression: self.reading.compression,
             record_type,
+            generation: self.generation,
         })
+    }
+
+    /// Only the shards of generation `g` of the set (`stats --generation`): merged from
+    /// their partials when they kept them, else computed from them.
+    pub fn with_generation(mut self, g: Option<u32>) -> Self {
+        self.generation = g;
+        self
     }
 }

@@ -36,6 +36,9 @@ pub struct StatsArgs {
     /// Also write a self-contained HTML page: per feature its numbers and a chart (histogram or top values), the baseline's beside it.
     #[arg(long, value_name = "FILE")]
     pub html: Option<PathBuf>,
+    /// Only generation G of the set (`--append`'s): merged from its shards' kept partial statistics, else computed from its shards.
+    #[arg(long, value_name = "G")]
+    pub generation: Option<u32>,
     /// Show a baseline's statistics beside these (another set, TFRecord files, or a statistics file, ours or TFDV's): in --html, and in --json under "baseline".
     #[arg(long, value_name = "BASE")]
     pub baseline: Option<PathBuf>,
@@ -59,6 +62,7 @@ impl StatsArgs {
                 self.read.compression.resolve(),
                 self.read.record_type.resolve(),
             )
+            .with_generation(self.generation)
             .build()?;
         let base = self.common.baseline(self.baseline.as_deref())?;
         let bar = output::Bar::new(&self.common, "bytes");

@@ -383,6 +383,25 @@ fn workers_and_appends_keep_the_statistics_of_the_live_shards() {
     let files = listed(&plain);
     let computed = stats_json(&files.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(stored, computed);
+    // One generation's statistics: its shards' partials merged, as computed from them.
+    let manifest = read_manifest(&plain, "data");
+    let newest: Vec<String> = manifest["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|sh| sh["generation"] == 1)
+        .map(|sh| s(&plain.join(sh["file"].as_str().unwrap())).to_owned())
+        .collect();
+    let (code, out_text, err) = run(["stats", s(&plain), "--generation", "1", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let generation: Value = serde_json::from_str(&out_text).unwrap();
+    assert_eq!(generation["records"], 2000);
+    assert_eq!(
+        generation,
+        stats_json(&newest.iter().map(String::as_str).collect::<Vec<_>>())
+    );
+    let (code, _, err) = run(["stats", s(&plain), "--generation", "7"]);
+    assert_eq!(code, 2, "{err}");
     let (code, out_text, err) = run(["verify", s(&plain)]);
     assert_eq!(code, 0, "{out_text}{err}");
 }
