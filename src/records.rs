@@ -318,18 +318,11 @@ pub(crate) fn for_each_record(
     io: IoOptions,
     mut f: impl FnMut(Record) -> Result<bool>,
 ) -> Result<()> {
-    let mut reader = open(path, compression, io)?;
-    loop {
-        let (index, offset) = (reader.record_index(), reader.offset());
-        let Some(bytes) = reader.read_record()? else {
-            return Ok(());
-        };
+    for_each_payload(path, compression, io, |bytes, index, offset| {
         let record = decode_record(bytes, record_type)
             .map_err(|e| e.with_file(path).with_record(index).with_offset(offset))?;
-        if !f(record)? {
-            return Ok(());
-        }
-    }
+        f(record)
+    })
 }
 
 /// Calls `f` with each serialized record of `path` (its index and offset too), until it
